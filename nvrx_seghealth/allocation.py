@@ -1,0 +1,106 @@
+"""Who this launcher is: its Slurm allocation unit, read from the environment.
+
+An *allocation unit* is what Slurm can take away from a job as a whole: one task of
+a job array, or the whole job for a regular (non-array) job. Every launcher of the
+unit (one per node, started by one ``srun``) sees the same unit identity; only the
+launcher with ``SLURM_PROCID=0`` is the unit's *process 0*.
+
+This module is standard-library only: a producer on a controller node can use it
+without PyTorch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["AllocationUnit", "InvalidIdentityError", "validate_id"]
+
+
+class InvalidIdentityError(ValueError):
+    """A Slurm identity value is unusable (not decimal digits, or inconsistent)."""
+
+
+def validate_id(name: str, value: str) -> str:
+    """Return ``value`` when it is a non-empty string of ASCII decimal digits.
+
+    Identity values become part of a file name; anything but digits (``../x``, ``7/..``,
+    an empty string) could make the path escape the decision directory.
+
+    Raises:
+        InvalidIdentityError: naming ``name`` and the refused value.
+    """
+    if not (value.isascii() and value.isdigit()):
+        raise InvalidIdentityError(
+            f"{name}={value!r} is not a decimal Slurm id; expected digits only"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class AllocationUnit:
+    """The Slurm allocation unit of one launcher.
+
+    Attributes:
+        job_id: ``SLURM_ARRAY_JOB_ID`` for an array task, else ``SLURM_JOB_ID``.
+        task_id: ``SLURM_ARRAY_TASK_ID`` for an array task, else ``SLURM_JOB_ID``.
+        is_array: whether the unit is an array task (and so a replacement group).
+        procid: the launcher's ``SLURM_PROCID`` as given, or ``None`` when unset.
+    """
+
+    job_id: str
+    task_id: str
+    is_array: bool
+    procid: str | None = None
+
+    def __post_init__(self) -> None:
+        validate_id("job_id", self.job_id)
+        validate_id("task_id", self.task_id)
+
+    @property
+    def is_process_zero(self) -> bool:
+        """True only for ``SLURM_PROCID`` exactly ``"0"``."""
+        return self.procid == "0"
+
+    @property
+    def replacement_group(self) -> str | None:
+        """The array task id that names this unit's replacement group, or ``None``.
+
+        A regular job has no replacement group: nothing can take its place inside
+        the same job, so nothing is published for it.
+        """
+        return self.task_id if self.is_array else None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> AllocationUnit | None:
+        """Read the unit from Slurm's variables in ``environ`` (default ``os.environ``).
+
+        Returns ``None`` when there is no Slurm job id at all (not running under Slurm).
+
+        Raises:
+            InvalidIdentityError: an id is not decimal digits, or only one of
+                ``SLURM_ARRAY_JOB_ID`` / ``SLURM_ARRAY_TASK_ID`` is set.
+        """
+        env = os.environ if environ is None else environ
+        procid = env.get("SLURM_PROCID")
+        array_job_id = env.get("SLURM_ARRAY_JOB_ID")
+        array_task_id = env.get("SLURM_ARRAY_TASK_ID")
+        if array_job_id is not None or array_task_id is not None:
+            if array_job_id is None or array_task_id is None:
+                raise InvalidIdentityError(
+                    "SLURM_ARRAY_JOB_ID and SLURM_ARRAY_TASK_ID must be set together; "
+                    f"got SLURM_ARRAY_JOB_ID={array_job_id!r}, "
+                    f"SLURM_ARRAY_TASK_ID={array_task_id!r}"
+                )
+            return cls(
+                validate_id("SLURM_ARRAY_JOB_ID", array_job_id),
+                validate_id("SLURM_ARRAY_TASK_ID", array_task_id),
+                is_array=True,
+                procid=procid,
+            )
+        job_id = env.get("SLURM_JOB_ID")
+        if job_id is None:
+            return None
+        validate_id("SLURM_JOB_ID", job_id)
+        return cls(job_id, job_id, is_array=False, procid=procid)

@@ -1,0 +1,221 @@
+"""The decision artifact: where it lives, what one ``stat`` of it means, how to write it.
+
+The contract (consumer side):
+
+* Path: ``<directory>/segment_health_check.<job_id>.<task_id>``; ``directory`` is
+  absolute and both ids are decimal digits, so the path never leaves ``directory``.
+* One metadata call, ``os.stat`` following symlinks, bounded in time. The file is
+  never opened: opening a FIFO blocks, reading a large file costs, and the content
+  belongs to the producer.
+* Outcomes:
+
+  ======================================  ===================  ============
+  what the stat finds                     outcome              proceed?
+  ======================================  ===================  ============
+  regular file, size > 0                  ``UNHEALTHY``        no
+  regular file, size 0                    ``CLEAR``            yes
+  ENOENT (no file, no dir, dangling link)  ``ABSENT``           yes, quietly
+  any other error, or no answer in time   ``UNREADABLE``       yes, warned
+  directory, FIFO, socket, device         ``NOT_REGULAR``      yes, warned
+  ======================================  ===================  ============
+
+The producer side (:func:`publish_decision`, :func:`clear_decision`) replaces the file
+atomically, so a consumer never sees a partial or momentarily empty decision.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+
+from .allocation import validate_id
+from .boundedstat import StatTimeoutError, stat_within
+
+__all__ = [
+    "ARTIFACT_PREFIX",
+    "DEFAULT_STAT_TIMEOUT",
+    "Decision",
+    "Outcome",
+    "artifact_path",
+    "clear_decision",
+    "evaluate",
+    "publish_decision",
+    "require_absolute_directory",
+]
+
+ARTIFACT_PREFIX = "segment_health_check"
+
+#: Seconds one ``stat`` of the artifact may take before the consumer fails open.
+#: A healthy Lustre/NFS metadata server answers in milliseconds, a loaded one in
+#: well under a second; 10 s leaves a wide margin for a slow but live server and
+#: stays small beside a rendezvous round (torch's last-call wait alone is 30 s).
+DEFAULT_STAT_TIMEOUT = 10.0
+
+
+class Outcome(enum.Enum):
+    """What one ``stat`` of the artifact found."""
+
+    UNHEALTHY = "unhealthy"
+    CLEAR = "clear"
+    ABSENT = "absent"
+    UNREADABLE = "unreadable"
+    NOT_REGULAR = "not-a-regular-file"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The consumer's reading of one artifact.
+
+    Attributes:
+        path: the artifact path that was examined.
+        outcome: what the stat found.
+        reason: one human-readable line explaining ``outcome``.
+        size: the file size for a regular file, else ``None``.
+    """
+
+    path: str
+    outcome: Outcome
+    reason: str
+    size: int | None = None
+
+    @property
+    def proceed(self) -> bool:
+        """True unless the unit is excluded (fail-open outcomes proceed)."""
+        return self.outcome is not Outcome.UNHEALTHY
+
+    @property
+    def failed_open(self) -> bool:
+        """True when the artifact could not be judged and the unit proceeds anyway."""
+        return self.outcome in (Outcome.UNREADABLE, Outcome.NOT_REGULAR)
+
+
+def require_absolute_directory(directory: str, *, what: str = "directory") -> str:
+    """Return ``directory`` when it is an absolute path, else raise ``ValueError``.
+
+    ``what`` names the setting in the message (a CLI flag, an rdzv-conf key, ...).
+    """
+    if not isinstance(directory, str) or not directory:
+        raise ValueError(f"{what} must be a non-empty absolute path, got {directory!r}")
+    if "\0" in directory:
+        raise ValueError(f"{what} contains a NUL byte: {directory!r}")
+    if not os.path.isabs(directory):
+        raise ValueError(
+            f"{what} must be an absolute path that every launcher can reach, got "
+            f"{directory!r}; pass e.g. {os.path.abspath(directory)!r}"
+        )
+    return directory
+
+
+def artifact_path(directory: str, job_id: str, task_id: str) -> str:
+    """Return ``<directory>/segment_health_check.<job_id>.<task_id>``.
+
+    Raises:
+        ValueError: ``directory`` is not absolute, or an id is not decimal digits.
+    """
+    require_absolute_directory(directory)
+    validate_id("job_id", job_id)
+    validate_id("task_id", task_id)
+    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job_id}.{task_id}")
+
+
+_FILE_TYPES = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in _FILE_TYPES:
+        if test(mode):
+            return name
+    return f"file of mode {stat.S_IFMT(mode):#o}"
+
+
+def evaluate(path: str, stat_timeout: float | None = DEFAULT_STAT_TIMEOUT) -> Decision:
+    """Judge the artifact at ``path`` with one bounded ``stat``; never open it.
+
+    Never raises for anything the filesystem does: every failure is a fail-open
+    :class:`Decision` whose ``reason`` names the error.
+    """
+    try:
+        st = stat_within(path, stat_timeout)
+    except FileNotFoundError:
+        return Decision(path, Outcome.ABSENT, "no decision file")
+    except StatTimeoutError as error:
+        return Decision(path, Outcome.UNREADABLE, str(error))
+    except OSError as error:
+        code = errno.errorcode.get(error.errno or 0, "error")
+        return Decision(path, Outcome.UNREADABLE, f"stat failed: {code}: {error.strerror}")
+    except ValueError as error:  # e.g. an embedded NUL byte
+        return Decision(path, Outcome.UNREADABLE, f"stat failed: {error}")
+    if not stat.S_ISREG(st.st_mode):
+        return Decision(path, Outcome.NOT_REGULAR, f"not a regular file: {_file_type(st.st_mode)}")
+    if st.st_size > 0:
+        return Decision(
+            path, Outcome.UNHEALTHY, f"non-empty decision file ({st.st_size} bytes)", st.st_size
+        )
+    return Decision(path, Outcome.CLEAR, "empty decision file", 0)
+
+
+def _replace_atomically(path: str, content: bytes) -> None:
+    directory, name = os.path.split(path)
+    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def publish_decision(directory: str, job_id: str, task_id: str, text: str) -> str:
+    """Mark a unit unhealthy: atomically write ``text`` as its decision; return the path.
+
+    Producer-side. The file is written under a temporary name in ``directory`` and
+    renamed over the artifact, so a consumer sees the old decision or the new one,
+    never a partial or empty file. ``directory`` must exist.
+
+    Raises:
+        ValueError: ``text`` is empty (an empty file means *healthy*), or a bad
+            directory or id.
+        OSError: the directory cannot be written.
+    """
+    if not text:
+        raise ValueError("a decision needs non-empty text; an empty file means healthy")
+    path = artifact_path(directory, job_id, task_id)
+    _replace_atomically(path, text.encode())
+    return path
+
+
+def clear_decision(directory: str, job_id: str, task_id: str, *, remove: bool = False) -> str:
+    """Mark a unit healthy again; return the path. Touches no other file.
+
+    With ``remove=False`` the artifact is atomically replaced by an empty file (the
+    producer is visibly alive); with ``remove=True`` it is unlinked (a missing file
+    is fine).
+    """
+    path = artifact_path(directory, job_id, task_id)
+    if remove:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    else:
+        _replace_atomically(path, b"")
+    return path

@@ -1,0 +1,152 @@
+"""The consumer: the segment health check that process 0 runs before each rendezvous.
+
+:func:`get_segment_health_check` decides, from the configured directory and Slurm's
+environment, whether *this* launcher installs the check. Only the launcher with
+``SLURM_PROCID=0`` of its allocation unit does; every other launcher gets ``None`` and
+never touches the artifact. The installed :class:`SegmentHealthCheck` performs one
+bounded ``stat`` per call and logs what an operator needs:
+
+* once, at install (INFO):
+  ``Segment health check installed directory=<dir> job_id=<job> task_id=<task>``
+* a missing decision: nothing (the producer may not be running);
+* an unreadable path or a file that is not regular: one WARNING per evaluation,
+  naming the path and the error; the unit proceeds (fail open).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from .allocation import AllocationUnit, InvalidIdentityError
+from .artifact import (
+    DEFAULT_STAT_TIMEOUT,
+    Decision,
+    artifact_path,
+    evaluate,
+    require_absolute_directory,
+)
+
+__all__ = [
+    "SegmentHealthCheck",
+    "get_segment_health_check",
+    "install_check",
+    "unit_from_env",
+    "validate_stat_timeout",
+]
+
+log = logging.getLogger(__name__)
+
+
+def validate_stat_timeout(stat_timeout: float | None) -> float | None:
+    """Return ``stat_timeout`` when it is ``None`` (unbounded) or a positive number."""
+    if stat_timeout is not None and not stat_timeout > 0:
+        raise ValueError(f"stat_timeout must be a positive number of seconds, got {stat_timeout!r}")
+    return stat_timeout
+
+
+class SegmentHealthCheck:
+    """The decision check for one allocation unit.
+
+    Calling it returns ``True`` when the unit may proceed (healthy, or the artifact
+    could not be judged and the check fails open) and ``False`` when it is excluded.
+
+    Args:
+        directory: absolute path of the shared decision directory.
+        job_id: the unit's job id (``SLURM_ARRAY_JOB_ID`` or ``SLURM_JOB_ID``).
+        task_id: the unit's task id (``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``).
+        stat_timeout: seconds one ``stat`` may take before failing open;
+            ``None`` for no bound.
+
+    Raises:
+        ValueError: ``directory`` is not absolute, an id is not decimal digits, or
+            ``stat_timeout`` is not positive.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        job_id: str,
+        task_id: str,
+        *,
+        stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+    ) -> None:
+        self.directory = require_absolute_directory(directory)
+        self.job_id = job_id
+        self.task_id = task_id
+        self.path = artifact_path(directory, job_id, task_id)
+        self.stat_timeout = validate_stat_timeout(stat_timeout)
+
+    def evaluate(self) -> Decision:
+        """Stat the artifact once and return the decision; warn when failing open."""
+        decision = evaluate(self.path, self.stat_timeout)
+        if decision.failed_open:
+            log.warning(
+                "Segment health check cannot judge %s (%s); proceeding (fail open)",
+                decision.path,
+                decision.reason,
+            )
+        return decision
+
+    def __call__(self) -> bool:
+        return self.evaluate().proceed
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentHealthCheck(directory={self.directory!r}, job_id={self.job_id!r}, "
+            f"task_id={self.task_id!r})"
+        )
+
+
+def unit_from_env(environ: Mapping[str, str] | None = None) -> AllocationUnit | None:
+    """Read this launcher's allocation unit; ``None`` (after one WARNING) when unusable."""
+    try:
+        return AllocationUnit.from_env(environ)
+    except InvalidIdentityError as error:
+        log.warning("Segment health check not installed: %s", error)
+        return None
+
+
+def install_check(
+    directory: str,
+    unit: AllocationUnit | None,
+    *,
+    stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+) -> SegmentHealthCheck | None:
+    """Install the check for ``unit`` when it is its process 0; log the install line."""
+    if unit is None or not unit.is_process_zero:
+        return None
+    check = SegmentHealthCheck(directory, unit.job_id, unit.task_id, stat_timeout=stat_timeout)
+    log.info(
+        "Segment health check installed directory=%s job_id=%s task_id=%s",
+        directory,
+        unit.job_id,
+        unit.task_id,
+    )
+    return check
+
+
+def get_segment_health_check(
+    directory: str | None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+) -> SegmentHealthCheck | None:
+    """Install the check for this launcher, or return ``None`` when it is not eligible.
+
+    Eligible means: ``directory`` is given, Slurm's environment (``environ``, default
+    ``os.environ``) names a job, and ``SLURM_PROCID`` is exactly ``"0"``. Installing logs
+    the install line once (INFO). Identity values that are not decimal digits are
+    refused with one WARNING and nothing is installed.
+
+    Raises:
+        ValueError: ``directory`` is not absolute (on every launcher, eligible or not:
+            it is a configuration error), or ``stat_timeout`` is not positive.
+    """
+    if not directory:
+        return None
+    require_absolute_directory(directory)
+    validate_stat_timeout(stat_timeout)
+    return install_check(directory, unit_from_env(environ), stat_timeout=stat_timeout)

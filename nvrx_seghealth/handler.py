@@ -1,0 +1,247 @@
+"""``SegmentHealthRendezvousHandler``: keeps an excluded allocation unit out of the rendezvous.
+
+The wrapper sits around any torch ``RendezvousHandler`` (c10d, etcd-v2, a launcher's
+own) and adds, in ``next_rendezvous()``:
+
+1. Process 0 of the unit (``SLURM_PROCID=0``) stats the decision artifact. A non-empty
+   regular file excludes the unit: for an array task the replacement-group marker is
+   published in the rendezvous store, then :class:`UnhealthyNodeException` is raised.
+   A regular job has no replacement group; process 0 only raises, and
+   ``srun --kill-on-bad-exit=1`` ends the step.
+2. Any launcher of an array task whose group is marked raises without joining. This
+   is how the unit leaves a rendezvous whose host knows nothing of groups.
+3. Otherwise the inner handler's ``next_rendezvous()`` runs.
+4. Right after it returns, an array launcher looks at its marker again: process 0 may
+   have published while this launcher waited inside the rendezvous. Marked: raise, so
+   at most one more round is needed.
+
+Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
+again, and ``shutdown()`` / ``set_closed()`` do **not** reach the inner handler. torch's
+``launch_agent`` calls ``shutdown()`` after any failure, and a dynamic handler's
+``shutdown()`` closes the rendezvous for every node; delegating it would end the whole
+job because one unit left.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+from collections.abc import Mapping
+
+from torch.distributed import Store
+from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
+
+from .allocation import AllocationUnit
+from .artifact import DEFAULT_STAT_TIMEOUT, Decision, require_absolute_directory
+from .check import SegmentHealthCheck, install_check, unit_from_env, validate_stat_timeout
+from .errors import UnhealthyNodeException
+from .markers import ReplacementGroupMarkers
+
+__all__ = ["SegmentHealthRendezvousHandler"]
+
+log = logging.getLogger(__name__)
+
+
+class SegmentHealthRendezvousHandler(RendezvousHandler):
+    """A ``RendezvousHandler`` that refuses to join for an excluded allocation unit.
+
+    Args:
+        inner: the handler that runs the actual rendezvous.
+        store: the store the inner rendezvous shares between all launchers (for c10d,
+            the TCPStore; for etcd-v2, the ``EtcdStore``), used for replacement-group
+            markers. ``None``: markers can be neither published nor read (one WARNING);
+            process 0 still excludes itself.
+        directory: absolute path of the decision directory; ``None`` or empty disables
+            the segment health check, and the wrapper only delegates.
+        environ: where to read Slurm's variables (default ``os.environ``).
+        stat_timeout: seconds one ``stat`` of the artifact may take (``None``: no bound).
+        backend: the name ``get_backend()`` reports (default: the inner handler's).
+            A registered backend must report the name it was registered under.
+
+    Raises:
+        ValueError: ``directory`` is not absolute, or ``stat_timeout`` is not positive.
+    """
+
+    def __init__(
+        self,
+        inner: RendezvousHandler,
+        *,
+        store: Store | None,
+        directory: str | None,
+        environ: Mapping[str, str] | None = None,
+        stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+        backend: str | None = None,
+    ) -> None:
+        self._inner = inner
+        self._backend = backend or inner.get_backend()
+        self._unit: AllocationUnit | None = None
+        self._check: SegmentHealthCheck | None = None
+        self._markers: ReplacementGroupMarkers | None = None
+        self._exclusion: UnhealthyNodeException | None = None
+        if not directory:
+            return
+        require_absolute_directory(directory)
+        validate_stat_timeout(stat_timeout)
+        self._unit = unit_from_env(environ)
+        self._check = install_check(directory, self._unit, stat_timeout=stat_timeout)
+        if self._unit is None or not self._unit.is_array:
+            return
+        if store is None:
+            log.warning(
+                "Segment health check has no rendezvous store: replacement-group markers "
+                "for array task %s_%s can be neither published nor read; process 0 still "
+                "excludes itself, the task's other launchers are stopped only by srun",
+                self._unit.job_id,
+                self._unit.task_id,
+            )
+        else:
+            self._markers = ReplacementGroupMarkers(store, inner.get_run_id(), self._unit.job_id)
+
+    @property
+    def inner(self) -> RendezvousHandler:
+        """The wrapped handler."""
+        return self._inner
+
+    @property
+    def check(self) -> SegmentHealthCheck | None:
+        """The installed check (process 0 only), else ``None``."""
+        return self._check
+
+    @property
+    def markers(self) -> ReplacementGroupMarkers | None:
+        """The markers of this launcher's array job, when it has a store and a group."""
+        return self._markers
+
+    @property
+    def excluded(self) -> bool:
+        """Whether this launcher's unit has been excluded."""
+        return self._exclusion is not None
+
+    def get_backend(self) -> str:
+        """See base class."""
+        return self._backend
+
+    @property
+    def use_agent_store(self) -> bool:
+        """See base class."""
+        return self._inner.use_agent_store
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Check the unit, then join through the inner handler; see the module doc.
+
+        Raises:
+            UnhealthyNodeException: the unit is excluded.
+            Exception: whatever the inner handler raised.
+        """
+        if self._exclusion is not None:
+            self._raise_exclusion(str(self._exclusion), path=self._exclusion.path,
+                                  size=self._exclusion.size)
+        if self._check is not None:
+            decision = self._check.evaluate()
+            if not decision.proceed:
+                self._exclude_by_decision(decision)
+        self._refuse_if_marked("before joining")
+        info = self._inner.next_rendezvous()
+        self._refuse_if_marked("after joining")
+        return info
+
+    def is_closed(self) -> bool:
+        """See base class."""
+        return self._inner.is_closed()
+
+    def set_closed(self) -> None:
+        """See base class; does nothing once this unit was excluded."""
+        if self._exclusion is not None:
+            log.info("Segment health check: excluded unit does not close the shared rendezvous")
+            return
+        self._inner.set_closed()
+
+    def num_nodes_waiting(self) -> int:
+        """See base class."""
+        return self._inner.num_nodes_waiting()
+
+    def get_run_id(self) -> str:
+        """See base class."""
+        return self._inner.get_run_id()
+
+    def shutdown(self) -> bool:
+        """See base class. After an exclusion, returns ``False`` without closing.
+
+        The excluded launcher is about to exit; the rendezvous stays open for the
+        healthy units, which re-form without it.
+        """
+        if self._exclusion is not None:
+            log.info(
+                "Segment health check: excluded unit leaves the shared rendezvous open "
+                "for the other units"
+            )
+            return False
+        return self._inner.shutdown()
+
+    def _exclude_by_decision(self, decision: Decision) -> None:
+        unit = self._unit
+        assert unit is not None  # a check is only installed for a known unit
+        if unit.replacement_group is not None:
+            self._publish_marker(unit, decision)
+        self._raise_exclusion(
+            f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded: "
+            f"decision file {decision.path} is non-empty ({decision.size} bytes)",
+            path=decision.path,
+            size=decision.size,
+        )
+
+    def _publish_marker(self, unit: AllocationUnit, decision: Decision) -> None:
+        if self._markers is None:
+            return  # already warned at construction
+        detail = (
+            f"{decision.path} ({decision.size} bytes) host={socket.gethostname()} "
+            f"pid={os.getpid()} at={datetime.datetime.now(datetime.timezone.utc).isoformat()}"
+        )
+        try:
+            self._markers.publish(unit.task_id, detail)
+        except Exception as error:  # the exclusion itself stands regardless
+            log.warning(
+                "Segment health check could not publish the unhealthy marker of array "
+                "task %s_%s (%s: %s); the task's other launchers are stopped only by srun",
+                unit.job_id,
+                unit.task_id,
+                type(error).__name__,
+                error,
+            )
+
+    def _refuse_if_marked(self, when: str) -> None:
+        if self._markers is None:
+            return
+        unit = self._unit
+        assert unit is not None and unit.replacement_group is not None
+        try:
+            detail = self._markers.detail(unit.replacement_group)
+        except Exception as error:
+            log.warning(
+                "Segment health check could not read the marker of array task %s_%s "
+                "(%s: %s); proceeding (fail open)",
+                unit.job_id,
+                unit.task_id,
+                type(error).__name__,
+                error,
+            )
+            return
+        if detail is not None:
+            self._raise_exclusion(
+                f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
+                f"({when}): its process 0 marked the replacement group unhealthy: {detail}"
+            )
+
+    def _raise_exclusion(self, message: str, *, path: str | None = None,
+                         size: int | None = None) -> None:
+        unit = self._unit
+        assert unit is not None
+        exclusion = UnhealthyNodeException(
+            message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
+        )
+        if self._exclusion is None:
+            log.error("Segment health check: %s", message)
+        self._exclusion = exclusion
+        raise exclusion
