@@ -1,0 +1,130 @@
+"""The registered backend, found the way torchrun finds it: in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
+
+from nvrx_seghealth import BACKEND_NAME, publish_decision, register
+from nvrx_seghealth.backend import create_segment_health_handler
+
+from .conftest import slurm_env
+
+WORKER = "import os; print('worker rank', os.environ['RANK'])\n"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_entry_point_is_found_by_torchs_registry_in_a_fresh_interpreter(tmp_path):
+    code = f"""
+import json
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+handler = get_rendezvous_handler(RendezvousParameters(
+    "segment-health", "127.0.0.1:{free_port()}", "run", 1, 1, is_host="true",
+    segment_health_check_dir={str(tmp_path)!r}))
+print(json.dumps({{"type": type(handler).__name__, "backend": handler.get_backend(),
+                  "inner": handler.inner.get_backend(), "check": handler.check is not None,
+                  "markers": handler.markers is not None}}))
+"""
+    done = run_python(code, slurm_env(task=3))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "type": "SegmentHealthRendezvousHandler", "backend": "segment-health",
+        "inner": "c10d", "check": True, "markers": True}
+    assert "Exception while registering out of tree plugin" not in done.stderr
+
+
+def test_register_into_a_launchers_own_registry_under_any_name(tmp_path):
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    registry = RendezvousHandlerRegistry()
+    register(registry, name="my-health")
+    register(registry, name="my-health")  # idempotent
+    register()  # torch's registry already holds it from the entry point: no error
+    handler = registry.create_handler(RendezvousParameters(
+        "my-health", f"127.0.0.1:{free_port()}", "run", 1, 1, is_host="true"))
+    assert handler.get_backend() == "my-health"
+    assert handler.check is None  # no directory: pure pass-through
+    handler.shutdown()
+
+
+def test_bad_configuration_fails_before_any_rendezvous():
+    """No store is reached: the endpoint has no server and would time out if dialled."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    params = RendezvousParameters(BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1,
+                                  is_host="false", read_timeout="60",
+                                  segment_health_check_dir="relative/shc")
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="segment_health_check_dir must be an absolute path"):
+        create_segment_health_handler(params)
+    assert time.monotonic() - started < 5
+
+
+def torchrun(tmp_path, env, conf: str, *, nproc: int = 1):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+               f"--nproc-per-node={nproc}", "--rdzv-backend=segment-health",
+               f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-conf={conf}", str(worker)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=180,
+                          env={**clean, **env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+
+
+def test_under_torchrun_the_install_line_and_the_exclusion_reach_stderr(tmp_path):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    path = publish_decision(str(shc), "41", "2", "drained")
+    done = torchrun(tmp_path, slurm_env(task=2, array_job=41),
+                    f"segment_health_check_dir={shc}")
+    assert done.returncode not in (0, 93)
+    assert f"Segment health check installed directory={shc} job_id=41 task_id=2" in done.stderr
+    assert f"UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded: " \
+           f"decision file {path} is non-empty (7 bytes)" in done.stderr
+    assert "worker rank" not in done.stdout
+
+
+def test_under_torchrun_a_fail_open_warning_reaches_stderr_and_training_runs(tmp_path):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    os.mkfifo(shc / "segment_health_check.41.2")
+    done = torchrun(tmp_path, slurm_env(task=2, array_job=41),
+                    f"segment_health_check_dir={shc}", nproc=2)
+    assert done.returncode == 0, done.stderr
+    assert "cannot judge" in done.stderr and "not a regular file: FIFO" in done.stderr
+    assert sorted(done.stdout.split("\n")[:2]) == ["worker rank 0", "worker rank 1"]
+
+
+def test_under_torchrun_the_environment_variable_configures_the_directory(tmp_path):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    publish_decision(str(shc), "9", "9", "bad")
+    done = torchrun(tmp_path, {**slurm_env(job=9), "NVRX_SEGMENT_HEALTH_CHECK_DIR": str(shc)},
+                    "join_timeout=30")
+    assert done.returncode not in (0, 93)
+    assert "job_id=9 task_id=9 is excluded" in done.stderr
+
+
+def test_under_torchrun_a_relative_directory_is_refused_with_the_fix(tmp_path):
+    done = torchrun(tmp_path, slurm_env(task=2), "segment_health_check_dir=shc")
+    assert done.returncode != 0
+    assert "rdzv-conf segment_health_check_dir must be an absolute path" in done.stderr
+    assert "worker rank" not in done.stdout

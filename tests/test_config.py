@@ -1,0 +1,51 @@
+import pytest
+
+from nvrx_seghealth.config import (
+    DIRECTORY_ENV,
+    BackendSettings,
+    ConfigurationError,
+)
+
+
+def settings(config, env=None):
+    return BackendSettings.from_rdzv_config(config, env or {})
+
+
+def test_defaults_disable_the_check_and_wrap_c10d():
+    s = settings({"timeout": 900, "is_host": "false"})
+    assert (s.directory, s.stat_timeout, s.inner_backend) == (None, 10.0, "c10d")
+    assert s.inner_config == {"timeout": 900, "is_host": "false"}
+
+
+def test_our_keys_do_not_reach_the_inner_backend():
+    s = settings({"segment_health_check_dir": "/shc", "segment_health_check_stat_timeout": "2.5",
+                  "inner_backend": "etcd-v2", "join_timeout": "60"})
+    assert (s.directory, s.stat_timeout, s.inner_backend) == ("/shc", 2.5, "etcd-v2")
+    assert s.inner_config == {"join_timeout": "60"}
+
+
+def test_rdzv_conf_beats_environment_and_environment_is_the_fallback():
+    env = {DIRECTORY_ENV: "/from/env"}
+    assert settings({"segment_health_check_dir": "/from/conf"}, env).directory == "/from/conf"
+    assert settings({}, env).directory == "/from/env"
+    assert settings({}, {DIRECTORY_ENV: ""}).directory is None
+
+
+@pytest.mark.parametrize(
+    "config,env,message",
+    [
+        ({"segment_health_check_dir": "rel/shc"}, {},
+         r"rdzv-conf segment_health_check_dir must be an absolute path .* pass e\.g\."),
+        ({"segment_health_check_dir": ""}, {},
+         "segment_health_check_dir is empty; give the absolute decision directory, or omit"),
+        ({}, {DIRECTORY_ENV: "rel"}, f"environment variable {DIRECTORY_ENV} must be an absolute"),
+        ({"segment_health_check_stat_timeout": "0"}, {}, r"positive, finite number of seconds \(e\.g\. segment_health_check_stat_timeout=10\)"),
+        ({"segment_health_check_stat_timeout": "soon"}, {}, "segment_health_check_stat_timeout='soon'"),
+        ({"segment_health_check_stat_timeout": "inf"}, {}, "finite"),
+        ({"inner_backend": "static"}, {}, "inner_backend='static' is not supported; use one of c10d, etcd-v2"),
+        ({"inner_backend": "segment-health"}, {}, "not supported"),
+    ],
+)
+def test_bad_values_name_the_setting_and_the_fix(config, env, message):
+    with pytest.raises(ConfigurationError, match=message):
+        settings(config, env)

@@ -1,0 +1,313 @@
+"""The wrapper around a real in-process ``DynamicRendezvousHandler`` on a real TCPStore.
+
+Each participant is one launcher: its own TCPStore client, its own c10d backend and
+dynamic handler, its own Slurm-like environment, joining from its own thread.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import logging
+import os
+import pickle
+import threading
+import time
+
+import pytest
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous import RendezvousClosedError
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+    DynamicRendezvousHandler,
+    RendezvousTimeout,
+)
+
+from nvrx_seghealth import (
+    ReplacementGroupMarkers,
+    SegmentHealthRendezvousHandler,
+    UnhealthyNodeException,
+    publish_decision,
+)
+
+from .conftest import slurm_env, tcp_client
+
+RUN = "run-1"
+ARRAY = 1000
+
+
+def dynamic_handler(store, min_nodes, max_nodes, *, run_id=RUN, join=30):
+    """A real c10d-backed dynamic handler, with short timeouts for a test."""
+    return DynamicRendezvousHandler.from_backend(
+        run_id, store, C10dRendezvousBackend(store, run_id), min_nodes, max_nodes,
+        local_addr="127.0.0.1",
+        timeout=RendezvousTimeout(join=datetime.timedelta(seconds=join),
+                                  last_call=datetime.timedelta(seconds=1),
+                                  close=datetime.timedelta(seconds=10)),
+        keep_alive_interval=1, keep_alive_max_attempt=2,
+    )
+
+
+def launcher(master, directory, env, min_nodes=2, max_nodes=3, **kwargs):
+    store = tcp_client(master)
+    return SegmentHealthRendezvousHandler(
+        dynamic_handler(store, min_nodes, max_nodes, **kwargs),
+        store=store, directory=directory, environ=env,
+    )
+
+
+class Join:
+    """``next_rendezvous()`` of one handler on its own thread; keeps the outcome."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.result = None
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.result = self.handler.next_rendezvous()
+        except BaseException as error:  # inspected by the test
+            self.error = error
+
+    def wait(self, timeout=60):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "next_rendezvous() did not return"
+        return self
+
+
+def join_all(handlers, timeout=60):
+    joins = [Join(h) for h in handlers]
+    return [j.wait(timeout) for j in joins]
+
+
+def participants(master, run_id=RUN):
+    """How many nodes the rendezvous state in the store lists as participants."""
+    state = C10dRendezvousBackend(tcp_client(master), run_id).get_state()
+    return 0 if state is None else len(pickle.loads(state[0]).participants)
+
+
+def wait_until(predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@pytest.fixture(autouse=True)
+def _release_handlers():
+    """Collect each test's handlers: their keep-alive timers hold only weak references."""
+    yield
+    gc.collect()
+
+
+@pytest.fixture
+def shc(tmp_path):
+    directory = tmp_path / "shc"
+    directory.mkdir()
+    return str(directory)
+
+
+def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_store, shc, caplog):
+    publish_decision(shc, str(ARRAY), "1", "n3 drained")
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 1, 2)]
+    healthy0, excluded, healthy2 = join_all(handlers)
+    assert isinstance(excluded.error, UnhealthyNodeException)
+    assert (excluded.error.job_id, excluded.error.task_id) == (str(ARRAY), "1")
+    assert excluded.error.path == os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    assert excluded.error.size == len("n3 drained")
+    assert "is non-empty (10 bytes)" in str(excluded.error)
+    assert [j.error for j in (healthy0, healthy2)] == [None, None]
+    assert {j.result.world_size for j in (healthy0, healthy2)} == {2}
+    assert sorted(j.result.rank for j in (healthy0, healthy2)) == [0, 1]
+    assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).marked_groups() == ["1"]
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "task_id=1 is excluded" in errors[0].getMessage()
+
+
+def test_marked_group_is_refused_without_joining(tcp_store, shc):
+    ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).publish("1", "from process 0")
+    sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1))
+    healthy = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 2)]
+    refused, *joined = join_all([sibling, *healthy])
+    assert isinstance(refused.error, UnhealthyNodeException)
+    assert "(before joining)" in str(refused.error) and "from process 0" in str(refused.error)
+    assert [j.result.world_size for j in joined] == [2, 2]
+    assert [h.num_nodes_waiting() for h in healthy] == [0, 0]  # not waiting either
+
+
+def test_sibling_that_joined_first_is_excluded_right_after_the_round(tcp_store, shc):
+    """Process 0 publishes while its sibling waits inside the rendezvous."""
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 3, 3))
+    task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 3, 3))
+    wait_until(lambda: participants(tcp_store) == 2)  # both are inside the inner round
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    process0 = Join(launcher(tcp_store, shc, slurm_env(task=1), 3, 3)).wait()
+    assert isinstance(process0.error, UnhealthyNodeException)
+    task2 = Join(launcher(tcp_store, shc, slurm_env(task=2), 3, 3))
+    for join in (sibling, task0, task2):
+        join.wait()
+    assert isinstance(sibling.error, UnhealthyNodeException)
+    assert "(after joining)" in str(sibling.error)
+    assert task0.result.world_size == task2.result.world_size == 3  # the round needs a rerun
+
+
+def test_shutdown_after_exclusion_leaves_the_rendezvous_open(tcp_store, shc):
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 1, 3) for t in (0, 1, 2)]
+    first = join_all(handlers)
+    excluded = handlers[1]
+    assert isinstance(first[1].error, UnhealthyNodeException)
+    assert excluded.shutdown() is False
+    excluded.set_closed()
+    assert not any(h.is_closed() for h in handlers)
+    second = join_all([handlers[0], handlers[2]])  # the healthy units re-form
+    assert [j.error for j in second] == [None, None]
+    assert [j.result.world_size for j in second] == [2, 2]
+    # The trap is real: the inner handler's shutdown closes the rendezvous for everyone.
+    assert excluded.inner.shutdown() is True
+    wait_until(lambda: handlers[0].is_closed() and handlers[2].is_closed())  # cached ~1 s
+    with pytest.raises(RendezvousClosedError):
+        handlers[0].next_rendezvous()
+
+
+def test_exclusion_sticks_even_if_the_decision_is_cleared(tcp_store, shc):
+    path = publish_decision(shc, str(ARRAY), "1", "bad")
+    handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    os.unlink(path)
+    with pytest.raises(UnhealthyNodeException, match="non-empty") as again:
+        handler.next_rendezvous()
+    assert again.value.path == path
+    assert handler.excluded
+
+
+def test_decision_is_consumed_at_the_next_rendezvous(tcp_store, shc):
+    """A unit that joined round 0 healthy is excluded at its next ``next_rendezvous()``."""
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 2, 2) for t in (0, 1)]
+    assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
+    publish_decision(shc, str(ARRAY), "1", "drained while running")
+    with pytest.raises(UnhealthyNodeException):
+        handlers[1].next_rendezvous()
+    assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).is_marked("1")
+
+
+def test_regular_job_raises_and_publishes_nothing(tcp_store, shc):
+    publish_decision(shc, "77", "77", "bad")
+    handler = launcher(tcp_store, shc, slurm_env(job=77), 1, 1)
+    assert handler.markers is None
+    keys = tcp_store.num_keys()
+    with pytest.raises(UnhealthyNodeException, match="job_id=77 task_id=77"):
+        handler.next_rendezvous()
+    assert tcp_store.num_keys() == keys
+
+
+def test_other_launchers_never_stat_the_artifact(tcp_store, shc, monkeypatch):
+    path = publish_decision(shc, str(ARRAY), "1", "bad")
+    real_stat = os.stat
+    stats = []
+
+    def counting_stat(target, *args, **kwargs):
+        if os.fspath(target) == path:
+            stats.append(threading.current_thread().name)
+        return real_stat(target, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", counting_stat)
+    others = [launcher(tcp_store, shc, env, 2, 2)
+              for env in (slurm_env(task=1, procid=1), slurm_env(task=1, procid=2))]
+    assert all(h.check is None for h in others)
+    assert [j.result.world_size for j in join_all(others)] == [2, 2]
+    assert stats == []
+    process0 = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
+    with pytest.raises(UnhealthyNodeException):
+        process0.next_rendezvous()
+    assert len(stats) == 1  # one metadata call per rendezvous
+
+
+def test_without_a_directory_the_wrapper_only_delegates(tcp_store, shc):
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).publish("1", "marked")
+    handlers = [launcher(tcp_store, None, slurm_env(task=1, procid=p), 2, 2) for p in (0, 1)]
+    assert all(h.check is None and h.markers is None for h in handlers)
+    assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
+
+
+def test_without_a_store_process_zero_still_excludes_and_says_so_once(tcp_store, shc, caplog):
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    store = tcp_client(tcp_store)
+    handler = SegmentHealthRendezvousHandler(
+        dynamic_handler(store, 1, 1), store=None, directory=shc, environ=slurm_env(task=1))
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "no rendezvous store" in warnings[0]
+
+
+def _dead_store():
+    """A TCPStore client whose server is gone: every operation fails for real."""
+    master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = dist.TCPStore("127.0.0.1", master.port, is_master=False,
+                           timeout=datetime.timedelta(seconds=5))
+    del master
+    return client
+
+
+def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc, caplog):
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    handler = SegmentHealthRendezvousHandler(
+        dynamic_handler(tcp_client(tcp_store), 1, 1), store=_dead_store(), directory=shc,
+        environ=slurm_env(task=1))
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("could not publish" in w for w in warnings)
+
+
+def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
+    handler = SegmentHealthRendezvousHandler(
+        dynamic_handler(tcp_client(tcp_store), 1, 1), store=_dead_store(), directory=shc,
+        environ=slurm_env(task=1, procid=1))
+    assert handler.next_rendezvous().world_size == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2 and all("could not read the marker" in w for w in warnings)
+
+
+def test_every_other_method_delegates(tcp_store, shc, monkeypatch):
+    store = tcp_client(tcp_store)
+    inner = dynamic_handler(store, 1, 2)
+    handler = SegmentHealthRendezvousHandler(inner, store=store, directory=shc,
+                                             environ=slurm_env(task=0))
+    assert handler.get_backend() == inner.get_backend() == "c10d"
+    assert SegmentHealthRendezvousHandler(inner, store=store, directory=None,
+                                          backend="segment-health").get_backend() == "segment-health"
+    assert handler.get_run_id() == RUN
+    assert handler.inner is inner
+    for value in ("0", "1"):
+        monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", value)
+        assert handler.use_agent_store is inner.use_agent_store
+    info = handler.next_rendezvous()
+    assert (info.rank, info.world_size) == (0, 1)
+    assert handler.num_nodes_waiting() == 0
+    late = launcher(tcp_store, shc, slurm_env(task=5), 1, 2)
+    Join(late)
+    wait_until(lambda: handler.num_nodes_waiting() == 1)
+    assert handler.is_closed() is False
+    assert handler.shutdown() is True  # healthy: closes like the inner handler does
+    wait_until(lambda: handler.is_closed() and late.is_closed())
+
+
+def test_set_closed_delegates_while_healthy(tcp_store, shc):
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 1, 2) for t in (0, 1)]
+    handlers[0].set_closed()
+    wait_until(handlers[1].is_closed)
+
+
+def test_configuration_is_validated_at_construction(tcp_store):
+    inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
+    with pytest.raises(ValueError, match="absolute"):
+        SegmentHealthRendezvousHandler(inner, store=None, directory="rel/shc")
+    with pytest.raises(ValueError, match="stat_timeout"):
+        SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", stat_timeout=-1)
