@@ -1,0 +1,204 @@
+"""A private, real Slurm cluster (Debian slurm-wlm + munge) for the tests marked ``slurm``.
+
+The session-scoped ``slurm_cluster`` fixture starts the cluster with ``start.sh`` in a
+temporary directory, and at the end of the session stops it with ``stop.sh`` and
+removes the directory.
+
+Slurm is installed (``install.sh``) only when ``CI=true`` or
+``NVRX_SEGHEALTH_SLURM_INSTALL=1``. Otherwise, without ``slurmctld`` on PATH, the tests
+skip and say how to enable them. In CI a missing or broken Slurm fails the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+IN_CI = os.environ.get("CI") == "true"
+INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_SLURM_INSTALL") == "1"
+
+#: Job states after which ``scontrol show job`` no longer changes.
+FINISHED_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "TIMEOUT",
+    }
+)
+
+
+def _unavailable(reason: str) -> NoReturn:
+    """Skip the Slurm tests, or fail them in CI, where Slurm must always run."""
+    if IN_CI:
+        pytest.fail(f"CI=true requires real Slurm: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _script(name: str, *args: str, timeout: float) -> None:
+    """Run one of this directory's scripts; fail with its output if it fails."""
+    try:
+        subprocess.run(
+            [str(HERE / name), *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=True,
+        )
+    except subprocess.CalledProcessError as error:
+        pytest.fail(
+            f"{name} {' '.join(args)} exited {error.returncode}\n"
+            f"--- stdout\n{error.stdout}--- stderr\n{error.stderr}",
+            pytrace=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name} {' '.join(args)} did not finish in {timeout}s", pytrace=False)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One record of ``scontrol show job``: a job, or one task of a job array."""
+
+    fields: dict[str, str]
+
+    @property
+    def job_id(self) -> str:
+        return self.fields["JobId"]
+
+    @property
+    def state(self) -> str:
+        return self.fields["JobState"]
+
+    @property
+    def exit_code(self) -> tuple[int, int]:
+        """``ExitCode=status:signal`` as integers."""
+        status, signal = self.fields["ExitCode"].split(":")
+        return int(status), int(signal)
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """A running private cluster; ``env`` is what its client commands need."""
+
+    state_dir: Path
+    env: dict[str, str]
+    nodes: tuple[str, ...]
+
+    def run(
+        self, *args: str, timeout: float = 30, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a command (``srun``, ``sbatch``, ``scontrol``, ...) against this cluster.
+
+        Output is captured as text; ``check`` fails the test on a non-zero exit.
+        """
+        result = subprocess.run(
+            args,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            pytest.fail(
+                f"{' '.join(args)} exited {result.returncode}\n"
+                f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}",
+                pytrace=False,
+            )
+        return result
+
+    def sbatch(self, *args: str) -> str:
+        """Submit a batch job; return its job id (the array job id for an array)."""
+        return self.run("sbatch", "--parsable", *args).stdout.strip().split(";")[0]
+
+    def jobs(self, job_id: str) -> list[Job]:
+        """Read ``scontrol show job``: one record per job, or per task of an array."""
+        out = self.run("scontrol", "show", "job", "--oneliner", job_id).stdout
+        return [
+            Job(dict(re.findall(r"(?:^|\s)([^\s=]+)=(\S*)", line)))
+            for line in out.splitlines()
+            if line.strip()
+        ]
+
+    def wait_job(self, job_id: str, timeout: float = 60) -> list[Job]:
+        """Wait until every record of ``job_id`` has finished; return the records."""
+        deadline = time.monotonic() + timeout
+        while True:
+            jobs = self.jobs(job_id)
+            if all(job.state in FINISHED_STATES for job in jobs):
+                return jobs
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"job {job_id} not finished after {timeout}s: "
+                    + ", ".join(f"{job.job_id}={job.state}" for job in jobs),
+                    pytrace=False,
+                )
+            time.sleep(0.2)
+
+
+def _client_env(state_dir: Path) -> dict[str, str]:
+    """This process's environment without Slurm job variables, plus ``env.sh``."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
+    }
+    exported = subprocess.run(
+        [
+            "bash",
+            "-c",
+            '. "$1" && printf "%s\\0%s" "$SLURM_CONF" "$PATH"',
+            "_",
+            str(state_dir / "env.sh"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=True,
+    ).stdout
+    env["SLURM_CONF"], env["PATH"] = exported.split("\0")
+    return env
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A 4-node private Slurm cluster (n1..n4, 2 CPUs each) for the whole session."""
+    if os.geteuid() != 0:
+        _unavailable("the Slurm tests run the Slurm daemons and must run as root")
+    if INSTALL:
+        _script("install.sh", timeout=600)
+    elif shutil.which("slurmctld", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None:
+        _unavailable(
+            "Slurm is not installed (no slurmctld on PATH or in /usr/sbin). Enable these "
+            "tests with NVRX_SEGHEALTH_SLURM_INSTALL=1 (installs Debian's slurmctld, slurmd, "
+            f"slurm-client and munge), or run {HERE / 'install.sh'} as root first"
+        )
+    # munged wants every directory above its socket world-executable, which pytest's
+    # own temporary directories (mode 700) are not.
+    state_dir = Path(tempfile.mkdtemp(prefix="nvrx-seghealth-slurm."))
+    state_dir.chmod(0o755)
+    nodes = ("n1", "n2", "n3", "n4")
+    try:
+        _script("start.sh", str(state_dir), str(len(nodes)), timeout=120)
+        yield SlurmCluster(state_dir, _client_env(state_dir), nodes)
+    finally:
+        _script("stop.sh", str(state_dir), timeout=120)
+        shutil.rmtree(state_dir)
