@@ -17,7 +17,6 @@ would be circular.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -43,11 +42,13 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
     if params.backend == "etcd-v2":
-        if importlib.util.find_spec("etcd") is None:
+        try:
+            import etcd  # noqa: F401  (python-etcd; torch silently stubs it when missing)
+        except ImportError:
             raise ConfigurationError(
                 "inner_backend=etcd-v2 needs the python-etcd client: "
                 "pip install 'nvrx-seghealth[etcd]'"
-            )
+            ) from None
         from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
     else:
         from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend

@@ -2,7 +2,7 @@ import pytest
 
 from nvrx_seghealth.allocation import AllocationUnit, InvalidIdentityError, validate_id
 
-from .conftest import slurm_env
+from .support import slurm_env
 
 
 def test_array_task_identity_comes_from_array_variables():

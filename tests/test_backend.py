@@ -15,7 +15,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 from nvrx_seghealth import BACKEND_NAME, publish_decision, register
 from nvrx_seghealth.backend import create_segment_health_handler
 
-from .conftest import slurm_env
+from .support import slurm_env
 
 WORKER = "import os; print('worker rank', os.environ['RANK'])\n"
 
@@ -128,3 +128,27 @@ def test_under_torchrun_a_relative_directory_is_refused_with_the_fix(tmp_path):
     assert done.returncode != 0
     assert "rdzv-conf segment_health_check_dir must be an absolute path" in done.stderr
     assert "worker rank" not in done.stdout
+
+
+def test_etcd_v2_without_python_etcd_names_the_extra_to_install():
+    """python-etcd is installed here; its absence is injected with an import blocker."""
+    code = """
+import importlib.abc, sys
+class NoEtcd(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "etcd":
+            raise ModuleNotFoundError("No module named 'etcd'", name="etcd")
+sys.modules.pop("etcd", None)
+sys.meta_path.insert(0, NoEtcd())
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from nvrx_seghealth.backend import create_segment_health_handler
+try:
+    create_segment_health_handler(RendezvousParameters(
+        "segment-health", "127.0.0.1:2379", "run", 1, 1, inner_backend="etcd-v2"))
+except ValueError as error:
+    print(error)
+"""
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert "inner_backend=etcd-v2 needs the python-etcd client: " \
+           "pip install 'nvrx-seghealth[etcd]'" in done.stdout

@@ -9,7 +9,7 @@ import pytest
 
 from nvrx_seghealth import SegmentHealthCheck, get_segment_health_check, publish_decision
 
-from .conftest import slurm_env
+from .support import slurm_env
 
 INSTALL = "Segment health check installed directory={} job_id={} task_id={}"
 

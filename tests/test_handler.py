@@ -12,7 +12,6 @@ import logging
 import os
 import pickle
 import threading
-import time
 
 import pytest
 import torch.distributed as dist
@@ -30,7 +29,7 @@ from nvrx_seghealth import (
     publish_decision,
 )
 
-from .conftest import slurm_env, tcp_client
+from .support import Join, join_all, slurm_env, tcp_client, wait_until
 
 RUN = "run-1"
 ARRAY = 1000
@@ -56,44 +55,10 @@ def launcher(master, directory, env, min_nodes=2, max_nodes=3, **kwargs):
     )
 
 
-class Join:
-    """``next_rendezvous()`` of one handler on its own thread; keeps the outcome."""
-
-    def __init__(self, handler):
-        self.handler = handler
-        self.result = None
-        self.error = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        try:
-            self.result = self.handler.next_rendezvous()
-        except BaseException as error:  # inspected by the test
-            self.error = error
-
-    def wait(self, timeout=60):
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "next_rendezvous() did not return"
-        return self
-
-
-def join_all(handlers, timeout=60):
-    joins = [Join(h) for h in handlers]
-    return [j.wait(timeout) for j in joins]
-
-
 def participants(master, run_id=RUN):
     """How many nodes the rendezvous state in the store lists as participants."""
     state = C10dRendezvousBackend(tcp_client(master), run_id).get_state()
     return 0 if state is None else len(pickle.loads(state[0]).participants)
-
-
-def wait_until(predicate, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 @pytest.fixture(autouse=True)

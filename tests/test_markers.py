@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from nvrx_seghealth.markers import ReplacementGroupMarkers
 
-from .conftest import tcp_client
+from .support import tcp_client
 
 
 @pytest.fixture(params=["hash", "file", "tcp", "prefix-tcp"])

@@ -1,0 +1,63 @@
+"""Helpers shared by the unit and integration tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+import time
+
+
+def slurm_env(task: int | None = None, procid: int = 0, *, array_job: int = 1000,
+              job: int | None = None) -> dict[str, str]:
+    """A Slurm-like environment: an array task when ``task`` is given, else a regular job."""
+    env = {"SLURM_PROCID": str(procid)}
+    if task is None:
+        env["SLURM_JOB_ID"] = str(job if job is not None else array_job)
+    else:
+        env["SLURM_ARRAY_JOB_ID"] = str(array_job)
+        env["SLURM_ARRAY_TASK_ID"] = str(task)
+        env["SLURM_JOB_ID"] = str(job if job is not None else array_job + 1 + task)
+    return env
+
+
+def tcp_client(master) -> object:
+    """A new client connection to ``master``'s TCPStore server."""
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", master.port, is_master=False,
+                    timeout=datetime.timedelta(seconds=30))
+
+
+class Join:
+    """``next_rendezvous()`` of one handler on its own thread; keeps the outcome."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.result = None
+        self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            self.result = self.handler.next_rendezvous()
+        except BaseException as error:  # inspected by the test
+            self.error = error
+
+    def wait(self, timeout=60):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "next_rendezvous() did not return"
+        return self
+
+
+def join_all(handlers, timeout=60):
+    """Start ``next_rendezvous()`` on every handler at once; wait for all of them."""
+    joins = [Join(h) for h in handlers]
+    return [j.wait(timeout) for j in joins]
+
+
+def wait_until(predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
