@@ -166,6 +166,15 @@ def evaluate(path: str, stat_timeout: float | None = DEFAULT_STAT_TIMEOUT) -> De
     return Decision(path, Outcome.CLEAR, "empty decision file", 0)
 
 
+def _sync_directory(directory: str) -> None:
+    """Make a rename in ``directory`` durable (a crash right after it keeps the new file)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _replace_atomically(path: str, content: bytes) -> None:
     directory, name = os.path.split(path)
     fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -176,6 +185,7 @@ def _replace_atomically(path: str, content: bytes) -> None:
             os.fsync(handle.fileno())
         os.chmod(temp, 0o644)
         os.replace(temp, path)
+        _sync_directory(directory)
     except BaseException:
         try:
             os.unlink(temp)
