@@ -1,0 +1,169 @@
+"""The launcher's decision directory, as ``ft_launcher`` takes it: flag, YAML file, environment.
+
+Precedence, highest first:
+
+1. the command-line flag (``--ft-segment-health-check-dir DIR`` for ``nvrx-seghealth run``,
+   ``--dir DIR`` for the operator commands);
+2. ``fault_tolerance.segment_health_check_dir`` in the YAML file given with
+   ``--ft-cfg-path``. As in NVRx, the ``fault_tolerance`` section may sit at any depth:
+   the first non-empty ``fault_tolerance`` value found depth-first (through mappings and
+   lists, in file order) is the section;
+3. the environment variable ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` (empty counts as unset).
+
+None of them: the check is disabled. The winning value must be an absolute path. A flag
+or YAML value that is empty or not a string, a YAML file that cannot be read or parsed,
+or a ``fault_tolerance`` section that is not a mapping is a :class:`ConfigurationError`
+naming the setting and the fix. The YAML file is always read when given, even when the
+flag wins, so a broken file is never silently ignored.
+
+Standard library plus PyYAML; no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from .artifact import require_absolute_directory
+from .config import DIRECTORY_ENV, DIRECTORY_KEY, ConfigurationError
+
+__all__ = [
+    "CFG_FLAG",
+    "DIRECTORY_FLAG",
+    "YAML_FIELD",
+    "DirectorySetting",
+    "directory_from_yaml",
+    "resolve_directory",
+]
+
+DIRECTORY_FLAG = "--ft-segment-health-check-dir"
+CFG_FLAG = "--ft-cfg-path"
+YAML_SECTION = "fault_tolerance"
+YAML_FIELD = f"{YAML_SECTION}.{DIRECTORY_KEY}"
+
+
+@dataclass(frozen=True)
+class DirectorySetting:
+    """A validated decision directory and where it came from.
+
+    Attributes:
+        directory: the absolute directory.
+        source: the setting that gave it, for messages (``--ft-segment-health-check-dir``,
+            ``fault_tolerance.segment_health_check_dir in FILE``, ``environment variable
+            NVRX_SEGMENT_HEALTH_CHECK_DIR``).
+    """
+
+    directory: str
+    source: str
+
+    @property
+    def from_environment(self) -> bool:
+        """True when only the environment variable configured the directory."""
+        return self.source == _ENV_SOURCE
+
+
+_ENV_SOURCE = f"environment variable {DIRECTORY_ENV}"
+
+
+def _find_section(data: Any) -> Any:
+    """The first non-empty ``fault_tolerance`` value, depth-first (NVRx's rule)."""
+    children: Iterable[Any]
+    if isinstance(data, Mapping):
+        if data.get(YAML_SECTION):
+            return data[YAML_SECTION]
+        children = data.values()
+    elif isinstance(data, list):
+        children = data
+    else:
+        return None
+    for child in children:
+        found = _find_section(child)
+        if found:
+            return found
+    return None
+
+
+def directory_from_yaml(path: str) -> str | None:
+    """Return ``fault_tolerance.segment_health_check_dir`` from the YAML file at ``path``.
+
+    ``None`` when the file has no ``fault_tolerance`` section, the section has no such
+    field, or the field is ``null``. The value is returned as written (not yet checked
+    for being absolute).
+
+    Raises:
+        ConfigurationError: the file cannot be read or parsed, the section is not a
+            mapping, or the field is not a non-empty string.
+    """
+    what = f"{CFG_FLAG} {path}"
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except OSError as error:
+        raise ConfigurationError(
+            f"{what}: cannot read the file ({error.strerror or error}); give the path of a "
+            "readable YAML file"
+        ) from None
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        detail = " ".join(str(error).split())
+        raise ConfigurationError(
+            f"{what} is not valid YAML ({detail}); fix the file or drop {CFG_FLAG}"
+        ) from None
+    section = _find_section(data)
+    if section is None:
+        return None
+    if not isinstance(section, Mapping):
+        raise ConfigurationError(
+            f"{what}: '{YAML_SECTION}' must be a mapping of settings, got "
+            f"{type(section).__name__} {section!r}"
+        )
+    value = section.get(DIRECTORY_KEY)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(
+            f"{YAML_FIELD} in {path} must be an absolute directory path (a non-empty "
+            f"string), got {type(value).__name__} {value!r}; write e.g. "
+            f"'{DIRECTORY_KEY}: /shared/job/segment-health-check', or remove the field to "
+            "disable the check"
+        )
+    return value
+
+
+def _validated(value: str, source: str) -> DirectorySetting:
+    try:
+        return DirectorySetting(require_absolute_directory(value, what=source), source)
+    except ValueError as error:
+        raise ConfigurationError(str(error)) from None
+
+
+def resolve_directory(
+    flag_value: str | None,
+    cfg_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    flag: str = DIRECTORY_FLAG,
+) -> DirectorySetting | None:
+    """Resolve the decision directory: ``flag_value`` > YAML file > environment.
+
+    ``flag`` names the command-line option in messages. Returns ``None`` when nothing
+    configures a directory (the check is disabled).
+
+    Raises:
+        ConfigurationError: see the module documentation.
+    """
+    from_yaml = directory_from_yaml(cfg_path) if cfg_path is not None else None
+    if flag_value is not None:
+        if not flag_value:
+            raise ConfigurationError(
+                f"{flag} is empty; give the absolute decision directory, or omit the option"
+            )
+        return _validated(flag_value, flag)
+    if from_yaml is not None:
+        return _validated(from_yaml, f"{YAML_FIELD} in {cfg_path}")
+    env = os.environ if environ is None else environ
+    value = env.get(DIRECTORY_ENV)
+    return _validated(value, _ENV_SOURCE) if value else None

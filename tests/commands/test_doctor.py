@@ -1,0 +1,94 @@
+"""``nvrx-seghealth doctor``: one line per finding, exit 1 on any FAIL with the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from nvrx_seghealth import publish_decision
+
+from ..support import slurm_env
+from .runner import nvrx_seghealth
+
+STEP = {"SLURM_STEP_TASKS_PER_NODE": "1(x2)"}
+
+
+def doctor(*args, env=None):
+    return nvrx_seghealth("doctor", *args, env=env)
+
+
+def levels(output):
+    return [line.split(None, 1)[0] for line in output.splitlines()[:-1]]
+
+
+def test_a_good_setup_on_process_0(tmp_path):
+    done = doctor("--dir", str(tmp_path), env={**slurm_env(task=4, array_job=500), **STEP})
+    assert done.returncode == 0, done.stdout
+    out = done.stdout
+    assert "FAIL" not in out and out.splitlines()[-1] == "no problems found"
+    assert f"ok    decision directory {tmp_path} is absolute" in out
+    assert re.search(rf"ok    directory {tmp_path} exists \(stat took [0-9.]+ ms\)", out)
+    assert "ok    Slurm identity: array task, job_id=500 task_id=4" in out
+    assert "SLURM_PROCID=0: this launcher installs the check" in out
+    assert f"consults {tmp_path}/segment_health_check.500.4" in out
+    assert re.search(r"ok    stat of the decision file took [0-9.]+ ms \(bound 10 s\)", out)
+    assert "ok    decision now: proceed (absent: no decision file)" in out
+    assert "ok    one launcher per node" in out
+    assert "hint  start the launchers with srun --kill-on-bad-exit=1" in out
+
+
+def test_other_launchers_and_a_marked_unit_are_reported_not_failed(tmp_path):
+    publish_decision(str(tmp_path), "77", "77", "bad")
+    done = doctor("--dir", str(tmp_path), env={**slurm_env(job=77, procid=1), **STEP})
+    assert done.returncode == 0, done.stdout
+    assert "SLURM_PROCID=1: this launcher does not read the decision" in done.stdout
+    assert "warn  the unit is marked unhealthy" in done.stdout
+
+
+@pytest.mark.parametrize("case,message", [
+    ("missing", "does not exist: create it on storage that every launcher mounts (mkdir -p"),
+    ("file", "is not a directory: point --dir at the directory"),
+    ("relative", "--dir must be an absolute path"),
+    ("no-slurm", "not inside a Slurm job (no SLURM_JOB_ID): run doctor as the launchers run"),
+    ("two-per-node", "2 launchers on a node (tasks per node 2(x2)): run one launcher per node"),
+    ("fifo", "the launcher would fail open and ignore the producer"),
+    ("requeued", "this array task was requeued (SLURM_RESTART_COUNT=1): submit job arrays "
+                 "with sbatch --no-requeue"),
+])
+def test_each_problem_fails_with_its_fix(tmp_path, case, message):
+    directory, env = str(tmp_path), {**slurm_env(task=4, array_job=500), **STEP}
+    if case == "missing":
+        directory = str(tmp_path / "missing")
+    elif case == "file":
+        directory = str(tmp_path / "file")
+        (tmp_path / "file").touch()
+    elif case == "relative":
+        directory = "shc"
+    elif case == "no-slurm":
+        env = {}
+    elif case == "two-per-node":
+        env["SLURM_STEP_TASKS_PER_NODE"] = "2(x2)"
+    elif case == "fifo":
+        os.mkfifo(tmp_path / "segment_health_check.500.4")
+    elif case == "requeued":
+        env["SLURM_RESTART_COUNT"] = "1"
+    done = doctor("--dir", directory, env=env)
+    assert done.returncode == 1
+    assert levels(done.stdout).count("FAIL") == 1
+    assert "FAIL  " in done.stdout and message in done.stdout
+    assert done.stdout.splitlines()[-1] == "problems found: see the FAIL lines"
+
+
+def test_json(tmp_path):
+    done = doctor("--json", env={**slurm_env(job=5), "NVRX_SEGMENT_HEALTH_CHECK_DIR": "rel"})
+    assert done.returncode == 1
+    report = json.loads(done.stdout)
+    assert report["ok"] is False
+    assert report["findings"][0] == {
+        "level": "FAIL",
+        "message": "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute "
+                   f"path that every launcher can reach, got 'rel'; pass e.g. "
+                   f"{os.path.abspath('rel')!r}"}

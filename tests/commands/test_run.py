@@ -1,0 +1,201 @@
+"""``nvrx-seghealth run``: torchrun with ``--ft-segment-health-check-dir`` / ``--ft-cfg-path``.
+
+Launches are real torchrun agents through the command, rendezvous on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nvrx_seghealth import publish_decision
+from nvrx_seghealth.commands.run import launch_parser, select_segment_health
+from nvrx_seghealth.config import ConfigurationError
+from nvrx_seghealth.ft_settings import DirectorySetting
+
+from ..support import slurm_env
+from .runner import nvrx_seghealth
+
+INSTALLED = "Segment health check installed directory={} job_id=41 task_id=2"
+EXCLUDED = "UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded"
+WORKER = "import os, pathlib, sys\npathlib.Path(sys.argv[1]).touch()\n" \
+         "print('worker rank', os.environ['RANK'])\n"
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A worker script, and three decision directories (flag, yaml, env)."""
+    (tmp_path / "worker.py").write_text(WORKER)
+    for name in ("flag", "yaml", "env"):
+        (tmp_path / name).mkdir()
+    return tmp_path
+
+
+def launch(job, *options, env=None, timeout=120):
+    """``nvrx-seghealth run`` of the worker on one node; c10d hosts its store on 127.0.0.1."""
+    return nvrx_seghealth(
+        "run", "--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0", "--rdzv-conf=join_timeout=30", *options,
+        str(job / "worker.py"), str(job / "worker-ran"),
+        env={**slurm_env(task=2, array_job=41), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+             **(env or {})},
+        timeout=timeout)
+
+
+def ft_yaml(job, text):
+    path = job / "ft.yaml"
+    path.write_text(text)
+    return f"--ft-cfg-path={path}"
+
+
+def nested_yaml(job):
+    """An NVRx-style file: the fault_tolerance section nested below other settings."""
+    return ft_yaml(job, f"model:\n  layers: 2\ntrainer:\n  fault_tolerance:\n"
+                        f"    rank_heartbeat_timeout: 60\n"
+                        f"    segment_health_check_dir: {job / 'yaml'}\n")
+
+
+# --- real launches ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("winner", ["flag", "yaml", "env"])
+def test_flag_beats_yaml_beats_environment_and_each_excludes(job, winner):
+    """Each setting configures the check on its own; the higher one wins."""
+    options, env = [], {"NVRX_SEGMENT_HEALTH_CHECK_DIR": str(job / "env")}
+    if winner in ("flag", "yaml"):
+        options.append(nested_yaml(job))
+    if winner == "flag":
+        options.append(f"--ft-segment-health-check-dir={job / 'flag'}")
+    path = publish_decision(str(job / winner), "41", "2", "n7 drained\n")
+
+    done = launch(job, *options, env=env)
+    assert done.returncode not in (0, 93), done.stderr
+    assert INSTALLED.format(job / winner) in done.stderr
+    assert f"{EXCLUDED}: decision file {path} is non-empty (11 bytes)" in done.stderr
+    assert not (job / "worker-ran").exists()
+
+
+def test_a_healthy_unit_trains(job):
+    done = launch(job, f"--ft-segment-health-check-dir={job / 'flag'}")
+    assert done.returncode == 0, done.stderr
+    assert INSTALLED.format(job / "flag") in done.stderr
+    assert "worker rank 0" in done.stdout
+
+
+def test_without_any_setting_it_is_plain_torchrun(job):
+    publish_decision(str(job / "flag"), "41", "2", "would exclude if it were configured\n")
+    done = launch(job)
+    assert done.returncode == 0, done.stderr
+    assert "Segment health check" not in done.stderr
+    assert "worker rank 0" in done.stdout
+
+
+# --- configuration errors: exit 2, nothing starts ----------------------------------------
+
+@pytest.mark.parametrize("case,message", [
+    ("relative flag", "--ft-segment-health-check-dir must be an absolute path that every "
+                      "launcher can reach, got 'shc'; pass e.g."),
+    ("empty flag", "--ft-segment-health-check-dir is empty"),
+    ("relative yaml", "fault_tolerance.segment_health_check_dir in {cfg} must be an "
+                      "absolute path"),
+    ("number in yaml", "fault_tolerance.segment_health_check_dir in {cfg} must be an absolute "
+                       "directory path (a non-empty string), got int 42"),
+    ("list in yaml", "got list ['/a']"),
+    ("section not a mapping", "'fault_tolerance' must be a mapping of settings, got str"),
+    ("broken yaml", "--ft-cfg-path {cfg} is not valid YAML"),
+    ("missing yaml", "--ft-cfg-path {cfg}: cannot read the file (No such file or directory)"),
+    ("relative env", "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute"),
+    ("comma", "cannot be passed to the rendezvous: --rdzv-conf values cannot contain commas"),
+    ("static backend", "--rdzv-backend=static cannot carry the segment health check (set by "
+                       "--ft-segment-health-check-dir); use --rdzv-backend=c10d or etcd-v2"),
+    ("configured twice", "already configure it: give --rdzv-backend the inner rendezvous"),
+])
+def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
+    cfg = job / "ft.yaml"
+    flag = f"--ft-segment-health-check-dir={job / 'flag'}"
+    options, env = [], {}
+    if case == "relative flag":
+        options = ["--ft-segment-health-check-dir=shc"]
+    elif case == "empty flag":
+        options = ["--ft-segment-health-check-dir="]
+    elif case == "relative yaml":
+        options = [ft_yaml(job, "fault_tolerance:\n  segment_health_check_dir: shc\n")]
+    elif case == "number in yaml":
+        options = [ft_yaml(job, "fault_tolerance:\n  segment_health_check_dir: 42\n")]
+    elif case == "list in yaml":
+        options = [ft_yaml(job, "fault_tolerance:\n  segment_health_check_dir: [/a]\n")]
+    elif case == "section not a mapping":
+        options = [ft_yaml(job, "fault_tolerance: /shared/shc\n")]
+    elif case == "broken yaml":  # also refused when the flag would win
+        options = [ft_yaml(job, "fault_tolerance: [\n"), flag]
+    elif case == "missing yaml":
+        options = [f"--ft-cfg-path={cfg}"]
+    elif case == "relative env":
+        env = {"NVRX_SEGMENT_HEALTH_CHECK_DIR": "shc"}
+    elif case == "comma":
+        options = [f"--ft-segment-health-check-dir={job / 'a,b'}"]
+    elif case == "static backend":
+        options = ["--rdzv-backend=static", "--nnodes=2", flag]
+    elif case == "configured twice":
+        options = [f"--rdzv-conf=segment_health_check_dir={job / 'env'}", flag]
+    started = time.monotonic()
+    done = launch(job, *options, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("nvrx-seghealth run: error: ")
+    assert message.format(cfg=cfg) in done.stderr
+    assert len(done.stderr.splitlines()) == 1  # one line, no traceback, no launcher log
+    assert done.stdout == "" and not (job / "worker-ran").exists()
+    assert time.monotonic() - started < 30
+
+
+def test_help_lists_torchrun_options_and_the_segment_health_options():
+    done = nvrx_seghealth("run", "--help")
+    assert done.returncode == 0
+    for text in ("usage: nvrx-seghealth run", "--rdzv-backend", "--nproc-per-node",
+                 "--ft-segment-health-check-dir DIR", "--ft-cfg-path FILE.yaml", "examples:"):
+        assert text in done.stdout
+
+
+# --- how the command line is rewritten (torchrun's real parser, no launch) ---------------
+
+FLAG = DirectorySetting("/shc", "--ft-segment-health-check-dir")
+ENV = DirectorySetting("/shc", "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR")
+
+
+def rewritten(*argv, setting=FLAG):
+    args = launch_parser().parse_args([*argv, "train.py"])
+    select_segment_health(args, setting)
+    return args
+
+
+@pytest.mark.parametrize("argv,inner,conf", [
+    (["--rdzv-backend=c10d", "--rdzv-endpoint=h:1"], "c10d", ""),
+    (["--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-conf=is_host=false"], "c10d",
+     "is_host=false,"),
+    (["--rdzv-backend=etcd-v2", "--rdzv-endpoint=h:2379", "--nnodes=2:4"], "etcd-v2", ""),
+])
+def test_the_users_backend_becomes_the_inner_backend(argv, inner, conf):
+    args = rewritten(*argv)
+    assert args.rdzv_backend == "segment-health"
+    assert args.rdzv_conf == f"{conf}segment_health_check_dir=/shc,inner_backend={inner}"
+
+
+@pytest.mark.parametrize("argv", [["--standalone"], ["--nproc-per-node=2"]])
+def test_torchruns_local_rendezvous_is_wrapped_as_c10d(argv):
+    args = rewritten(*argv)
+    assert (args.rdzv_backend, args.rdzv_endpoint, args.standalone) == (
+        "segment-health", "localhost:0", False)
+    assert args.rdzv_conf == "segment_health_check_dir=/shc,inner_backend=c10d"
+    assert args.rdzv_id != "none"
+
+
+def test_a_hand_made_backend_is_left_alone_when_only_the_environment_is_set():
+    argv = ["--rdzv-backend=segment-health", "--rdzv-endpoint=h:1",
+            "--rdzv-conf=segment_health_check_dir=/other,inner_backend=c10d"]
+    args = rewritten(*argv, setting=ENV)
+    assert (args.rdzv_backend, args.rdzv_conf) == (
+        "segment-health", "segment_health_check_dir=/other,inner_backend=c10d")
+    with pytest.raises(ConfigurationError, match="already configure it"):
+        rewritten(*argv)
+    with pytest.raises(ConfigurationError, match="--rdzv-backend=etcd cannot carry"):
+        rewritten("--rdzv-backend=etcd", "--rdzv-endpoint=h:1")

@@ -1,0 +1,86 @@
+"""``nvrx-seghealth status``: a table of the decision files, as the consumer would see them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import time
+
+import pytest
+
+from .runner import nvrx_seghealth
+
+
+@pytest.fixture
+def shc(tmp_path):
+    """One decision file of every kind, plus names that are not decisions."""
+    d = tmp_path / "shc"
+    d.mkdir()
+    (d / "segment_health_check.12.3").write_text("n7 drained: ECC\nsecond line\n")
+    (d / "segment_health_check.12.10").write_bytes(b"x" * 300 + b"\n" + b"y" * 2_000_000)
+    (d / "segment_health_check.12.4").touch()
+    os.mkfifo(d / "segment_health_check.12.5")  # opening it for reading would block
+    (d / "segment_health_check.12.6").mkdir()
+    (d / "segment_health_check.12.7").symlink_to(d / "nowhere")
+    (d / "segment_health_check.9.1").write_text("old job\n")
+    for ignored in (".segment_health_check.12.8.abc123.tmp", "segment_health_check.12.x",
+                    "segment_health_check.12.8.bak", "README"):
+        (d / ignored).write_text("not a decision\n")
+    hour_ago = time.time() - 3700
+    os.utime(d / "segment_health_check.12.3", (hour_ago, hour_ago))
+    return d
+
+
+def test_table_of_every_decision_file(shc):
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"]
+    rows = [line.split(None, 5) for line in lines[1:8]]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("9", "1", "unhealthy"), ("12", "3", "unhealthy"), ("12", "4", "clear"),
+        ("12", "5", "not-a-regular-file"), ("12", "6", "not-a-regular-file"),
+        ("12", "7", "absent"), ("12", "10", "unhealthy")]
+    assert rows[1][3:] == ["28", "1h01m", "n7 drained: ECC"]  # first line only
+    assert rows[6][5] == "x" * 199 + "…"  # a long first line is cut; the rest is not read
+    assert rows[3][5] == "not a regular file: FIFO"
+    assert rows[5][3:] == ["-", "-", "no decision file"]
+    # columns are aligned: every row's STATE starts where the header's does
+    column = lines[0].index("STATE")
+    assert all(line[column - 2:column] == "  " and line[column] != " " for line in lines[1:8])
+    assert lines[-1] == f"7 decision files in {shc}; 3 unhealthy"
+    assert "\033[" not in done.stdout
+
+
+def test_json_and_job_filter(shc):
+    done = nvrx_seghealth("status", "--dir", str(shc), "--job-id", "9", "--json")
+    assert done.returncode == 0
+    report = json.loads(done.stdout)
+    assert report["directory"] == str(shc)
+    [row] = report["decisions"]
+    assert row["path"] == str(shc / "segment_health_check.9.1")
+    assert (row["state"], row["size"], row["diagnostic"]) == ("unhealthy", 8, "old job")
+    assert 0 <= row["age_seconds"] < 60
+
+
+def test_colours_only_on_a_terminal(shc):
+    leader, follower = pty.openpty()
+    try:
+        done = nvrx_seghealth("status", "--dir", str(shc), "--job-id", "9",
+                              stdout=follower, env={"TERM": "xterm"})
+        output = os.read(leader, 65536).decode()
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert done.returncode == 0
+    assert "\033[31munhealthy" in output
+
+
+def test_empty_missing_and_relative_directories(tmp_path):
+    done = nvrx_seghealth("status", "--dir", str(tmp_path))
+    assert (done.returncode, done.stdout) == (0, f"no decision files in {tmp_path}\n")
+    done = nvrx_seghealth("status", "--dir", str(tmp_path / "missing"))
+    assert done.returncode == 1 and "cannot list" in done.stderr
+    done = nvrx_seghealth("status", "--dir", "shc")
+    assert done.returncode == 2 and "--dir must be an absolute path" in done.stderr
