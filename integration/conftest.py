@@ -1,0 +1,39 @@
+"""Fixtures for the whole-job scenarios (``nvrx_seghealth.simulation``).
+
+Every scenario runs real ``torchrun`` agents on 127.0.0.1 through the package's own
+simulation harness and asserts on recorded facts. Each simulated job's duration and
+round count are listed at the end of the pytest run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from simhelpers import JOB_TIMEOUT, RESULTS_KEY, report
+
+from nvrx_seghealth.simulation import JobResult, JobSpec, SimulatedJob
+
+
+@pytest.fixture
+def simulate(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., JobResult]:
+    """Run a :class:`JobSpec` to its end and return the :class:`JobResult`."""
+
+    def run(spec: JobSpec, name: str = "job") -> JobResult:
+        workdir = tmp_path / name
+        workdir.mkdir()
+        with SimulatedJob(spec, workdir) as job:
+            result = job.wait(timeout=JOB_TIMEOUT)
+        return report(request, name, result)
+
+    return run
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """List every simulated job of the run with its duration and rounds."""
+    results = terminalreporter.config.stash.get(RESULTS_KEY, [])
+    if results:
+        terminalreporter.section("simulated jobs: duration and rendezvous rounds")
+        for name, result in results:
+            terminalreporter.write_line(f"{name}: {result.summary()}")

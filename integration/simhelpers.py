@@ -1,0 +1,73 @@
+"""Helpers shared by the whole-job scenarios (imported by the tests and conftest.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nvrx_seghealth.simulation import JobResult, StartAfter, render_report
+
+#: Bound for one simulated job. A healthy 6-launcher job takes 20-30 s on 2 busy cores;
+#: the slowest scenario (the race, with a restart) about 60 s.
+JOB_TIMEOUT = 180.0
+
+#: torch's agent logs this right before it calls ``next_rendezvous()``.
+JOINING = r"Rendezvous'ing worker group"
+#: torch's agent logs this once ranks are assigned after a completed round.
+JOINED = r"Rendezvous complete for workers"
+
+#: Where each test keeps (name, result) of its simulated jobs for the final summary.
+RESULTS_KEY = pytest.StashKey[list[tuple[str, JobResult]]]()
+
+
+def siblings_after_process_zero(unit: int, nodes_per_task: int = 2) -> dict[str, StartAfter]:
+    """Hold ``unit``'s other launchers back until its process 0 has exited.
+
+    Launched together, a sibling may join before process 0 publishes the marker (the
+    race, tested on its own). Held back, and with ``--kill-on-bad-exit=0`` for the unit
+    so that srun does not stop it first, the sibling meets the marker: what keeps it out
+    is then the marker alone.
+    """
+    return {
+        f"task{unit}.proc{procid}": StartAfter(f"task{unit}.proc0")
+        for procid in range(1, nodes_per_task)
+    }
+
+
+def report(request: pytest.FixtureRequest, name: str, result: JobResult) -> JobResult:
+    """Print ``result``'s report (shown when the test fails) and keep it for the summary."""
+    print(f"--- {name}: {result.summary()}\n{render_report(result)}")
+    print(f"files (logs, decisions, worker records): {result.paths.workdir}")
+    request.config.stash.setdefault(RESULTS_KEY, []).append((f"{request.node.name} {name}", result))
+    return result
+
+
+def assert_excluded_by_decision(result: JobResult, unit: int) -> None:
+    """Process 0 of ``unit`` installed the check, was excluded and exited non-zero."""
+    spec = result.spec
+    process_zero = result.launcher(unit, 0)
+    text = process_zero.log()
+    job_id = spec.array_job_id
+    task_id = unit if spec.array else job_id
+    path = result.decisions[unit]
+    assert process_zero.returncode not in (None, 0, 93)
+    assert (
+        f"Segment health check installed directory={result.paths.decisions} "
+        f"job_id={job_id} task_id={task_id}" in text
+    )
+    assert f"is excluded: decision file {path} is non-empty" in text
+    assert "UnhealthyNodeException" in text
+    assert not re.search(JOINED, text)
+
+
+def assert_refused_by_marker(result: JobResult, unit: int, procid: int) -> None:
+    """A sibling met its task's marker, never joined, and exited non-zero on its own."""
+    sibling = result.launcher(unit, procid)
+    text = sibling.log()
+    assert sibling.started and not sibling.killed_by_srun
+    assert sibling.returncode not in (None, 0, 93)
+    assert "is excluded (before joining): its process 0 marked the replacement group" in text
+    assert "Segment health check installed" not in text  # only process 0 installs it
+    assert not re.search(JOINED, text)
+    assert not [w for w in result.workers if w.launcher == sibling.label]

@@ -1,0 +1,48 @@
+"""Restart boundary: a decision that appears while the job runs (Slurm DRAIN)."""
+
+from __future__ import annotations
+
+from simhelpers import JOB_TIMEOUT, report
+
+from nvrx_seghealth.simulation import JobSpec, SimulatedJob
+
+
+def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
+    # One node per task: the boundary is what is tested here. With two, the task's
+    # sibling races its process 0 into the new round (the race has its own scenario).
+    spec = JobSpec(
+        tasks=3,
+        nodes_per_task=1,
+        min_nodes=2,
+        max_restarts=1,
+        first_round_steps=400,  # the healthy job runs (up to 100 s) until it is acted on
+        step_seconds=0.25,
+    )
+    with SimulatedJob(spec, tmp_path) as job:
+        job.wait_until(
+            lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 3,
+            timeout=JOB_TIMEOUT,
+            what="a healthy world of three tasks",
+        )
+        job.publish_decision(2)  # DRAIN does not evict the running task...
+        victim = next(w for w in job.workers() if w.launcher == "task0.proc0")
+        job.kill_worker(victim)  # ...until a failure elsewhere restarts the job
+        result = report(request, "job", job.wait(timeout=JOB_TIMEOUT))
+
+    first, final = result.rounds[0], result.final_round
+    assert first.number == 0 and first.world_size == 3 and first.units == (0, 1, 2)
+    assert final is not None and final.number == 1  # the very next rendezvous
+    assert final.world_size == 2 and final.units == (0, 1)
+    # The victim's agent restarted for the failure; the others may count it as a
+    # membership change (torch counts only failure restarts).
+    restarted = {w.launcher: w.restart_count for w in final.workers}
+    assert restarted["task0.proc0"] == 1
+    assert result.completed
+    assert [result.launcher(u, 0).returncode for u in (0, 1)] == [0, 0]
+    drained = result.launcher(2, 0)
+    assert drained.returncode not in (None, 0, 93)
+    text = drained.log()
+    # Task 2 ran in round 0 and was excluded when it came back to the rendezvous.
+    assert text.index("task2.proc0: round 0, rank") < text.index(
+        f"is excluded: decision file {result.decisions[2]} is non-empty"
+    )

@@ -1,0 +1,245 @@
+"""Run a whole simulated job: store, decisions, launchers, srun steps, progress.
+
+:class:`SimulatedJob` is a context manager. Entering it starts the rendezvous store,
+publishes the decisions of the marked units and starts the launchers; leaving it stops
+every process it started, by PID, whatever happened. The job advances only while the
+caller waits in :meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single
+thread polls: held-back launchers start, srun steps end, progress is logged), and
+every wait is bounded.
+
+Standard library only (torch runs in the child processes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from ..artifact import publish_decision
+from ..markers import ReplacementGroupMarkers
+from .launcher import Launcher
+from .outcome import JobResult, LauncherOutcome
+from .paths import RunPaths
+from .processes import stop_all
+from .records import WorkerRecord, read_records
+from .slurm import allocation_unit
+from .spec import JobSpec
+from .srun import KILL_WAIT, Step
+from .store_host import StoreHost
+
+__all__ = ["SimulatedJob"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the processes and the results directory.
+POLL_INTERVAL = 0.2
+#: Seconds the store host may take to report its port (a cold torch import is ~3 s).
+STORE_START_TIMEOUT = 60.0
+
+
+class SimulatedJob:
+    """One simulated Slurm job of real ``torchrun`` agents on 127.0.0.1.
+
+    Args:
+        spec: what to simulate.
+        workdir: an existing directory for logs, decisions and results.
+    """
+
+    def __init__(self, spec: JobSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.paths = RunPaths(workdir)
+        self.run_id = f"sim-{uuid.uuid4().hex[:8]}"
+        self.store = StoreHost(self.paths.logs / "store.log")
+        self.decisions: dict[int, Path] = {}
+        self.launchers: dict[str, Launcher] = {}
+        self._steps: dict[str, Step] = {}
+        self._reported: set[tuple[int, str]] = set()
+        self.started_at = time.time()
+
+    def __enter__(self) -> SimulatedJob:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the store, publish the marked units' decisions, start the launchers."""
+        self.store.start(STORE_START_TIMEOUT)
+        for unit in sorted(self.spec.marked):
+            self.publish_decision(unit)
+        for unit in self.spec.units:
+            launchers = [
+                Launcher(self.spec, unit, procid, self.paths, self.store.endpoint, self.run_id)
+                for procid in range(self.spec.nodes_per_task)
+            ]
+            step = Step(
+                self.spec.unit_name(unit),
+                launchers,
+                kill_on_bad_exit=unit not in self.spec.no_kill_on_bad_exit,
+            )
+            for launcher in launchers:
+                self.launchers[launcher.label] = launcher
+                self._steps[launcher.label] = step
+        self.started_at = time.time()
+        self._poll()
+
+    def publish_decision(self, unit: int, text: str | None = None) -> Path:
+        """Mark ``unit`` unhealthy now, as a producer would; returns the decision file."""
+        identity = allocation_unit(self.spec, unit)
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        text = text or f"marked unhealthy by the simulation at {now}\n"
+        path = Path(
+            publish_decision(str(self.paths.decisions), identity.job_id, identity.task_id, text)
+        )
+        self.decisions[unit] = path
+        log.info("decision published for %s: %s", self.spec.unit_name(unit), path)
+        return path
+
+    def workers(self) -> list[WorkerRecord]:
+        """The worker records written so far."""
+        return read_records(self.paths.results)
+
+    def kill_worker(self, record: WorkerRecord) -> None:
+        """SIGKILL one worker process (a worker failure, as torchrun sees it).
+
+        Raises:
+            ValueError: the worker's launcher is not running (its PID may be stale).
+        """
+        if not self.launchers[record.launcher].running:
+            raise ValueError(f"{record.launcher} is not running; not killing pid {record.pid}")
+        log.info(
+            "killing worker pid %d of %s (round %d)", record.pid, record.launcher, record.round
+        )
+        os.kill(record.pid, signal.SIGKILL)
+
+    def markers(self) -> ReplacementGroupMarkers:
+        """The job's replacement-group markers, read through the live store."""
+        return ReplacementGroupMarkers(
+            self.store.client(), self.run_id, str(self.spec.array_job_id)
+        )
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Advance the job until ``condition()`` holds.
+
+        Raises:
+            TimeoutError: ``what`` did not happen within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self._poll()
+            if condition():
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
+            time.sleep(POLL_INTERVAL)
+
+    def wait(self, timeout: float) -> JobResult:
+        """Advance the job until no launcher runs (or ``timeout``), stop it, return the result.
+
+        Launchers still running after ``timeout`` seconds are stopped and the result
+        says ``timed_out``.
+        """
+        try:
+            self.wait_until(self._finished, timeout, "the end of the job")
+            timed_out = False
+        except TimeoutError:
+            log.warning("job still running after %.0f s; stopping it", timeout)
+            timed_out = True
+        self._stop_launchers()
+        return self._result(timed_out)
+
+    def stop(self) -> None:
+        """Stop every launcher (with its workers) and the store; safe to call twice."""
+        self._stop_launchers()
+        self.store.stop()
+
+    def _finished(self) -> bool:
+        # _poll has just started every launcher that could start.
+        return not any(launcher.running for launcher in self.launchers.values())
+
+    def _poll(self) -> None:
+        for label, launcher in self.launchers.items():
+            if launcher.poll():
+                self._steps[label].exited(launcher)
+        for step in set(self._steps.values()):
+            step.poll()
+        for label, launcher in self.launchers.items():
+            if launcher.started_at is None and not self._steps[label].ended and self._ready(label):
+                launcher.start()
+        self._log_progress()
+
+    def _ready(self, label: str) -> bool:
+        after = self.spec.start_after.get(label)
+        if after is None:
+            return True
+        other = self.launchers[after.label]
+        if after.pattern is None:
+            return other.ended_at is not None
+        return other.log_has(after.pattern)
+
+    def _log_progress(self) -> None:
+        result = self._result(timed_out=False)
+        for round_ in result.rounds:
+            for milestone, reached in (("formed", round_.formed), ("completed", round_.completed)):
+                if reached and (round_.number, milestone) not in self._reported:
+                    self._reported.add((round_.number, milestone))
+                    log.info(
+                        "round %d: world of %d %s (%s)",
+                        round_.number,
+                        round_.world_size,
+                        milestone,
+                        ", ".join(self.spec.unit_name(u) for u in round_.units),
+                    )
+
+    def _stop_launchers(self) -> None:
+        for launcher in self.launchers.values():
+            if launcher.running:
+                log.info("stopping %s", launcher.label)
+        processes = [launcher.process for launcher in self.launchers.values()]
+        stop_all([process for process in processes if process is not None], KILL_WAIT)
+        for launcher in self.launchers.values():
+            launcher.poll()
+
+    def _result(self, timed_out: bool) -> JobResult:
+        outcomes = {
+            label: LauncherOutcome(
+                label=label,
+                unit=launcher.unit,
+                procid=launcher.procid,
+                pid=launcher.pid,
+                returncode=launcher.returncode,
+                killed_by_srun=launcher.killed_by_srun,
+                log_path=launcher.log_path,
+                started_at=launcher.started_at,
+                ended_at=launcher.ended_at,
+            )
+            for label, launcher in self.launchers.items()
+        }
+        ended = [launcher.ended_at for launcher in self.launchers.values() if launcher.ended_at]
+        return JobResult(
+            spec=self.spec,
+            paths=self.paths,
+            launchers=outcomes,
+            workers=self.workers(),
+            decisions=dict(self.decisions),
+            started_at=self.started_at,
+            ended_at=max(ended, default=time.time()),
+            timed_out=timed_out,
+        )

@@ -1,0 +1,71 @@
+"""Child processes of the simulation: started in their own session, stopped by PID.
+
+Each process is the leader of a new session, so its process group holds it and
+everything it spawns (a ``torchrun`` agent and its workers). Signalling the group is
+what ``slurmstepd`` does to a task: the whole tree goes, and no orphaned worker
+survives the agent. Only groups this module started are ever signalled.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["signal_group", "spawn", "stop_all"]
+
+log = logging.getLogger(__name__)
+
+
+def spawn(
+    command: Sequence[str], env: Mapping[str, str], log_path: Path, *, stdin: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` as a session leader; stdout and stderr go to ``log_path``.
+
+    ``stdin`` defaults to ``/dev/null``; pass ``subprocess.PIPE`` to keep a pipe
+    whose end-of-file tells the child that the harness is gone.
+    """
+    with open(log_path, "ab") as out:
+        return subprocess.Popen(
+            list(command),
+            env=dict(env),
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> bool:
+    """Send ``sig`` to the process group led by ``process``; False when it is empty."""
+    try:
+        os.killpg(process.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_all(processes: Sequence[subprocess.Popen[bytes]], grace: float) -> None:
+    """Stop the groups of ``processes``: SIGTERM, then SIGKILL after ``grace`` seconds.
+
+    Running leaders get SIGTERM together and share one grace period. Every group is
+    then swept with SIGKILL, also when its leader already exited (a worker may not
+    have), and every leader is reaped.
+    """
+    running = [p for p in processes if p.poll() is None and signal_group(p, signal.SIGTERM)]
+    deadline = time.monotonic() + grace
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("pid %d ignored SIGTERM for %.0f s; sending SIGKILL", process.pid, grace)
+    for process in processes:
+        signal_group(process, signal.SIGKILL)
+        # SIGKILL cannot be ignored; the bound only guards against a leader stuck in D state.
+        process.wait(timeout=30)

@@ -1,0 +1,136 @@
+"""What to simulate: the shape of a Slurm job and how its launchers are started.
+
+A simulated job is a job array of ``tasks`` array tasks (or one regular job), each an
+allocation unit of ``nodes_per_task`` "nodes". Every node runs one ``torchrun`` agent
+(a *launcher*), named ``task<T>.proc<P>`` (``job.proc<P>`` for a regular job), where
+``P`` is its ``SLURM_PROCID`` inside the unit.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["BACKENDS", "JobSpec", "StartAfter"]
+
+#: Rendezvous backends a simulated launcher can use.
+BACKENDS = ("segment-health", "c10d")
+
+
+@dataclass(frozen=True)
+class StartAfter:
+    """Hold a launcher back until another launcher has reached a point.
+
+    Real Slurm starts a unit's launchers together; scenarios use this to force one
+    ordering of a race instead of hoping for it.
+
+    Attributes:
+        label: the launcher to wait for, e.g. ``"task1.proc0"``.
+        pattern: a regular expression to find in that launcher's log; ``None`` waits
+            until that launcher has exited.
+    """
+
+    label: str
+    pattern: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A simulated job.
+
+    Attributes:
+        tasks: number of array tasks (allocation units); 1 for a regular job.
+        nodes_per_task: launchers per unit (``srun -N``).
+        array: a job array (``True``) or a regular job (``False``, ``tasks`` must be 1).
+        min_nodes: ``--nnodes`` minimum; default: every launcher.
+        max_nodes: ``--nnodes`` maximum; default: every launcher. Launchers beyond it
+            are spares.
+        marked: units whose decision file is published before launch (unit index:
+            the array task id, ``0`` for a regular job).
+        backend: ``segment-health`` or plain ``c10d``.
+        check_directory: pass ``segment_health_check_dir`` to ``segment-health``;
+            ``False`` runs the backend with the check disabled.
+        max_restarts: ``torchrun --max-restarts``.
+        steps: all-reduce steps each worker runs.
+        first_round_steps: steps of the workers of round 0 (default: ``steps``);
+            scenarios that act on a running job give round 0 a long window.
+        step_seconds: pause after each step.
+        join_timeout: rendezvous ``join_timeout`` in whole seconds.
+        worker_timeout: the workers' process-group timeout in seconds; it bounds how
+            long workers wait for a peer that never comes.
+        start_after: launchers held back until another launcher reached a point.
+        no_kill_on_bad_exit: units launched with ``srun --kill-on-bad-exit=0``.
+        agent_env: extra environment for every launcher (and so its workers).
+        array_job_id: ``SLURM_ARRAY_JOB_ID`` (or the regular job's ``SLURM_JOB_ID``).
+    """
+
+    tasks: int = 3
+    nodes_per_task: int = 2
+    array: bool = True
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    marked: frozenset[int] = frozenset()
+    backend: str = "segment-health"
+    check_directory: bool = True
+    max_restarts: int = 0
+    steps: int = 3
+    first_round_steps: int | None = None
+    step_seconds: float = 0.2
+    join_timeout: int = 30
+    worker_timeout: int = 30
+    start_after: Mapping[str, StartAfter] = field(default_factory=dict)
+    no_kill_on_bad_exit: frozenset[int] = frozenset()
+    agent_env: Mapping[str, str] = field(default_factory=dict)
+    array_job_id: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.tasks < 1 or self.nodes_per_task < 1:
+            raise ValueError("tasks and nodes_per_task must be at least 1")
+        if not self.array and self.tasks != 1:
+            raise ValueError("a regular job is a single allocation unit: use tasks=1")
+        if not 1 <= self.nnodes[0] <= self.nnodes[1] <= self.launcher_count:
+            raise ValueError(
+                f"need 1 <= min_nodes <= max_nodes <= {self.launcher_count} launchers, "
+                f"got {self.nnodes[0]}:{self.nnodes[1]}"
+            )
+        if not self.marked | self.no_kill_on_bad_exit <= set(self.units):
+            raise ValueError(f"unit indices must be in {list(self.units)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        labels = set(self.labels)
+        for label, after in self.start_after.items():
+            if label not in labels or after.label not in labels or label == after.label:
+                raise ValueError(
+                    f"start_after {label!r} -> {after.label!r} names unknown launchers"
+                )
+
+    @property
+    def units(self) -> range:
+        """Unit indices: array task ids, or ``range(1)`` for a regular job."""
+        return range(self.tasks)
+
+    @property
+    def launcher_count(self) -> int:
+        """Launchers in the whole job."""
+        return self.tasks * self.nodes_per_task
+
+    @property
+    def nnodes(self) -> tuple[int, int]:
+        """``(min, max)`` for ``torchrun --nnodes=MIN:MAX``."""
+        maximum = self.launcher_count if self.max_nodes is None else self.max_nodes
+        return (maximum if self.min_nodes is None else self.min_nodes), maximum
+
+    def unit_name(self, unit: int) -> str:
+        """``task<T>`` for an array task, ``job`` for a regular job."""
+        return f"task{unit}" if self.array else "job"
+
+    def label(self, unit: int, procid: int) -> str:
+        """The launcher name, e.g. ``task1.proc0``."""
+        return f"{self.unit_name(unit)}.proc{procid}"
+
+    @property
+    def labels(self) -> list[str]:
+        """Every launcher name, unit by unit."""
+        return [self.label(u, p) for u in self.units for p in range(self.nodes_per_task)]

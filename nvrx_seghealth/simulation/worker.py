@@ -1,0 +1,115 @@
+"""The training worker of a simulated job, started by ``torchrun -m`` on every launcher.
+
+It joins a gloo process group, runs a few ``all_reduce`` steps, and records who it was
+(launcher, array task, ranks, rendezvous round, restart count) and how far it got in
+``--results-dir`` (see :mod:`.records`). It ends with ``destroy_process_group()``:
+without it some exits abort (``notes/torch-elastic-facts.md``).
+
+Contract: exits 0 only when every step's all-reduce summed to the world size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import logging
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+from .records import LAUNCHER_ENV, WorkerRecord, write_record
+
+__all__ = ["main", "rendezvous_round"]
+
+log = logging.getLogger(__name__)
+
+
+def rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) -> int:
+    """The round of the c10d rendezvous that started this worker.
+
+    torch does not tell workers the round, so this reads the rendezvous state the way
+    torch's dynamic handler does: the c10d backend keeps it pickled under
+    ``torch.rendezvous.<run_id>`` in the rendezvous store. The value is this worker's
+    round: its agent stays a participant while the worker runs, and a round only
+    advances once every participant has left.
+    """
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+
+    host, port = endpoint.rsplit(":", 1)
+    store = TCPStore(host, int(port), is_master=False, timeout=timeout)
+    state = C10dRendezvousBackend(store, run_id).get_state()
+    if state is None:
+        raise RuntimeError(f"no rendezvous state for run {run_id!r} at {endpoint}")
+    return int(pickle.loads(state[0]).round)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
+    parser.add_argument("--results-dir", type=Path, required=True)
+    parser.add_argument("--rdzv-endpoint", required=True, help="HOST:PORT of the c10d store")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--first-round-steps", type=int, help="steps in round 0 (default: --steps)")
+    parser.add_argument("--step-seconds", type=float, default=0.2)
+    parser.add_argument(
+        "--timeout", type=float, default=30, help="process-group timeout in seconds"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; see the module doc."""
+    import torch
+    import torch.distributed as dist
+
+    logging.basicConfig(level=logging.INFO, format="[worker %(process)d] %(message)s")
+    args = _parse(argv)
+    env = os.environ
+    timeout = datetime.timedelta(seconds=args.timeout)
+    record = WorkerRecord(
+        launcher=env[LAUNCHER_ENV],
+        array_task=int(env["SLURM_ARRAY_TASK_ID"]) if "SLURM_ARRAY_TASK_ID" in env else None,
+        procid=int(env["SLURM_PROCID"]),
+        pid=os.getpid(),
+        rank=int(env["RANK"]),
+        world_size=int(env["WORLD_SIZE"]),
+        group_rank=int(env["GROUP_RANK"]),
+        group_world_size=int(env["GROUP_WORLD_SIZE"]),
+        round=rendezvous_round(args.rdzv_endpoint, env["TORCHELASTIC_RUN_ID"], timeout),
+        restart_count=int(env["TORCHELASTIC_RESTART_COUNT"]),
+        started_at=time.time(),
+    )
+    write_record(args.results_dir, record)
+    log.info(
+        "%s: round %d, rank %d of %d", record.launcher, record.round, record.rank, record.world_size
+    )
+    dist.init_process_group("gloo", timeout=timeout)
+    record = dataclasses.replace(record, initialized_at=time.time())
+    write_record(args.results_dir, record)
+    in_round_zero = record.round == 0 and args.first_round_steps is not None
+    steps = args.first_round_steps if in_round_zero else args.steps
+    ok = True
+    for _ in range(steps):
+        tensor = torch.ones(1)
+        dist.all_reduce(tensor)
+        ok = ok and int(tensor.item()) == record.world_size
+        time.sleep(args.step_seconds)
+    dist.destroy_process_group()
+    record = dataclasses.replace(record, finished_at=time.time(), all_reduce_ok=ok)
+    write_record(args.results_dir, record)
+    log.info(
+        "%s: %d steps done, all-reduce %s",
+        record.launcher,
+        steps,
+        "correct" if ok else "WRONG",
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
