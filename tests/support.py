@@ -61,3 +61,30 @@ def wait_until(predicate, timeout=30):
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.05)
+
+
+def publish_concurrently(store_for_thread, run_id: str, array_job_id: str, groups):
+    """Publish one marker per group, each from its own thread with its own store client.
+
+    ``store_for_thread()`` returns a new client. All threads start publishing together;
+    returns the errors raised (none expected).
+    """
+    from nvrx_seghealth.markers import ReplacementGroupMarkers
+
+    barrier = threading.Barrier(len(groups))
+    errors = []
+
+    def publish(group):
+        try:
+            markers = ReplacementGroupMarkers(store_for_thread(), run_id, array_job_id)
+            barrier.wait(timeout=60)
+            markers.publish(group, f"detail {group}")
+        except Exception as error:  # returned to the test
+            errors.append(error)
+
+    threads = [threading.Thread(target=publish, args=(g,)) for g in groups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return errors

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from nvrx_seghealth.markers import ReplacementGroupMarkers
 
-from .support import tcp_client
+from .support import publish_concurrently, tcp_client
 
 
 @pytest.fixture(params=["hash", "file", "tcp", "prefix-tcp"])
@@ -92,23 +92,7 @@ def test_hostile_group_or_job_is_refused():
 
 def test_concurrent_thread_publishers_lose_nothing(tcp_store):
     groups = [str(g) for g in range(32)]
-    barrier = threading.Barrier(len(groups))
-    errors = []
-
-    def publish(group):
-        try:
-            markers = ReplacementGroupMarkers(tcp_client(tcp_store), "run", "9")
-            barrier.wait(timeout=60)
-            markers.publish(group, f"detail {group}")
-        except Exception as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=publish, args=(g,)) for g in groups]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert errors == []
+    assert publish_concurrently(lambda: tcp_client(tcp_store), "run", "9", groups) == []
     markers = ReplacementGroupMarkers(tcp_store, "run", "9")
     assert markers.marked_groups() == groups
     assert all(markers.detail(g) == f"detail {g}" for g in groups)

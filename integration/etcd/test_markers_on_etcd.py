@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import base64
 import multiprocessing
-import threading
 import uuid
 
 import pytest
 
 from nvrx_seghealth.markers import ReplacementGroupMarkers
+from tests.support import publish_concurrently
 
 pytestmark = pytest.mark.etcd
 
@@ -49,23 +49,7 @@ def test_markers_round_trip_and_live_in_etcd_under_the_run(etcd_server):
 def test_concurrent_thread_publishers_lose_nothing(etcd_server):
     run = f"run-{uuid.uuid4().hex[:8]}"
     groups = [str(g) for g in range(24)]
-    barrier = threading.Barrier(len(groups))
-    errors = []
-
-    def publish(group):
-        try:
-            markers = ReplacementGroupMarkers(etcd_store(etcd_server), run, "7")
-            barrier.wait(timeout=60)
-            markers.publish(group, f"detail {group}")
-        except Exception as error:  # reported below
-            errors.append(error)
-
-    threads = [threading.Thread(target=publish, args=(g,)) for g in groups]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert errors == []
+    assert publish_concurrently(lambda: etcd_store(etcd_server), run, "7", groups) == []
     markers = ReplacementGroupMarkers(etcd_store(etcd_server), run, "7")
     assert markers.marked_groups() == groups
     assert all(markers.detail(g) == f"detail {g}" for g in groups)
