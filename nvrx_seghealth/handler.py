@@ -136,8 +136,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             Exception: whatever the inner handler raised.
         """
         if self._exclusion is not None:
-            self._raise_exclusion(str(self._exclusion), path=self._exclusion.path,
-                                  size=self._exclusion.size)
+            raise self._exclude(str(self._exclusion), path=self._exclusion.path,
+                                size=self._exclusion.size)
         if self._check is not None:
             decision = self._check.evaluate()
             if not decision.proceed:
@@ -183,14 +183,17 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
     def _exclude_by_decision(self, decision: Decision) -> None:
         unit = self._unit
         assert unit is not None  # a check is only installed for a known unit
-        if unit.replacement_group is not None:
-            self._publish_marker(unit, decision)
-        self._raise_exclusion(
+        # Logged before the marker goes out: once siblings see it, srun may end this
+        # launcher at any moment.
+        exclusion = self._exclude(
             f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded: "
             f"decision file {decision.path} is non-empty ({decision.size} bytes)",
             path=decision.path,
             size=decision.size,
         )
+        if unit.replacement_group is not None:
+            self._publish_marker(unit, decision)
+        raise exclusion
 
     def _publish_marker(self, unit: AllocationUnit, decision: Decision) -> None:
         if self._markers is None:
@@ -229,19 +232,19 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             )
             return
         if detail is not None:
-            self._raise_exclusion(
+            raise self._exclude(
                 f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
                 f"({when}): its process 0 marked the replacement group unhealthy: {detail}"
             )
 
-    def _raise_exclusion(self, message: str, *, path: str | None = None,
-                         size: int | None = None) -> None:
+    def _exclude(self, message: str, *, path: str | None = None,
+                 size: int | None = None) -> UnhealthyNodeException:
+        """Record the exclusion (logged the first time) and return the exception to raise."""
         unit = self._unit
         assert unit is not None
-        exclusion = UnhealthyNodeException(
-            message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
-        )
         if self._exclusion is None:
             log.error("Segment health check: %s", message)
-        self._exclusion = exclusion
-        raise exclusion
+        self._exclusion = UnhealthyNodeException(
+            message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
+        )
+        return self._exclusion

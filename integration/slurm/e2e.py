@@ -74,6 +74,26 @@ def srun_exit_line(process: int, code: int) -> re.Pattern[str]:
     )
 
 
+def array_task_exit_reported(out: str) -> bool:
+    """srun reported an excluded array task's launcher exiting 1.
+
+    Process 0 publishes the marker and exits 1; its sibling may meet the marker and exit 1
+    first, and srun then terminates process 0. Either exit ends the step.
+    """
+    return bool(srun_exit_line(0, 1).search(out) or srun_exit_line(1, 1).search(out))
+
+
+def exclusion_line(job_id: str, task_id: str, decision: Path) -> re.Pattern[str]:
+    """Process 0's exclusion log line (logged before it publishes the marker, so srun
+    cannot end the launcher before it is written)."""
+    return re.compile(
+        rf"^0: .*nvrx_seghealth\.handler: Segment health check: allocation unit "
+        rf"job_id={job_id} task_id={task_id} is excluded: decision file "
+        rf"{re.escape(str(decision))} is non-empty",
+        re.MULTILINE,
+    )
+
+
 def install_line(process: int, directory: Path, job_id: str, task_id: str) -> re.Pattern[str]:
     """The consumer's install log line, as srun ``--label`` shows it for ``process``."""
     return re.compile(

@@ -16,7 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import Training, install_line, srun_exit_line, task_of, training
+from e2e import (
+    Training,
+    array_task_exit_reported,
+    exclusion_line,
+    install_line,
+    task_of,
+    training,
+)
 
 if TYPE_CHECKING:
     from conftest import Job, SlurmCluster
@@ -61,11 +68,8 @@ def test_the_task_with_a_decision_fails_and_srun_ends_its_step(array: ArrayRun) 
     assert job.state == "FAILED" and job.exit_code in ((1, 0), (143, 0)), job.fields
     assert job.fields["Requeue"] == "0", "--no-requeue from the script"
     out = array.output("1")
-    assert (
-        f"0: nvrx_seghealth.errors.UnhealthyNodeException: allocation unit job_id="
-        f"{array.job_id} task_id=1 is excluded: decision file {array.decision} is non-empty" in out
-    )
-    assert srun_exit_line(0, 1).search(out), out
+    assert exclusion_line(array.job_id, "1", array.decision).search(out), out
+    assert array_task_exit_reported(out), out
     assert f"_step_signal: Terminating StepId={job.job_id}.0" in out
     assert not [r for r in array.run.records(NAME) if r.array_task == 1], "task 1 never trained"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import install_line, srun_exit_line, task_of, training
+from e2e import array_task_exit_reported, exclusion_line, install_line, task_of, training
 from test_publish_drained import node_state
 
 from nvrx_seghealth.commands.publish_drained import PRODUCER_TAG
@@ -93,10 +93,8 @@ def test_a_drained_task_is_excluded_at_the_next_rendezvous(
     # rendezvous: the check was installed once and consulted again at the restart.
     out = run.output(NAME, drained)
     assert len(install_line(0, decisions, job_id, "2").findall(out)) == 1, out
-    excluded = (
-        f"0: nvrx_seghealth.errors.UnhealthyNodeException: allocation unit job_id={job_id} "
-        f"task_id=2 is excluded: decision file {decision} is non-empty"
-    )
-    assert out.index(f"{NAME}: round {first[0].round}, rank") < out.index(excluded)
-    assert srun_exit_line(0, 1).search(out), out
+    excluded = exclusion_line(job_id, "2", decision).search(out)
+    assert excluded, out
+    assert out.index(f"{NAME}: round {first[0].round}, rank") < excluded.start()
+    assert array_task_exit_reported(out), out
     assert f"_step_signal: Terminating StepId={drained.job_id}.0" in out
