@@ -65,7 +65,7 @@ def rendezvous_config(spec: JobSpec, decision_dir: Path) -> dict[str, str]:
         config["inner_backend"] = "c10d"
         if spec.check_directory:
             config["segment_health_check_dir"] = str(decision_dir)
-    return config
+    return config | dict(spec.rdzv_conf)
 
 
 class Launcher:

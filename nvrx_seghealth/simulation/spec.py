@@ -63,6 +63,8 @@ class JobSpec:
         start_after: launchers held back until another launcher reached a point.
         no_kill_on_bad_exit: units launched with ``srun --kill-on-bad-exit=0``.
         agent_env: extra environment for every launcher (and so its workers).
+        rdzv_conf: extra ``--rdzv-conf`` entries for every launcher; they override
+            the harness's defaults (see :func:`.launcher.rendezvous_config`).
         array_job_id: ``SLURM_ARRAY_JOB_ID`` (or the regular job's ``SLURM_JOB_ID``).
     """
 
@@ -83,6 +85,7 @@ class JobSpec:
     start_after: Mapping[str, StartAfter] = field(default_factory=dict)
     no_kill_on_bad_exit: frozenset[int] = frozenset()
     agent_env: Mapping[str, str] = field(default_factory=dict)
+    rdzv_conf: Mapping[str, str] = field(default_factory=dict)
     array_job_id: int = 1000
 
     def __post_init__(self) -> None:
