@@ -87,6 +87,7 @@ def create_segment_health_handler(
         store=store,
         directory=settings.directory,
         stat_timeout=settings.stat_timeout,
+        handoff_timeout=settings.handoff_timeout,
         backend=params.backend,
     )
 

@@ -8,12 +8,18 @@ own) and adds, in ``next_rendezvous()``:
    published in the rendezvous store, then :class:`UnhealthyNodeException` is raised.
    A regular job has no replacement group; process 0 only raises, and
    ``srun --kill-on-bad-exit=1`` ends the step.
-2. Any launcher of an array task whose group is marked raises without joining. This
+2. The hand-off (:mod:`.handoff`, array tasks): process 0 publishes its verdict for
+   this attempt (after the marker, when excluded); every other launcher of the task
+   waits for a verdict newer than its last one, at most ``handoff_timeout`` seconds,
+   before it may join. Without a verdict in time it joins anyway (one WARNING): a
+   missing process 0 never holds the job.
+3. Any launcher of an array task whose group is marked raises without joining. This
    is how the unit leaves a rendezvous whose host knows nothing of groups.
-3. Otherwise the inner handler's ``next_rendezvous()`` runs.
-4. Right after it returns, an array launcher looks at its marker again: process 0 may
-   have published while this launcher waited inside the rendezvous. Marked: raise, so
-   at most one more round is needed.
+4. Otherwise the inner handler's ``next_rendezvous()`` runs.
+5. Right after it returns, an array launcher looks at its marker again. With the
+   hand-off this only matters when a sibling joined without a verdict; then process 0
+   may have published while this launcher waited inside the rendezvous. Marked: raise,
+   so at most one more round is needed.
 
 Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
 again, and ``shutdown()`` / ``set_closed()`` do **not** reach the inner handler. torch's
@@ -28,15 +34,17 @@ import datetime
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 
-from .allocation import AllocationUnit
+from .allocation import AllocationUnit, InvalidIdentityError
 from .artifact import DEFAULT_STAT_TIMEOUT, Decision, require_absolute_directory
 from .check import SegmentHealthCheck, install_check, unit_from_env, validate_stat_timeout
 from .errors import UnhealthyNodeException
+from .handoff import Verdict, VerdictHandoff, default_handoff_timeout, validate_handoff_timeout
 from .markers import ReplacementGroupMarkers
 
 __all__ = ["SegmentHealthRendezvousHandler"]
@@ -59,9 +67,13 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         stat_timeout: seconds one ``stat`` of the artifact may take (``None``: no bound).
         backend: the name ``get_backend()`` reports (default: the inner handler's).
             A registered backend must report the name it was registered under.
+        handoff_timeout: seconds a sibling waits for process 0's verdict before it
+            joins without one; ``None``: ``stat_timeout`` plus
+            :data:`~.handoff.HANDOFF_MARGIN` (30 s with the defaults); ``0``: no hand-off.
 
     Raises:
-        ValueError: ``directory`` is not absolute, or ``stat_timeout`` is not positive.
+        ValueError: ``directory`` is not absolute, ``stat_timeout`` is not positive, or
+            ``handoff_timeout`` is negative.
     """
 
     def __init__(
@@ -73,6 +85,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         environ: Mapping[str, str] | None = None,
         stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
         backend: str | None = None,
+        handoff_timeout: float | None = None,
     ) -> None:
         self._inner = inner
         self._backend = backend or inner.get_backend()
@@ -80,6 +93,12 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._check: SegmentHealthCheck | None = None
         self._markers: ReplacementGroupMarkers | None = None
         self._exclusion: UnhealthyNodeException | None = None
+        self._handoff: VerdictHandoff | None = None
+        self._handoff_timeout = (
+            default_handoff_timeout(stat_timeout)
+            if handoff_timeout is None
+            else validate_handoff_timeout(handoff_timeout)
+        )
         if not directory:
             return
         require_absolute_directory(directory)
@@ -96,8 +115,23 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 self._unit.job_id,
                 self._unit.task_id,
             )
-        else:
-            self._markers = ReplacementGroupMarkers(store, inner.get_run_id(), self._unit.job_id)
+            return
+        self._markers = ReplacementGroupMarkers(store, inner.get_run_id(), self._unit.job_id)
+        if self._handoff_timeout > 0:
+            self._handoff = self._handoff_for(self._markers, self._unit, environ)
+
+    @staticmethod
+    def _handoff_for(
+        markers: ReplacementGroupMarkers,
+        unit: AllocationUnit,
+        environ: Mapping[str, str] | None,
+    ) -> VerdictHandoff | None:
+        restart_count = (os.environ if environ is None else environ).get("SLURM_RESTART_COUNT")
+        try:
+            return VerdictHandoff(markers, unit.task_id, restart_count or "0")
+        except InvalidIdentityError as error:
+            log.warning("Segment health check hand-off disabled: %s", error)
+            return None
 
     @property
     def inner(self) -> RendezvousHandler:
@@ -113,6 +147,11 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
     def markers(self) -> ReplacementGroupMarkers | None:
         """The markers of this launcher's array job, when it has a store and a group."""
         return self._markers
+
+    @property
+    def handoff(self) -> VerdictHandoff | None:
+        """The hand-off with process 0, for an array launcher with a store, else ``None``."""
+        return self._handoff
 
     @property
     def excluded(self) -> bool:
@@ -136,12 +175,20 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             Exception: whatever the inner handler raised.
         """
         if self._exclusion is not None:
-            raise self._exclude(str(self._exclusion), path=self._exclusion.path,
-                                size=self._exclusion.size)
+            raise self._exclude(
+                str(self._exclusion),
+                path=self._exclusion.path,
+                size=self._exclusion.size,
+            )
         if self._check is not None:
             decision = self._check.evaluate()
             if not decision.proceed:
                 self._exclude_by_decision(decision)
+            self._publish_verdict(Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY)
+        elif self._handoff is not None:
+            # A task marked earlier gets no further verdicts: no need to wait for one.
+            self._refuse_if_marked("before joining")
+            self._await_verdict()
         self._refuse_if_marked("before joining")
         info = self._inner.next_rendezvous()
         self._refuse_if_marked("after joining")
@@ -193,7 +240,74 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         )
         if unit.replacement_group is not None:
             self._publish_marker(unit, decision)
+            self._publish_verdict(Verdict.EXCLUDED)
         raise exclusion
+
+    def _publish_verdict(self, verdict: Verdict) -> None:
+        if self._handoff is None:
+            return
+        try:
+            self._handoff.publish(verdict)
+        except Exception as error:  # siblings then join after their bound (fail open)
+            unit = self._unit
+            assert unit is not None
+            log.warning(
+                "Segment health check could not publish process 0's verdict (%s) for array "
+                "task %s_%s (%s: %s); the task's other launchers join after %g s without it",
+                verdict.value,
+                unit.job_id,
+                unit.task_id,
+                type(error).__name__,
+                error,
+                self._handoff_timeout,
+            )
+
+    def _await_verdict(self) -> None:
+        """Sibling: wait for process 0's verdict; raise when it is an exclusion."""
+        handoff, unit = self._handoff, self._unit
+        assert handoff is not None and unit is not None
+        started = time.monotonic()
+        try:
+            taken = handoff.take(self._handoff_timeout)
+        except Exception as error:
+            log.warning(
+                "Segment health check could not read process 0's verdict for array task "
+                "%s_%s (%s: %s); joining without it (fail open)",
+                unit.job_id,
+                unit.task_id,
+                type(error).__name__,
+                error,
+            )
+            return
+        if taken is None:
+            log.warning(
+                "Segment health check: no verdict from process 0 of array task %s_%s within "
+                "%g s (process 0 absent, slow, or running without the check); joining "
+                "without it (fail open)",
+                unit.job_id,
+                unit.task_id,
+                self._handoff_timeout,
+            )
+            return
+        number, verdict = taken
+        waited = time.monotonic() - started
+        # A noticeable wait is worth a line: it is time the whole job spends at this gate.
+        log.log(
+            logging.INFO if waited >= 1 else logging.DEBUG,
+            "Segment health check: process 0 of array task %s_%s gave verdict %d: %s "
+            "(waited %.1f s)",
+            unit.job_id,
+            unit.task_id,
+            number,
+            verdict.value,
+            waited,
+        )
+        if verdict is Verdict.EXCLUDED:
+            self._refuse_if_marked("before joining")
+            raise self._exclude(
+                f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
+                f"(before joining): its process 0 gave the verdict {verdict.value!r}"
+            )
 
     def _publish_marker(self, unit: AllocationUnit, decision: Decision) -> None:
         if self._markers is None:
@@ -237,8 +351,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 f"({when}): its process 0 marked the replacement group unhealthy: {detail}"
             )
 
-    def _exclude(self, message: str, *, path: str | None = None,
-                 size: int | None = None) -> UnhealthyNodeException:
+    def _exclude(
+        self, message: str, *, path: str | None = None, size: int | None = None
+    ) -> UnhealthyNodeException:
         """Record the exclusion (logged the first time) and return the exception to raise."""
         unit = self._unit
         assert unit is not None

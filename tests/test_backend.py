@@ -65,6 +65,21 @@ def test_register_into_a_launchers_own_registry_under_any_name(tmp_path):
     handler.shutdown()
 
 
+@pytest.mark.parametrize("conf,expected", [({}, True),
+                                           ({"segment_health_check_handoff_timeout": "0"}, False)])
+def test_the_handoff_is_on_by_default_and_the_key_turns_it_off(tmp_path, monkeypatch, conf,
+                                                                expected):
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    for key, value in slurm_env(task=3, procid=1).items():
+        monkeypatch.setenv(key, value)
+    handler = create_segment_health_handler(RendezvousParameters(
+        BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1, is_host="true",
+        segment_health_check_dir=str(tmp_path), **conf))
+    assert (handler.handoff is not None) is expected
+    handler.shutdown()
+
+
 def test_bad_configuration_fails_before_any_rendezvous():
     """No store is reached: the endpoint has no server and would time out if dialled."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters

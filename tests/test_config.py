@@ -14,13 +14,16 @@ def settings(config, env=None):
 def test_defaults_disable_the_check_and_wrap_c10d():
     s = settings({"timeout": 900, "is_host": "false"})
     assert (s.directory, s.stat_timeout, s.inner_backend) == (None, 10.0, "c10d")
+    assert s.handoff_timeout is None  # the handler derives it from the stat bound
     assert s.inner_config == {"timeout": 900, "is_host": "false"}
 
 
 def test_our_keys_do_not_reach_the_inner_backend():
     s = settings({"segment_health_check_dir": "/shc", "segment_health_check_stat_timeout": "2.5",
+                  "segment_health_check_handoff_timeout": "0",
                   "inner_backend": "etcd-v2", "join_timeout": "60"})
     assert (s.directory, s.stat_timeout, s.inner_backend) == ("/shc", 2.5, "etcd-v2")
+    assert s.handoff_timeout == 0.0
     assert s.inner_config == {"join_timeout": "60"}
 
 
@@ -42,6 +45,9 @@ def test_rdzv_conf_beats_environment_and_environment_is_the_fallback():
         ({"segment_health_check_stat_timeout": "0"}, {}, r"positive, finite number of seconds \(e\.g\. segment_health_check_stat_timeout=10\)"),
         ({"segment_health_check_stat_timeout": "soon"}, {}, "segment_health_check_stat_timeout='soon'"),
         ({"segment_health_check_stat_timeout": "inf"}, {}, "finite"),
+        ({"segment_health_check_handoff_timeout": "-1"}, {}, r"handoff_timeout='-1' must be a finite number of seconds >= 0: .* 0 turns the hand-off off"),
+        ({"segment_health_check_handoff_timeout": "nan"}, {}, "finite"),
+        ({"segment_health_check_handoff_timeout": "later"}, {}, "handoff_timeout='later'"),
         ({"inner_backend": "static"}, {}, "inner_backend='static' is not supported; use one of c10d, etcd-v2"),
         ({"inner_backend": "segment-health"}, {}, "not supported"),
     ],

@@ -12,6 +12,7 @@ import logging
 import os
 import pickle
 import threading
+import time
 
 import pytest
 import torch.distributed as dist
@@ -28,6 +29,8 @@ from nvrx_seghealth import (
     UnhealthyNodeException,
     publish_decision,
 )
+
+from nvrx_seghealth.handoff import Verdict, VerdictHandoff
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
 
@@ -47,11 +50,11 @@ def dynamic_handler(store, min_nodes, max_nodes, *, run_id=RUN, join=30):
     )
 
 
-def launcher(master, directory, env, min_nodes=2, max_nodes=3, **kwargs):
+def launcher(master, directory, env, min_nodes=2, max_nodes=3, handoff_timeout=None, **kwargs):
     store = tcp_client(master)
     return SegmentHealthRendezvousHandler(
         dynamic_handler(store, min_nodes, max_nodes, **kwargs),
-        store=store, directory=directory, environ=env,
+        store=store, directory=directory, environ=env, handoff_timeout=handoff_timeout,
     )
 
 
@@ -92,20 +95,77 @@ def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_sto
     assert len(errors) == 1 and "task_id=1 is excluded" in errors[0].getMessage()
 
 
-def test_marked_group_is_refused_without_joining(tcp_store, shc):
+def test_marked_group_is_refused_at_once_without_joining(tcp_store, shc):
     ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).publish("1", "from process 0")
     sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1))
+    started = time.monotonic()
+    refused = Join(sibling).wait()
+    assert time.monotonic() - started < 10  # no wait for a verdict (the bound is 30 s)
     healthy = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 2)]
-    refused, *joined = join_all([sibling, *healthy])
+    joined = join_all(healthy)
     assert isinstance(refused.error, UnhealthyNodeException)
     assert "(before joining)" in str(refused.error) and "from process 0" in str(refused.error)
     assert [j.result.world_size for j in joined] == [2, 2]
     assert [h.num_nodes_waiting() for h in healthy] == [0, 0]  # not waiting either
 
 
-def test_sibling_that_joined_first_is_excluded_right_after_the_round(tcp_store, shc):
-    """Process 0 publishes while its sibling waits inside the rendezvous."""
-    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 3, 3))
+def rendezvous_round(master, run_id=RUN):
+    """The round number in the rendezvous state (it advances only when a round re-forms)."""
+    state = C10dRendezvousBackend(tcp_client(master), run_id).get_state()
+    return pickle.loads(state[0]).round
+
+
+def waiting_for_a_verdict(master, task):
+    """Whether a sibling of ``task`` has started polling for process 0's verdict."""
+    return tcp_store_has(master, f"nvrx_seghealth/{RUN}/{ARRAY}/verdict/{task}/0/count")
+
+
+def tcp_store_has(master, key):
+    return tcp_client(master).check([key])
+
+
+def test_sibling_that_starts_first_waits_for_the_verdict_and_never_joins(tcp_store, shc):
+    """The race the hand-off closes: no extra round, the sibling is never a participant."""
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 3))
+    task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 3))
+    wait_until(lambda: waiting_for_a_verdict(tcp_store, 1) and participants(tcp_store) == 1)
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    process0 = Join(launcher(tcp_store, shc, slurm_env(task=1), 2, 3)).wait()
+    assert isinstance(process0.error, UnhealthyNodeException)
+    sibling.wait()
+    assert isinstance(sibling.error, UnhealthyNodeException)
+    assert "(before joining)" in str(sibling.error)
+    assert "marked the replacement group unhealthy" in str(sibling.error)
+    task2 = Join(launcher(tcp_store, shc, slurm_env(task=2), 2, 3))
+    assert task0.wait().result.world_size == task2.wait().result.world_size == 2
+    assert rendezvous_round(tcp_store) == 0  # the first round, no re-run
+
+
+def test_slow_healthy_process_zero_holds_its_sibling_until_the_verdict(tcp_store, shc):
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2))
+    wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
+    sibling.thread.join(1.0)  # process 0 is a second late
+    assert sibling.thread.is_alive() and participants(tcp_store) == 0
+    process0 = Join(launcher(tcp_store, shc, slurm_env(task=1), 2, 2))
+    assert process0.wait().result.world_size == sibling.wait().result.world_size == 2
+
+
+def test_without_a_verdict_the_sibling_joins_after_the_bound(tcp_store, shc, caplog):
+    """Fail open: a missing process 0 holds its sibling only for the hand-off bound."""
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2,
+                            handoff_timeout=1.0))
+    wait_until(lambda: participants(tcp_store) == 1, timeout=10)
+    task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
+    assert sibling.wait().result.world_size == task0.wait().result.world_size == 2
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "no verdict from process 0 of array task 1000_1 within 1 s" \
+        in warnings[0]
+
+
+def test_sibling_that_joined_without_a_verdict_is_excluded_right_after_the_round(tcp_store, shc):
+    """Process 0 publishes while its sibling, past the bound, waits inside the rendezvous."""
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 3, 3,
+                            handoff_timeout=0.5))
     task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 3, 3))
     wait_until(lambda: participants(tcp_store) == 2)  # both are inside the inner round
     publish_decision(shc, str(ARRAY), "1", "bad")
@@ -117,6 +177,53 @@ def test_sibling_that_joined_first_is_excluded_right_after_the_round(tcp_store, 
     assert isinstance(sibling.error, UnhealthyNodeException)
     assert "(after joining)" in str(sibling.error)
     assert task0.result.world_size == task2.result.world_size == 3  # the round needs a rerun
+
+
+def test_process_zero_gives_one_verdict_per_attempt(tcp_store, shc, tmp_path):
+    handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
+    sibling_view = VerdictHandoff(ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)), "1", "0")
+    handler.next_rendezvous()
+    assert sibling_view.take(0) == (1, Verdict.HEALTHY)
+    os.mkdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))  # not a regular file
+    handler.next_rendezvous()
+    assert sibling_view.take(0) == (2, Verdict.UNCHECKED)
+    os.rmdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    assert sibling_view.take(0) == (3, Verdict.EXCLUDED)
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()  # excluded for good: no further verdicts
+    assert sibling_view.take(0) is None
+
+
+def test_a_stale_healthy_verdict_never_admits_a_sibling_of_an_excluded_task(tcp_store, shc):
+    """Process 0 died after its marker and before its verdict: the marker still wins."""
+    markers = ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY))
+    VerdictHandoff(markers, "1", "0").publish(Verdict.HEALTHY)
+    markers.publish("1", "process 0 of the next attempt")
+    sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1)
+    with pytest.raises(UnhealthyNodeException, match=r"\(before joining\).*next attempt"):
+        sibling.next_rendezvous()
+    assert participants(tcp_store) == 0
+
+
+def test_an_excluded_verdict_refuses_even_without_a_marker(tcp_store, shc):
+    """Process 0 could not publish its marker but its verdict came through."""
+    VerdictHandoff(ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)), "1", "0").publish(
+        Verdict.EXCLUDED)
+    sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1)
+    with pytest.raises(UnhealthyNodeException, match="gave the verdict 'excluded'"):
+        sibling.next_rendezvous()
+    assert participants(tcp_store) == 0
+
+
+def test_handoff_timeout_zero_turns_the_handoff_off(tcp_store, shc):
+    handlers = [launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, handoff_timeout=0)
+                for p in (1, 0)]
+    assert [h.handoff for h in handlers] == [None, None]
+    assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
+    assert not waiting_for_a_verdict(tcp_store, 1)
 
 
 def test_shutdown_after_exclusion_leaves_the_rendezvous_open(tcp_store, shc):
@@ -181,7 +288,7 @@ def test_other_launchers_never_stat_the_artifact(tcp_store, shc, monkeypatch):
         return real_stat(target, *args, **kwargs)
 
     monkeypatch.setattr(os, "stat", counting_stat)
-    others = [launcher(tcp_store, shc, env, 2, 2)
+    others = [launcher(tcp_store, shc, env, 2, 2, handoff_timeout=0)
               for env in (slurm_env(task=1, procid=1), slurm_env(task=1, procid=2))]
     assert all(h.check is None for h in others)
     assert [j.result.world_size for j in join_all(others)] == [2, 2]
@@ -237,7 +344,9 @@ def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
         environ=slurm_env(task=1, procid=1))
     assert handler.next_rendezvous().world_size == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 2 and all("could not read the marker" in w for w in warnings)
+    assert len(warnings) == 4  # before, during and after the wait, and after joining
+    assert "could not read process 0's verdict" in warnings[1]
+    assert all("could not read the marker" in w for w in warnings[:1] + warnings[2:])
 
 
 def test_every_other_method_delegates(tcp_store, shc, monkeypatch):
@@ -276,3 +385,7 @@ def test_configuration_is_validated_at_construction(tcp_store):
         SegmentHealthRendezvousHandler(inner, store=None, directory="rel/shc")
     with pytest.raises(ValueError, match="stat_timeout"):
         SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", stat_timeout=-1)
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="hand-off timeout"):
+            SegmentHealthRendezvousHandler(inner, store=None, directory="/shc",
+                                           handoff_timeout=bad)
