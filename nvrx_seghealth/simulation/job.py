@@ -1,13 +1,14 @@
 """Run a whole simulated job: store, decisions, launchers, srun steps, progress.
 
-:class:`SimulatedJob` is a context manager. Entering it starts the rendezvous store,
-publishes the decisions of the marked units and starts the launchers; leaving it stops
-every process it started, by PID, whatever happened. The job advances only while the
-caller waits in :meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single
-thread polls: held-back launchers start, srun steps end, progress is logged), and
-every wait is bounded.
+:class:`SimulatedJob` is a context manager. Entering it starts the rendezvous store
+(for c10d; etcd-v2 uses an etcd the caller runs), publishes the decisions of the marked
+units and starts the launchers; leaving it stops every process it started, by PID,
+whatever happened. The job advances only while the caller waits in
+:meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single thread polls:
+held-back launchers start, srun steps end, progress is logged), and every wait is bounded.
 
-Standard library only (torch runs in the child processes).
+Standard library only (torch runs in the child processes; :meth:`SimulatedJob.markers`
+imports it when called).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import datetime
 import logging
 import os
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -57,6 +59,8 @@ class SimulatedJob:
         self.paths = RunPaths(workdir)
         self.run_id = f"sim-{uuid.uuid4().hex[:8]}"
         self.store = StoreHost(self.paths.logs / "store.log")
+        #: Every launcher's ``--rdzv-endpoint``; set by :meth:`start`.
+        self.endpoint = ""
         self.decisions: dict[int, Path] = {}
         self.launchers: dict[str, Launcher] = {}
         self._steps: dict[str, Step] = {}
@@ -80,13 +84,21 @@ class SimulatedJob:
         self.stop()
 
     def start(self) -> None:
-        """Start the store, publish the marked units' decisions, start the launchers."""
-        self.store.start(STORE_START_TIMEOUT)
+        """Start the store, publish the marked units' decisions, start the launchers.
+
+        The harness starts its store only when it hosts the c10d store
+        (:attr:`JobSpec.harness_hosts_store`); etcd-v2 keeps its state in the etcd at
+        :attr:`JobSpec.etcd_endpoint`, and a launcher-hosted store starts with that
+        launcher.
+        """
+        if self.spec.harness_hosts_store:
+            self.store.start(STORE_START_TIMEOUT)
+        self.endpoint = self._rendezvous_endpoint()
         for unit in sorted(self.spec.marked):
             self.publish_decision(unit)
         for unit in self.spec.units:
             launchers = [
-                Launcher(self.spec, unit, procid, self.paths, self.store.endpoint, self.run_id)
+                Launcher(self.spec, unit, procid, self.paths, self.endpoint, self.run_id)
                 for procid in range(self.spec.nodes_per_task)
             ]
             step = Step(
@@ -99,6 +111,19 @@ class SimulatedJob:
                 self._steps[launcher.label] = step
         self.started_at = time.time()
         self._poll()
+
+    def _rendezvous_endpoint(self) -> str:
+        """The ``--rdzv-endpoint`` of every launcher."""
+        if self.spec.etcd_endpoint is not None:
+            return self.spec.etcd_endpoint
+        if self.spec.harness_hosts_store:
+            return self.store.endpoint
+        # A port the kernel had free a moment ago, for the launcher that hosts the store.
+        # Another process could take it before that launcher binds it; on loopback in a
+        # test run that is rare, and the launcher then fails loudly.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{probe.getsockname()[1]}"
 
     def publish_decision(self, unit: int, text: str | None = None) -> Path:
         """Mark ``unit`` unhealthy now, as a producer would; returns the decision file."""
@@ -130,10 +155,27 @@ class SimulatedJob:
         os.kill(record.pid, signal.SIGKILL)
 
     def markers(self) -> ReplacementGroupMarkers:
-        """The job's replacement-group markers, read through the live store."""
-        return ReplacementGroupMarkers(
-            self.store.client(), self.run_id, str(self.spec.array_job_id)
-        )
+        """The job's replacement-group markers, read through the live store.
+
+        That is the harness's TCPStore, or for etcd-v2 torch's store in etcd (opened
+        with torch's own ``create_backend``, so under torch's key prefix).
+
+        Raises:
+            ValueError: a launcher hosts the store (it lives and dies with that launcher).
+        """
+        if self.spec.etcd_endpoint is not None:
+            from torch.distributed.elastic.rendezvous import RendezvousParameters
+            from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import (
+                create_backend,
+            )
+
+            params = RendezvousParameters("etcd-v2", self.endpoint, self.run_id, 1, 1)
+            store = create_backend(params)[1]
+        elif self.spec.harness_hosts_store:
+            store = self.store.client()
+        else:
+            raise ValueError(f"the store lives in launcher {self.spec.store_in_launcher}")
+        return ReplacementGroupMarkers(store, self.run_id, str(self.spec.array_job_id))
 
     def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
         """Advance the job until ``condition()`` holds.
@@ -186,6 +228,8 @@ class SimulatedJob:
         self._log_progress()
 
     def _ready(self, label: str) -> bool:
+        if label in self.spec.never_started:
+            return False
         after = self.spec.start_after.get(label)
         if after is None:
             return True

@@ -33,12 +33,12 @@ log = logging.getLogger(__name__)
 _FOREIGN_PREFIXES = ("SLURM", "TORCHELASTIC_", DIRECTORY_ENV)
 
 
-def rendezvous_config(spec: JobSpec, decision_dir: Path) -> dict[str, str]:
-    """The ``--rdzv-conf`` of every launcher of ``spec``."""
+def rendezvous_config(
+    spec: JobSpec, decision_dir: Path, label: str | None = None
+) -> dict[str, str]:
+    """The ``--rdzv-conf`` of launcher ``label`` of ``spec`` (the same for every launcher
+    except ``is_host`` of :attr:`JobSpec.store_in_launcher`)."""
     config = {
-        # The store is hosted by a harness process outside every allocation unit: an
-        # excluded unit hosting it would take the rendezvous down (DESIGN.md section 4).
-        "is_host": "false",
         # How long a launcher waits for quorum. It must outlast the slowest launcher's
         # start on a loaded 2-core machine (python + torch import take 2-5 s, a TCPStore
         # connect sometimes stalls 5 s, StartAfter holds some back); scenarios that want
@@ -61,8 +61,14 @@ def rendezvous_config(spec: JobSpec, decision_dir: Path) -> dict[str, str]:
         # still twice the occasional 5 s TCPStore connect stall.
         "close_timeout": "10",
     }
+    if spec.rendezvous == "c10d":
+        # The store is hosted by a harness process outside every allocation unit: an
+        # excluded unit hosting it would take the rendezvous down (DESIGN.md section 4).
+        # Only a scenario showing exactly that has a launcher host it.
+        hosts = label is not None and label == spec.store_in_launcher
+        config["is_host"] = "true" if hosts else "false"
     if spec.backend == "segment-health":
-        config["inner_backend"] = "c10d"
+        config["inner_backend"] = spec.inner_backend
         if spec.check_directory:
             config["segment_health_check_dir"] = str(decision_dir)
     return config | dict(spec.rdzv_conf)
@@ -73,7 +79,8 @@ class Launcher:
 
     Args:
         spec: the job. unit, procid: which launcher of which unit.
-        paths: the job's directories. endpoint: the rendezvous store. run_id: ``--rdzv-id``.
+        paths: the job's directories. endpoint: ``--rdzv-endpoint`` (the c10d store or
+        etcd). run_id: ``--rdzv-id``.
     """
 
     def __init__(
@@ -89,7 +96,8 @@ class Launcher:
         self._process: subprocess.Popen[bytes] | None = None
         low, high = spec.nnodes
         first_round_steps = spec.steps if spec.first_round_steps is None else spec.first_round_steps
-        conf = ",".join(f"{k}={v}" for k, v in rendezvous_config(spec, paths.decisions).items())
+        config = rendezvous_config(spec, paths.decisions, self.label)
+        conf = ",".join(f"{k}={v}" for k, v in config.items())
         self.command = [
             sys.executable, "-m", "torch.distributed.run",
             f"--nnodes={low}:{high}", "--nproc-per-node=1",
@@ -104,6 +112,7 @@ class Launcher:
             f"--log-dir={paths.elastic / self.label}",
             "-m", f"{__package__}.worker",
             f"--results-dir={paths.results}", f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-backend={spec.rendezvous}",
             f"--steps={spec.steps}", f"--step-seconds={spec.step_seconds}",
             f"--first-round-steps={first_round_steps}",
             f"--timeout={spec.worker_timeout}",

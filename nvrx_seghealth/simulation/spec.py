@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["BACKENDS", "JobSpec", "StartAfter"]
+__all__ = ["BACKENDS", "INNER_BACKENDS", "JobSpec", "StartAfter"]
 
 #: Rendezvous backends a simulated launcher can use.
 BACKENDS = ("segment-health", "c10d")
+#: Rendezvous backends ``segment-health`` can wrap (its ``inner_backend``).
+INNER_BACKENDS = ("c10d", "etcd-v2")
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,15 @@ class JobSpec:
         marked: units whose decision file is published before launch (unit index:
             the array task id, ``0`` for a regular job).
         backend: ``segment-health`` or plain ``c10d``.
+        inner_backend: the rendezvous ``segment-health`` wraps: ``c10d`` (its store
+            hosted as :attr:`store_in_launcher` says) or ``etcd-v2`` (its state and store
+            in the etcd at :attr:`etcd_endpoint`; no allocation unit hosts anything).
+        etcd_endpoint: ``HOST:PORT`` of a running etcd with the v2 API enabled, the
+            ``--rdzv-endpoint`` of every launcher; required by, and only for, ``etcd-v2``.
+        store_in_launcher: for ``c10d``, the label of the launcher that hosts the
+            TCPStore in its own process (``is_host=true``; every other launcher
+            ``is_host=false``), as c10d does for the launcher whose address is the
+            endpoint; ``None``: a harness process outside every unit hosts it.
         check_directory: pass ``segment_health_check_dir`` to ``segment-health``;
             ``False`` runs the backend with the check disabled.
         max_restarts: ``torchrun --max-restarts``.
@@ -61,6 +72,7 @@ class JobSpec:
         worker_timeout: the workers' process-group timeout in seconds; it bounds how
             long workers wait for a peer that never comes.
         start_after: launchers held back until another launcher reached a point.
+        never_started: launchers that never start (a node whose launcher never comes up).
         no_kill_on_bad_exit: units launched with ``srun --kill-on-bad-exit=0``.
         agent_env: extra environment for every launcher (and so its workers).
         rdzv_conf: extra ``--rdzv-conf`` entries for every launcher; they override
@@ -75,6 +87,9 @@ class JobSpec:
     max_nodes: int | None = None
     marked: frozenset[int] = frozenset()
     backend: str = "segment-health"
+    inner_backend: str = "c10d"
+    etcd_endpoint: str | None = None
+    store_in_launcher: str | None = None
     check_directory: bool = True
     max_restarts: int = 0
     steps: int = 3
@@ -83,6 +98,7 @@ class JobSpec:
     join_timeout: int = 30
     worker_timeout: int = 30
     start_after: Mapping[str, StartAfter] = field(default_factory=dict)
+    never_started: frozenset[str] = frozenset()
     no_kill_on_bad_exit: frozenset[int] = frozenset()
     agent_env: Mapping[str, str] = field(default_factory=dict)
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)
@@ -102,12 +118,38 @@ class JobSpec:
             raise ValueError(f"unit indices must be in {list(self.units)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.inner_backend not in INNER_BACKENDS:
+            raise ValueError(
+                f"inner_backend must be one of {INNER_BACKENDS}, got {self.inner_backend!r}"
+            )
+        if self.inner_backend != "c10d" and self.backend != "segment-health":
+            raise ValueError("inner_backend is the rendezvous that segment-health wraps")
+        if (self.etcd_endpoint is None) != (self.rendezvous != "etcd-v2"):
+            raise ValueError("etcd_endpoint is required by, and only for, etcd-v2")
+        if self.store_in_launcher is not None and (
+            self.rendezvous != "c10d" or self.store_in_launcher not in self.labels
+        ):
+            raise ValueError(
+                f"store_in_launcher {self.store_in_launcher!r} must name a launcher of a c10d job"
+            )
         labels = set(self.labels)
+        if not self.never_started <= labels:
+            raise ValueError(f"never_started names unknown launchers: {sorted(self.never_started)}")
         for label, after in self.start_after.items():
             if label not in labels or after.label not in labels or label == after.label:
                 raise ValueError(
                     f"start_after {label!r} -> {after.label!r} names unknown launchers"
                 )
+
+    @property
+    def rendezvous(self) -> str:
+        """The rendezvous that does the work: ``c10d`` or ``etcd-v2``."""
+        return self.inner_backend if self.backend == "segment-health" else self.backend
+
+    @property
+    def harness_hosts_store(self) -> bool:
+        """Whether the harness runs the c10d TCPStore (in a process outside every unit)."""
+        return self.rendezvous == "c10d" and self.store_in_launcher is None
 
     @property
     def units(self) -> range:

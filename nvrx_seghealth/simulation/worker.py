@@ -22,9 +22,29 @@ from pathlib import Path
 
 from .records import LAUNCHER_ENV, WorkerRecord, write_record
 
-__all__ = ["main", "rendezvous_round"]
+__all__ = [
+    "BROKEN_EXIT_CODE",
+    "BROKEN_TASKS_ENV",
+    "ROUND_READERS",
+    "etcd_rendezvous_round",
+    "main",
+    "rendezvous_round",
+]
 
 log = logging.getLogger(__name__)
+
+#: Environment variable (e.g. in ``JobSpec.agent_env``): comma-separated array task ids
+#: whose nodes are broken, as a drained node would be. Their workers exit with
+#: :data:`BROKEN_EXIT_CODE` right after joining the process group, in every round.
+BROKEN_TASKS_ENV = "NVRX_SIM_BROKEN_TASKS"
+#: The exit code of a worker on a broken node.
+BROKEN_EXIT_CODE = 3
+
+
+def _on_broken_node(array_task: int | None) -> bool:
+    """Whether ``array_task`` is listed in :data:`BROKEN_TASKS_ENV`."""
+    broken = {t.strip() for t in os.environ.get(BROKEN_TASKS_ENV, "").split(",") if t.strip()}
+    return array_task is not None and str(array_task) in broken
 
 
 def rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) -> int:
@@ -49,10 +69,42 @@ def rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) ->
     return int(pickle.loads(state[0]).round)
 
 
+def etcd_rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) -> int:
+    """The round of the etcd-v2 rendezvous that started this worker.
+
+    The etcd-v2 backend keeps the same pickled state as c10d, base64-encoded in one etcd
+    key per run (``/torch/elastic/rendezvous/<run_id>``). It is read through torch's own
+    ``create_backend``, so the key is torch's and not a copy of it. The value is this
+    worker's round for the reason given in :func:`rendezvous_round`.
+    """
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+
+    read_timeout = max(1, int(timeout.total_seconds()))
+    params = RendezvousParameters("etcd-v2", endpoint, run_id, 1, 1, read_timeout=read_timeout)
+    backend, _ = create_backend(params)
+    state = backend.get_state()
+    if state is None:
+        raise RuntimeError(f"no etcd-v2 rendezvous state for run {run_id!r} at {endpoint}")
+    return int(pickle.loads(state[0]).round)
+
+
+#: How a worker reads its round, by the rendezvous (``JobSpec.rendezvous``) that ran.
+ROUND_READERS = {"c10d": rendezvous_round, "etcd-v2": etcd_rendezvous_round}
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--results-dir", type=Path, required=True)
-    parser.add_argument("--rdzv-endpoint", required=True, help="HOST:PORT of the c10d store")
+    parser.add_argument(
+        "--rdzv-endpoint", required=True, help="HOST:PORT of the c10d store or of etcd"
+    )
+    parser.add_argument(
+        "--rdzv-backend",
+        choices=sorted(ROUND_READERS),
+        default="c10d",
+        help="the rendezvous that keeps the round (default: c10d)",
+    )
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--first-round-steps", type=int, help="steps in round 0 (default: --steps)")
     parser.add_argument("--step-seconds", type=float, default=0.2)
@@ -80,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         world_size=int(env["WORLD_SIZE"]),
         group_rank=int(env["GROUP_RANK"]),
         group_world_size=int(env["GROUP_WORLD_SIZE"]),
-        round=rendezvous_round(args.rdzv_endpoint, env["TORCHELASTIC_RUN_ID"], timeout),
+        round=ROUND_READERS[args.rdzv_backend](
+            args.rdzv_endpoint, env["TORCHELASTIC_RUN_ID"], timeout
+        ),
         restart_count=int(env["TORCHELASTIC_RESTART_COUNT"]),
         started_at=time.time(),
     )
@@ -91,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo", timeout=timeout)
     record = dataclasses.replace(record, initialized_at=time.time())
     write_record(args.results_dir, record)
+    if _on_broken_node(record.array_task):
+        log.error("%s: broken node (%s); crashing after joining", record.launcher, BROKEN_TASKS_ENV)
+        os._exit(BROKEN_EXIT_CODE)  # a crash: no clean shutdown of the process group
     in_round_zero = record.round == 0 and args.first_round_steps is not None
     steps = args.first_round_steps if in_round_zero else args.steps
     ok = True
