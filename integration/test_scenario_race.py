@@ -1,4 +1,9 @@
-"""The documented race: a sibling joins before its process 0 publishes the marker."""
+"""The race inside an array task: a sibling reaches the rendezvous before its process 0.
+
+With the hand-off (on by default) the sibling waits for process 0's verdict and never
+joins for an excluded task: no extra round. Without it (``segment_health_check_handoff_
+timeout=0``) the spec's fallback holds: at most one more rendezvous.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,93 @@ from nvrx_seghealth.simulation import JobSpec, StartAfter
 
 #: The late sibling's worker is running in round 0.
 SIBLING_WORKER_UP = r"task1\.proc1: round 0, rank"
+#: The hand-off turned off.
+NO_HANDOFF = {"segment_health_check_handoff_timeout": "0"}
 
 
-def test_sibling_joined_first_needs_at_most_one_more_rendezvous(simulate) -> None:
+def test_sibling_started_first_costs_no_round_with_the_handoff(simulate) -> None:
     # Three tasks of two nodes for a job of four nodes (--nnodes=4:4): one task's worth
-    # of spares. Task 1's process 1 joins first, and task 2 starts only once it is
-    # joining, so task 1 is surely in round 0 (with task 0 and half of task 2; the other
-    # half waits as a spare). Task 1's process 0 starts late: once its sibling's worker
-    # runs in round 0.
+    # of spares. Task 1's process 1 starts first; everyone else starts once it is
+    # about to join, so its process 0 comes seconds later (its own start-up).
+    after_sibling = StartAfter("task1.proc1", JOINING)
+    spec = JobSpec(
+        tasks=3,
+        max_nodes=4,
+        marked=frozenset({1}),
+        # srun would end the sibling once process 0 exits; here it must speak for itself.
+        no_kill_on_bad_exit=frozenset({1}),
+        start_after={
+            label: after_sibling
+            for label in ("task0.proc0", "task0.proc1", "task1.proc0", "task2.proc0", "task2.proc1")
+        },
+    )
+    result = simulate(spec)
+
+    sibling = result.launcher(1, 1)
+    text = sibling.log()
+    assert_excluded_by_decision(result, 1)
+    # It waited for its process 0 and left on its verdict, never joining.
+    assert "Segment health check: process 0 of array task 1000_1 gave verdict 1: excluded" in text
+    assert "is excluded (before joining): its process 0 marked the replacement group" in text
+    assert not re.search(JOINED, text)
+    assert not [w for w in result.workers if w.array_task == 1]
+    # The spares were selected in the first round: no additional rendezvous.
+    assert [r.number for r in result.rounds] == [0]
+    assert result.rounds[0].world_size == 4 and result.rounds[0].units == (0, 2)
+    assert result.completed
+
+
+def test_process_zero_never_starting_holds_its_sibling_only_for_the_bound(simulate) -> None:
+    spec = JobSpec(
+        tasks=2,
+        min_nodes=3,
+        max_nodes=4,
+        never_started=frozenset({"task1.proc0"}),
+        rdzv_conf={"segment_health_check_handoff_timeout": "5"},
+    )
+    result = simulate(spec)
+
+    text = result.launcher(1, 1).log()
+    assert (
+        "no verdict from process 0 of array task 1000_1 within 5 s (process 0 absent, slow, "
+        "or running without the check); joining without it (fail open)" in text
+    )
+    assert text.count("no verdict from process 0") == 1
+    assert [r.number for r in result.rounds] == [0]
+    assert result.rounds[0].world_size == 3 and result.rounds[0].units == (0, 1)
+    assert result.completed
+
+
+def test_slow_healthy_process_zero_holds_its_sibling_until_its_verdict(simulate) -> None:
+    # Every launcher is needed (--nnodes=4:4); task 1's process 0 starts last, only once
+    # its sibling and task 0 are about to join.
+    spec = JobSpec(
+        tasks=2,
+        start_after={
+            "task0.proc0": StartAfter("task1.proc1", JOINING),
+            "task0.proc1": StartAfter("task1.proc1", JOINING),
+            "task1.proc0": StartAfter("task0.proc1", JOINING),
+        },
+    )
+    result = simulate(spec)
+
+    text = result.launcher(1, 1).log()
+    waited = re.search(
+        r"process 0 of array task 1000_1 gave verdict 1: healthy \(waited (\d+\.\d) s\)", text
+    )
+    assert waited and float(waited.group(1)) >= 1.0, "the sibling did not wait for process 0"
+    assert "no verdict from process 0" not in text
+    assert [r.number for r in result.rounds] == [0]
+    assert result.rounds[0].world_size == 4 and result.rounds[0].units == (0, 1)
+    assert result.completed
+
+
+def test_without_the_handoff_a_sibling_joined_first_needs_at_most_one_more_round(
+    simulate,
+) -> None:
+    # As above, but task 2 starts only once the sibling is joining, so task 1 is surely
+    # in round 0 (with task 0 and half of task 2; the other half waits as a spare), and
+    # task 1's process 0 starts once its sibling's worker runs in round 0.
     spec = JobSpec(
         tasks=3,
         max_nodes=4,
@@ -30,6 +114,7 @@ def test_sibling_joined_first_needs_at_most_one_more_rendezvous(simulate) -> Non
             "task2.proc1": StartAfter("task1.proc1", JOINING),
             "task1.proc0": StartAfter("task1.proc1", SIBLING_WORKER_UP),
         },
+        rdzv_conf=NO_HANDOFF,
     )
     result = simulate(spec)
 
@@ -43,7 +128,9 @@ def test_sibling_joined_first_needs_at_most_one_more_rendezvous(simulate) -> Non
     assert result.completed
 
 
-def test_sibling_leaving_a_completed_round_costs_one_round(simulate) -> None:
+def test_without_the_handoff_a_sibling_leaving_a_completed_round_costs_one_round(
+    simulate,
+) -> None:
     """The marker appears while the sibling waits inside round 0: it leaves after joining.
 
     torch's agent, by default, assigns worker ranks through the store and waits for
@@ -51,7 +138,8 @@ def test_sibling_leaving_a_completed_round_costs_one_round(simulate) -> None:
     the others until the store read times out (60 s), and then the whole job fails
     (measured with this very job: no world at all). TORCH_ELASTIC_WORKER_IDENTICAL=1
     (every node runs the same workers, as here) skips that exchange; the member that
-    left then costs one more round, as the contract says.
+    left then costs one more round, as the contract says. The hand-off avoids this
+    path altogether; it remains for a sibling that joined without a verdict.
     """
     spec = JobSpec(
         tasks=3,
@@ -68,6 +156,7 @@ def test_sibling_leaving_a_completed_round_costs_one_round(simulate) -> None:
             "task2.proc1": StartAfter("task1.proc0"),
         },
         agent_env={"TORCH_ELASTIC_WORKER_IDENTICAL": "1"},
+        rdzv_conf=NO_HANDOFF,
     )
     result = simulate(spec)
 

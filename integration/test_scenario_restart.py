@@ -8,19 +8,18 @@ from nvrx_seghealth.simulation import JobSpec, SimulatedJob
 
 
 def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
-    # One node per task: the boundary is what is tested here. With two, the task's
-    # sibling races its process 0 into the new round (the race has its own scenario).
+    # Two nodes per task: at the new attempt, task 2's sibling must take its process 0's
+    # new verdict, not the healthy one of round 0 (the hand-off's restart boundary).
     spec = JobSpec(
         tasks=3,
-        nodes_per_task=1,
-        min_nodes=2,
+        min_nodes=4,
         max_restarts=1,
         first_round_steps=400,  # the healthy job runs (up to 100 s) until it is acted on
         step_seconds=0.25,
     )
     with SimulatedJob(spec, tmp_path) as job:
         job.wait_until(
-            lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 3,
+            lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 6,
             timeout=JOB_TIMEOUT,
             what="a healthy world of three tasks",
         )
@@ -30,9 +29,9 @@ def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
         result = report(request, "job", job.wait(timeout=JOB_TIMEOUT))
 
     first, final = result.rounds[0], result.final_round
-    assert first.number == 0 and first.world_size == 3 and first.units == (0, 1, 2)
+    assert first.number == 0 and first.world_size == 6 and first.units == (0, 1, 2)
     assert final is not None and final.number == 1  # the very next rendezvous
-    assert final.world_size == 2 and final.units == (0, 1)
+    assert final.world_size == 4 and final.units == (0, 1)  # no stale verdict admitted task 2
     # The victim's agent restarted for the failure; the others may count it as a
     # membership change (torch counts only failure restarts).
     restarted = {w.launcher: w.restart_count for w in final.workers}
@@ -42,6 +41,11 @@ def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
     drained = result.launcher(2, 0)
     assert drained.returncode not in (None, 0, 93)
     text = drained.log()
+    # Both of task 2's launchers ran in round 0 only.
+    assert sorted((w.launcher, w.round) for w in result.workers if w.array_task == 2) == [
+        ("task2.proc0", 0),
+        ("task2.proc1", 0),
+    ]
     # Task 2 ran in round 0 and was excluded when it came back to the rendezvous.
     assert text.index("task2.proc0: round 0, rank") < text.index(
         f"is excluded: decision file {result.decisions[2]} is non-empty"

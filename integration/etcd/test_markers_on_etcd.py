@@ -84,3 +84,14 @@ def test_concurrent_process_publishers_lose_nothing(etcd_server):
     assert [p.exitcode for p in processes] == [0] * 4
     assert ReplacementGroupMarkers(etcd_store(etcd_server), run, "7").marked_groups() == \
         [str(g) for g in range(32)]
+    # etcd itself: every marker, one slot per group (no slot number taken twice), count 32.
+    raw = {base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
+           for key, value in etcd_server.raw(STORE_PREFIX).items()}
+    prefix = f"nvrx_seghealth/{run}/7/"
+    ours = {k.removeprefix(prefix): v for k, v in raw.items() if k.startswith(prefix)}
+    assert {k: v for k, v in ours.items() if k.startswith("group/")} == \
+        {f"group/{g}": f"from {g}" for g in range(32)}
+    slots = {k: v for k, v in ours.items() if k.startswith("slot/")}
+    assert sorted(slots) == sorted(f"slot/{i}" for i in range(1, 33))
+    assert sorted(slots.values(), key=int) == [str(g) for g in range(32)]
+    assert ours["count"] == "32" and len(ours) == 32 + 32 + 1
