@@ -113,6 +113,14 @@ def test_etcd_v2_job_completes_without_the_task_that_would_host_a_c10d_store(
     prefix = f"nvrx_seghealth/{run}/{spec.array_job_id}/"
     markers = {k: v for k, v in ours.items() if not k.startswith(f"{prefix}verdict/")}
     assert sorted(markers) == [f"{prefix}count", f"{prefix}group/0", f"{prefix}slot/1"]
+    # The hand-off: one verdict per task's process 0 (one attempt each, restart count 0).
+    verdicts = {k: v for k, v in ours.items() if k.startswith(f"{prefix}verdict/")}
+    assert verdicts == {
+        **{f"{prefix}verdict/{task}/0/count": "1" for task in (0, 1, 2)},
+        f"{prefix}verdict/0/0/1": "excluded",
+        f"{prefix}verdict/1/0/1": "healthy",
+        f"{prefix}verdict/2/0/1": "healthy",
+    }
     assert markers[f"{prefix}count"] == "1" and markers[f"{prefix}slot/1"] == "0"
     decision = result.decisions[0]
     size = decision.stat().st_size
