@@ -16,6 +16,7 @@ import datetime
 import logging
 import os
 import pickle
+import signal
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from .records import LAUNCHER_ENV, WorkerRecord, write_record
 
 __all__ = [
     "BROKEN_EXIT_CODE",
+    "BROKEN_HOW_ENV",
     "BROKEN_TASKS_ENV",
     "ROUND_READERS",
     "etcd_rendezvous_round",
@@ -37,6 +39,10 @@ log = logging.getLogger(__name__)
 #: whose nodes are broken, as a drained node would be. Their workers exit with
 #: :data:`BROKEN_EXIT_CODE` right after joining the process group, in every round.
 BROKEN_TASKS_ENV = "NVRX_SIM_BROKEN_TASKS"
+#: How a broken node fails: ``worker`` (default: the worker crashes and its agent
+#: restarts it up to ``--max-restarts``) or ``node`` (the whole node goes down: the
+#: worker SIGKILLs its agent, then exits; srun's kill-on-bad-exit ends the unit).
+BROKEN_HOW_ENV = "NVRX_SIM_BROKEN_HOW"
 #: The exit code of a worker on a broken node.
 BROKEN_EXIT_CODE = 3
 
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     write_record(args.results_dir, record)
     if _on_broken_node(record.array_task):
         log.error("%s: broken node (%s); crashing after joining", record.launcher, BROKEN_TASKS_ENV)
+        if os.environ.get(BROKEN_HOW_ENV) == "node":
+            os.kill(os.getppid(), signal.SIGKILL)  # the parent is this worker's torchrun agent
         os._exit(BROKEN_EXIT_CODE)  # a crash: no clean shutdown of the process group
     in_round_zero = record.round == 0 and args.first_round_steps is not None
     steps = args.first_round_steps if in_round_zero else args.steps
