@@ -64,6 +64,13 @@ def participants(master, run_id=RUN):
     return 0 if state is None else len(pickle.loads(state[0]).participants)
 
 
+def our_records(caplog, level):
+    """This package's log messages at ``level`` (torch's keep-alive timers of handlers
+    from earlier tests may log at any time)."""
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == level and r.name.startswith("nvrx_seghealth")]
+
+
 @pytest.fixture(autouse=True)
 def _release_handlers():
     """Collect each test's handlers: their keep-alive timers hold only weak references."""
@@ -91,8 +98,8 @@ def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_sto
     assert {j.result.world_size for j in (healthy0, healthy2)} == {2}
     assert sorted(j.result.rank for j in (healthy0, healthy2)) == [0, 1]
     assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).marked_groups() == ["1"]
-    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and "task_id=1 is excluded" in errors[0].getMessage()
+    errors = our_records(caplog, logging.ERROR)
+    assert len(errors) == 1 and "task_id=1 is excluded" in errors[0]
 
 
 def test_marked_group_is_refused_at_once_without_joining(tcp_store, shc):
@@ -157,7 +164,7 @@ def test_without_a_verdict_the_sibling_joins_after_the_bound(tcp_store, shc, cap
     wait_until(lambda: participants(tcp_store) == 1, timeout=10)
     task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
     assert sibling.wait().result.world_size == task0.wait().result.world_size == 2
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = our_records(caplog, logging.WARNING)
     assert len(warnings) == 1 and "no verdict from process 0 of array task 1000_1 within 1 s" \
         in warnings[0]
 
@@ -314,7 +321,7 @@ def test_without_a_store_process_zero_still_excludes_and_says_so_once(tcp_store,
         dynamic_handler(store, 1, 1), store=None, directory=shc, environ=slurm_env(task=1))
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = our_records(caplog, logging.WARNING)
     assert len(warnings) == 1 and "no rendezvous store" in warnings[0]
 
 
@@ -334,7 +341,7 @@ def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc
         environ=slurm_env(task=1))
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = our_records(caplog, logging.WARNING)
     assert any("could not publish" in w for w in warnings)
 
 
@@ -343,7 +350,7 @@ def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
         dynamic_handler(tcp_client(tcp_store), 1, 1), store=_dead_store(), directory=shc,
         environ=slurm_env(task=1, procid=1))
     assert handler.next_rendezvous().world_size == 1
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = our_records(caplog, logging.WARNING)
     assert len(warnings) == 4  # before, during and after the wait, and after joining
     assert "could not read process 0's verdict" in warnings[1]
     assert all("could not read the marker" in w for w in warnings[:1] + warnings[2:])
