@@ -215,6 +215,18 @@ def test_a_stale_healthy_verdict_never_admits_a_sibling_of_an_excluded_task(tcp_
     assert participants(tcp_store) == 0
 
 
+def test_a_marker_published_during_the_wait_wins_over_a_healthy_verdict(tcp_store, shc):
+    """The marker is looked at after the verdict is taken, not only before the wait."""
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1))
+    wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
+    markers = ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY))
+    markers.publish("1", "marked while the sibling waited")
+    VerdictHandoff(markers, "1", "0").publish(Verdict.HEALTHY)
+    assert isinstance(sibling.wait().error, UnhealthyNodeException)
+    assert "(before joining)" in str(sibling.error) and "while the sibling waited" in str(sibling.error)
+    assert participants(tcp_store) == 0
+
+
 def test_an_excluded_verdict_refuses_even_without_a_marker(tcp_store, shc):
     """Process 0 could not publish its marker but its verdict came through."""
     VerdictHandoff(ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)), "1", "0").publish(
