@@ -17,7 +17,8 @@ from nvrx_seghealth.backend import create_segment_health_handler
 
 from .support import slurm_env
 
-WORKER = "import os; print('worker rank', os.environ['RANK'])\n"
+# One write(2) per line: two workers share the pipe, and print() may write in pieces.
+WORKER = "import os; os.write(1, f\"worker rank {os.environ['RANK']}\\n\".encode())\n"
 
 
 def free_port() -> int:
