@@ -35,7 +35,8 @@ import tempfile
 from dataclasses import dataclass
 
 from .allocation import validate_id
-from .boundedstat import StatTimeoutError, stat_within
+from .boundedstat import StatHelperError, StatTimeoutError, stat_within
+from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
 
 __all__ = [
     "ARTIFACT_PREFIX",
@@ -44,18 +45,13 @@ __all__ = [
     "Outcome",
     "artifact_path",
     "clear_decision",
+    "directory_problem",
     "evaluate",
     "publish_decision",
     "require_absolute_directory",
 ]
 
 ARTIFACT_PREFIX = "segment_health_check"
-
-#: Seconds one ``stat`` of the artifact may take before the consumer fails open.
-#: A healthy Lustre/NFS metadata server answers in milliseconds, a loaded one in
-#: well under a second; 10 s leaves a wide margin for a slow but live server and
-#: stays small beside a rendezvous round (torch's last-call wait alone is 30 s).
-DEFAULT_STAT_TIMEOUT = 10.0
 
 
 class Outcome(enum.Enum):
@@ -140,17 +136,24 @@ def _file_type(mode: int) -> str:
     return f"file of mode {stat.S_IFMT(mode):#o}"
 
 
-def evaluate(path: str, stat_timeout: float | None = DEFAULT_STAT_TIMEOUT) -> Decision:
+def evaluate(path: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT) -> Decision:
     """Judge the artifact at ``path`` with one bounded ``stat``; never open it.
+
+    The stat runs in a helper process (:mod:`.boundedstat`), so a hung filesystem
+    holds neither the caller beyond ``stat_timeout`` seconds nor its exit.
 
     Never raises for anything the filesystem does: every failure is a fail-open
     :class:`Decision` whose ``reason`` names the error.
+
+    Raises:
+        ConfigurationError: ``stat_timeout`` is out of range (see :mod:`.durations`).
     """
+    seconds = validate_seconds(STAT_TIMEOUT, stat_timeout)
     try:
-        st = stat_within(path, stat_timeout)
+        st = stat_within(path, seconds)
     except FileNotFoundError:
         return Decision(path, Outcome.ABSENT, "no decision file")
-    except StatTimeoutError as error:
+    except (StatTimeoutError, StatHelperError) as error:
         return Decision(path, Outcome.UNREADABLE, str(error))
     except OSError as error:
         code = errno.errorcode.get(error.errno or 0, "error")
@@ -164,6 +167,24 @@ def evaluate(path: str, stat_timeout: float | None = DEFAULT_STAT_TIMEOUT) -> De
             path, Outcome.UNHEALTHY, f"non-empty decision file ({st.st_size} bytes)", st.st_size
         )
     return Decision(path, Outcome.CLEAR, "empty decision file", 0)
+
+
+def directory_problem(directory: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT) -> str | None:
+    """Why ``directory`` cannot hold decisions, or ``None`` when it can or cannot be told.
+
+    One bounded ``stat``. Only a definite answer is a problem: the directory does not
+    exist, or is not a directory. A stat that fails otherwise (or hangs) returns
+    ``None``: the artifact's own stat reports that.
+    """
+    try:
+        st = stat_within(directory, validate_seconds(STAT_TIMEOUT, stat_timeout))
+    except FileNotFoundError:
+        return f"decision directory {directory} does not exist"
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"decision directory {directory} is a {_file_type(st.st_mode)}, not a directory"
+    return None
 
 
 def _sync_directory(directory: str) -> None:

@@ -1,24 +1,67 @@
-"""``os.stat`` with a time bound, for shared filesystems that can hang.
+"""``os.stat`` with a time bound, run in a helper process, for shared filesystems that hang.
 
-A Lustre or NFS client can block a ``stat`` for minutes, or for ever. The consumer
-must not hang the launcher with it, so the call runs on a reusable daemon thread and
-the caller waits at most ``timeout`` seconds. A stat that has not returned is left to
-finish on its own thread; until it does, a new stat of the same path is refused at
-once instead of piling up another blocked thread. At most one thread is therefore
-stuck per path, and a healthy call costs one thread hand-off on top of the stat.
+A Lustre or NFS client can block a ``stat`` for minutes, or for ever, and the blocked
+thread sleeps uninterruptibly: no signal wakes it, and a process cannot finish exiting
+while one of its threads sleeps so. A bounded stat on a thread of the launcher would
+release the caller but keep the launcher from ever exiting. So the stat runs in a
+small helper process (a fresh ``python -I -S``, tagged :data:`HELPER_TAG` in its
+command line):
+
+* The helper is started on first use and reused: a healthy call costs one request and
+  one reply over two private pipes.
+* When a stat has not answered within the bound, the helper is *abandoned*: its pipes
+  are closed and the next call starts a new helper. The abandoned helper exits on its
+  own as soon as its stat returns (its reply meets a closed pipe) and is reaped then;
+  once the filesystem answers, nothing is left behind.
+* At most one stuck stat per path: while an abandoned helper still waits on a path, a
+  new stat of that path is refused at once (:class:`StatTimeoutError`) instead of
+  sending one more process into the hung filesystem.
+* A stuck helper holds none of the launcher's standard streams (its stdin and stdout
+  are the private pipes, its stderr is ``/dev/null``): srun, or any caller reading the
+  launcher's output through a pipe, is not held by it. It stays in the launcher's
+  process group and Slurm step, so Slurm still sees a node whose filesystem hangs.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
-import _thread
+import errno
 import os
-import queue
+import select
+import shutil
+import subprocess
+import sys
 import threading
 import time
 
-__all__ = ["StatTimeoutError", "stat_within"]
+__all__ = ["HELPER_TAG", "StatHelperError", "StatTimeoutError", "stat_within"]
+
+#: The helper's last command-line argument, to recognise it (``ps``, ``/proc``).
+HELPER_TAG = "nvrx-seghealth-stat-helper"
+
+# The helper: read NUL-terminated paths on stdin, answer one line each on stdout.
+# Its reply to a request that met a closed pipe raises BrokenPipeError: it exits.
+_HELPER_CODE = r"""
+import os
+pending = b""
+while True:
+    chunk = os.read(0, 65536)
+    if not chunk:
+        break
+    pending += chunk
+    while b"\0" in pending:
+        path, _, pending = pending.partition(b"\0")
+        try:
+            st = os.stat(path)
+        except OSError as error:
+            reply = "E %d" % (error.errno or 0)
+        else:
+            reply = "S " + " ".join(repr(field) for field in (
+                st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid,
+                st.st_size, st.st_atime, st.st_mtime, st.st_ctime))
+        os.write(1, reply.encode() + b"\n")
+"""
 
 
 class StatTimeoutError(TimeoutError):
@@ -35,68 +78,149 @@ class StatTimeoutError(TimeoutError):
         self.waited = waited
 
 
-_Request = tuple[str, list, "_thread.LockType"]
+class StatHelperError(OSError):
+    """The helper process could not be started: no stat was made."""
 
 
-class _StatThread:
-    """One daemon thread that answers stat requests in order."""
+def _interpreters() -> list[str]:
+    """Pythons to run the helper with, best first: this one, then any ``python3``.
+
+    The helper needs only the standard library, so any Python 3 will do when this
+    process's own interpreter cannot be executed (e.g. its path is unreadable to the
+    user this process now runs as).
+    """
+    candidates = [sys.executable, getattr(sys, "_base_executable", ""), shutil.which("python3")]
+    return list(dict.fromkeys(c for c in candidates if c))
+
+
+def _start_helper() -> subprocess.Popen[bytes]:
+    errors = []
+    for interpreter in _interpreters():
+        try:
+            return subprocess.Popen(
+                [interpreter, "-I", "-S", "-c", _HELPER_CODE, HELPER_TAG],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+                bufsize=0,
+            )
+        except OSError as error:
+            errors.append(f"{interpreter}: {error.strerror or error}")
+    raise StatHelperError(
+        errno.ENOEXEC, f"the stat helper process cannot be started ({'; '.join(errors)})"
+    )
+
+
+class _Helper:
+    """One helper process and the pipes to it."""
 
     def __init__(self) -> None:
-        self.requests: queue.SimpleQueue[_Request] = queue.SimpleQueue()
-        threading.Thread(target=self._serve, name="nvrx-seghealth-stat", daemon=True).start()
+        self.process = _start_helper()
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.requests = self.process.stdin.fileno()
+        self.replies = self.process.stdout.fileno()
+        self.poller = select.poll()
+        self.poller.register(self.replies, select.POLLIN)
+        self.unread = b""
 
-    def _serve(self) -> None:
-        while True:
-            path, box, done = self.requests.get()
-            try:
-                box.append(os.stat(path))
-            except OSError as error:
-                box.append(error)
-            with _state_lock:
-                _pending.pop(path, None)
-            done.release()
+    def ask(self, path: bytes, deadline: float) -> bytes | None:
+        """Send one request; return the reply line, or ``None`` when ``deadline`` passed.
+
+        Raises:
+            OSError: the helper is gone (it died, or its pipe broke).
+        """
+        os.write(self.requests, path + b"\0")
+        while b"\n" not in self.unread:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self.poller.poll(max(1, int(remaining * 1000) + 1)):
+                if time.monotonic() >= deadline:
+                    return None
+                continue
+            chunk = os.read(self.replies, 4096)
+            if not chunk:
+                raise OSError(errno.EPIPE, "the stat helper process exited")
+            self.unread += chunk
+        line, _, self.unread = self.unread.partition(b"\n")
+        return line
+
+    def abandon(self) -> None:
+        """Close the pipes; the process exits once its stat (if any) returns."""
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None:
+                stream.close()
 
 
-_state_lock = threading.Lock()
-_server: _StatThread | None = None
-_pending: dict[str, float] = {}  # path -> monotonic start of a stat that timed out
+_lock = threading.Lock()
+_helper: _Helper | None = None
+# path -> (abandoned helper still inside its stat, monotonic start of that stat)
+_stuck: dict[str, tuple[_Helper, float]] = {}
 
 
-def stat_within(path: str, timeout: float | None) -> os.stat_result:
+def _reap() -> None:
+    """Forget abandoned helpers that have exited (their stat returned)."""
+    for path, (helper, _) in list(_stuck.items()):
+        if helper.process.poll() is not None:
+            del _stuck[path]
+
+
+def _parse(path: str, reply: bytes) -> os.stat_result:
+    kind, _, rest = reply.decode().partition(" ")
+    if kind == "E":
+        code = int(rest)
+        raise OSError(code, os.strerror(code), path)
+    values = rest.split()
+    ints = [int(value) for value in values[:7]]
+    times = [float(value) for value in values[7:10]]
+    # indices 7-9 hold the times in whole seconds, 10-12 (``st_atime`` ...) as floats
+    return os.stat_result(ints + [int(t) for t in times] + times)
+
+
+def stat_within(path: str, timeout: float) -> os.stat_result:
     """Return ``os.stat(path)`` (following symlinks), waiting at most ``timeout`` s.
 
-    ``timeout=None`` calls ``os.stat`` directly, without a bound.
+    The stat runs in the helper process (see the module doc). The result carries
+    ``st_mode``, ``st_ino``, ``st_dev``, ``st_nlink``, ``st_uid``, ``st_gid``,
+    ``st_size`` and the three times.
 
     Raises:
-        OSError: whatever ``os.stat`` raised.
+        ValueError: ``path`` contains a NUL byte, or ``timeout`` is not positive.
+        StatHelperError: the helper process could not be started.
+        OSError: whatever ``os.stat`` raised in the helper, or the helper died.
         StatTimeoutError: the stat did not return in time, or an earlier stat of the
             same path is still pending.
     """
-    if timeout is None:
-        return os.stat(path)
-    global _server
-    with _state_lock:
-        started = _pending.get(path)
-        if started is not None:
-            raise StatTimeoutError(path, time.monotonic() - started)
-        if _server is None:
-            _server = _StatThread()
-        server = _server
-    box: list = []
-    done = _thread.allocate_lock()
-    done.acquire()
+    global _helper
+    if not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    encoded = os.fsencode(path)
+    if b"\0" in encoded:
+        raise ValueError(f"embedded null byte in path {path!r}")
     started = time.monotonic()
-    server.requests.put((path, box, done))
-    if not done.acquire(timeout=timeout):
-        with _state_lock:
-            hung = not box
-            if hung:  # leave the thread to its stat; later calls get a fresh one
-                _pending[path] = started
-                if _server is server:
-                    _server = None
-        if hung:
+    deadline = started + timeout
+    if not _lock.acquire(timeout=timeout):
+        raise StatTimeoutError(path, time.monotonic() - started)
+    try:
+        _reap()
+        if path in _stuck:
+            raise StatTimeoutError(path, time.monotonic() - _stuck[path][1])
+        for attempt in (1, 2):  # a helper that died since the last call is replaced once
+            if _helper is None:
+                _helper = _Helper()
+            helper = _helper
+            try:
+                reply = helper.ask(encoded, deadline)
+                break
+            except OSError:
+                helper.abandon()
+                _helper = None
+                if attempt == 2:
+                    raise
+        if reply is None:
+            helper.abandon()
+            _helper = None
+            _stuck[path] = (helper, started)
             raise StatTimeoutError(path, time.monotonic() - started)
-    result = box[0]
-    if isinstance(result, OSError):
-        raise result
-    return result
+        return _parse(path, reply)
+    finally:
+        _lock.release()

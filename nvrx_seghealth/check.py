@@ -10,7 +10,10 @@ bounded ``stat`` per call and logs what an operator needs:
   ``Segment health check installed directory=<dir> job_id=<job> task_id=<task>``
 * a missing decision: nothing (the producer may not be running);
 * an unreadable path or a file that is not regular: one WARNING per evaluation,
-  naming the path and the error; the unit proceeds (fail open).
+  naming the path and the error; the unit proceeds (fail open);
+* the first time the decision is missing, the directory itself is looked at once: a
+  configured directory that does not exist (a typo, an unmounted filesystem) gets one
+  WARNING, so the feature never turns itself off without a word.
 
 Standard library only.
 """
@@ -22,29 +25,23 @@ from collections.abc import Mapping
 
 from .allocation import AllocationUnit, InvalidIdentityError
 from .artifact import (
-    DEFAULT_STAT_TIMEOUT,
     Decision,
+    Outcome,
     artifact_path,
+    directory_problem,
     evaluate,
     require_absolute_directory,
 )
+from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
 
 __all__ = [
     "SegmentHealthCheck",
     "get_segment_health_check",
     "install_check",
     "unit_from_env",
-    "validate_stat_timeout",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def validate_stat_timeout(stat_timeout: float | None) -> float | None:
-    """Return ``stat_timeout`` when it is ``None`` (unbounded) or a positive number."""
-    if stat_timeout is not None and not stat_timeout > 0:
-        raise ValueError(f"stat_timeout must be a positive number of seconds, got {stat_timeout!r}")
-    return stat_timeout
 
 
 class SegmentHealthCheck:
@@ -57,27 +54,28 @@ class SegmentHealthCheck:
         directory: absolute path of the shared decision directory.
         job_id: the unit's job id (``SLURM_ARRAY_JOB_ID`` or ``SLURM_JOB_ID``).
         task_id: the unit's task id (``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``).
-        stat_timeout: seconds one ``stat`` may take before failing open;
-            ``None`` for no bound.
+        stat_timeout: seconds one ``stat`` may take before failing open, in the
+            range of :data:`~.durations.STAT_TIMEOUT`.
 
     Raises:
         ValueError: ``directory`` is not absolute, an id is not decimal digits, or
-            ``stat_timeout`` is not positive.
+            ``stat_timeout`` is out of range (:class:`~.errors.ConfigurationError`).
     """
 
     def __init__(
         self,
         directory: str,
-        job_id: str,
-        task_id: str,
+        job_id: str | int,
+        task_id: str | int,
         *,
-        stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+        stat_timeout: float = DEFAULT_STAT_TIMEOUT,
     ) -> None:
         self.directory = require_absolute_directory(directory)
-        self.job_id = job_id
-        self.task_id = task_id
-        self.path = artifact_path(directory, job_id, task_id)
-        self.stat_timeout = validate_stat_timeout(stat_timeout)
+        self.job_id = str(job_id)
+        self.task_id = str(task_id)
+        self.path = artifact_path(directory, self.job_id, self.task_id)
+        self.stat_timeout = validate_seconds(STAT_TIMEOUT, stat_timeout)
+        self._directory_looked_at = False
 
     def evaluate(self) -> Decision:
         """Stat the artifact once and return the decision; warn when failing open."""
@@ -88,6 +86,15 @@ class SegmentHealthCheck:
                 decision.path,
                 decision.reason,
             )
+        elif decision.outcome is Outcome.ABSENT and not self._directory_looked_at:
+            self._directory_looked_at = True
+            problem = directory_problem(self.directory, self.stat_timeout)
+            if problem is not None:
+                log.warning(
+                    "Segment health check: %s; no decision can be read until it does "
+                    "(proceeding, fail open). Check the configured directory",
+                    problem,
+                )
         return decision
 
     def __call__(self) -> bool:
@@ -113,7 +120,7 @@ def install_check(
     directory: str,
     unit: AllocationUnit | None,
     *,
-    stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+    stat_timeout: float = DEFAULT_STAT_TIMEOUT,
 ) -> SegmentHealthCheck | None:
     """Install the check for ``unit`` when it is its process 0; log the install line."""
     if unit is None or not unit.is_process_zero:
@@ -132,7 +139,7 @@ def get_segment_health_check(
     directory: str | None,
     environ: Mapping[str, str] | None = None,
     *,
-    stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+    stat_timeout: float = DEFAULT_STAT_TIMEOUT,
 ) -> SegmentHealthCheck | None:
     """Install the check for this launcher, or return ``None`` when it is not eligible.
 
@@ -143,10 +150,10 @@ def get_segment_health_check(
 
     Raises:
         ValueError: ``directory`` is not absolute (on every launcher, eligible or not:
-            it is a configuration error), or ``stat_timeout`` is not positive.
+            it is a configuration error), or ``stat_timeout`` is out of range.
     """
     if not directory:
         return None
     require_absolute_directory(directory)
-    validate_stat_timeout(stat_timeout)
+    validate_seconds(STAT_TIMEOUT, stat_timeout)
     return install_check(directory, unit_from_env(environ), stat_timeout=stat_timeout)

@@ -7,9 +7,11 @@ before the rest is handed to the inner backend:
 key                                       meaning                                   default
 ========================================  ========================================  ==========
 ``segment_health_check_dir``              absolute decision directory               see below
-``segment_health_check_stat_timeout``     seconds one artifact ``stat`` may take     10
+``segment_health_check_stat_timeout``     seconds one artifact ``stat`` may take,    10
+                                          in (0, 600]
 ``segment_health_check_handoff_timeout``  seconds a sibling waits for process 0's    stat bound
-                                          verdict; ``0`` turns the hand-off off     + 20
+                                          verdict, in [0, 3600]; ``0`` turns the    + 20
+                                          hand-off off
 ``inner_backend``                         the rendezvous that does the work         ``c10d``
 ========================================  ========================================  ==========
 
@@ -29,8 +31,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .artifact import DEFAULT_STAT_TIMEOUT, require_absolute_directory
-from .handoff import validate_handoff_timeout
+from .artifact import require_absolute_directory
+from .durations import (
+    DEFAULT_STAT_TIMEOUT,
+    HANDOFF_TIMEOUT,
+    STAT_TIMEOUT,
+    DurationSetting,
+    validate_seconds,
+)
+from .errors import ConfigurationError
 
 __all__ = [
     "DIRECTORY_ENV",
@@ -51,10 +60,6 @@ DIRECTORY_ENV = "NVRX_SEGMENT_HEALTH_CHECK_DIR"
 INNER_BACKENDS = ("c10d", "etcd-v2")
 
 
-class ConfigurationError(ValueError):
-    """A segment-health setting is invalid; the message names the setting and the fix."""
-
-
 def _directory(config: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
     if DIRECTORY_KEY in config:
         value, what = config[DIRECTORY_KEY], f"rdzv-conf {DIRECTORY_KEY}"
@@ -73,32 +78,8 @@ def _directory(config: Mapping[str, Any], environ: Mapping[str, str]) -> str | N
         raise ConfigurationError(str(error)) from None
 
 
-def _stat_timeout(config: Mapping[str, Any]) -> float:
-    value = config.get(STAT_TIMEOUT_KEY, DEFAULT_STAT_TIMEOUT)
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not seconds > 0 or seconds == float("inf"):
-        raise ConfigurationError(
-            f"rdzv-conf {STAT_TIMEOUT_KEY}={value!r} must be a positive, finite number of "
-            f"seconds (e.g. {STAT_TIMEOUT_KEY}={DEFAULT_STAT_TIMEOUT:g})"
-        )
-    return seconds
-
-
-def _handoff_timeout(config: Mapping[str, Any]) -> float | None:
-    if HANDOFF_TIMEOUT_KEY not in config:
-        return None
-    value = config[HANDOFF_TIMEOUT_KEY]
-    try:
-        return validate_handoff_timeout(float(value))
-    except (TypeError, ValueError):
-        raise ConfigurationError(
-            f"rdzv-conf {HANDOFF_TIMEOUT_KEY}={value!r} must be a finite number of seconds "
-            f">= 0: how long the other launchers of an array task wait for process 0's "
-            f"verdict (e.g. {HANDOFF_TIMEOUT_KEY}=30; 0 turns the hand-off off)"
-        ) from None
+def _seconds(config: Mapping[str, Any], key: str, setting: DurationSetting) -> float:
+    return validate_seconds(setting, config[key], given_as=f"rdzv-conf {key}")
 
 
 def _inner_backend(config: Mapping[str, Any]) -> str:
@@ -120,7 +101,7 @@ class BackendSettings:
         directory: the decision directory, or ``None`` (check disabled).
         stat_timeout: seconds one artifact ``stat`` may take.
         handoff_timeout: seconds a sibling waits for process 0's verdict; ``None``: the
-            default (:func:`~.handoff.default_handoff_timeout`); ``0``: no hand-off.
+            default (:func:`~.durations.default_handoff_timeout`); ``0``: no hand-off.
         inner_backend: ``c10d`` or ``etcd-v2``.
         inner_config: the rendezvous configuration without this package's keys.
     """
@@ -144,8 +125,16 @@ class BackendSettings:
         ours = (DIRECTORY_KEY, STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, INNER_BACKEND_KEY)
         return cls(
             directory=_directory(config, env),
-            stat_timeout=_stat_timeout(config),
-            handoff_timeout=_handoff_timeout(config),
+            stat_timeout=(
+                _seconds(config, STAT_TIMEOUT_KEY, STAT_TIMEOUT)
+                if STAT_TIMEOUT_KEY in config
+                else DEFAULT_STAT_TIMEOUT
+            ),
+            handoff_timeout=(
+                _seconds(config, HANDOFF_TIMEOUT_KEY, HANDOFF_TIMEOUT)
+                if HANDOFF_TIMEOUT_KEY in config
+                else None
+            ),
             inner_backend=_inner_backend(config),
             inner_config={k: v for k, v in config.items() if k not in ours},
         )

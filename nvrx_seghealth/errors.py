@@ -1,11 +1,15 @@
-"""The exception that excludes an allocation unit from the rendezvous.
+"""The package's exceptions: an exclusion, and a setting that cannot be used.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
-__all__ = ["UnhealthyNodeException"]
+__all__ = ["ConfigurationError", "UnhealthyNodeException"]
+
+
+class ConfigurationError(ValueError):
+    """A segment-health setting is invalid; the message names the setting and the fix."""
 
 
 class UnhealthyNodeException(Exception):

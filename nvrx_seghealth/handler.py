@@ -8,24 +8,33 @@ own) and adds, in ``next_rendezvous()``:
    published in the rendezvous store, then :class:`UnhealthyNodeException` is raised.
    A regular job has no replacement group; process 0 only raises, and
    ``srun --kill-on-bad-exit=1`` ends the step.
-2. The hand-off (:mod:`.handoff`, array tasks): process 0 publishes its verdict for
-   this attempt (after the marker, when excluded); every other launcher of the task
-   waits for a verdict newer than its last one, at most ``handoff_timeout`` seconds,
-   before it may join. Without a verdict in time it joins anyway (one WARNING): a
-   missing process 0 never holds the job.
+2. The hand-off (:mod:`.handoff`, array tasks): every other launcher of the task asks
+   process 0 for a verdict and waits, at most ``handoff_timeout`` seconds, for one that
+   covers its request before it may join. Process 0 answers at each of its own
+   attempts and, between them, from a thread that looks for requests every
+   :data:`RESPONDER_INTERVAL` seconds, so a sibling that restarts alone is answered
+   while process 0's workers run. Without a verdict in time a sibling joins anyway
+   (one WARNING): a missing process 0 never holds the job.
 3. Any launcher of an array task whose group is marked raises without joining. This
    is how the unit leaves a rendezvous whose host knows nothing of groups.
 4. Otherwise the inner handler's ``next_rendezvous()`` runs.
-5. Right after it returns, an array launcher looks at its marker again. With the
-   hand-off this only matters when a sibling joined without a verdict; then process 0
-   may have published while this launcher waited inside the rendezvous. Marked: raise,
-   so at most one more round is needed.
+5. Right after it returns, an array launcher looks at its marker again: a sibling that
+   joined without a verdict may have waited inside the rendezvous while process 0
+   published. Marked: raise, so at most one more round is needed.
+
+Do no harm: only an exclusion leaves the wrapper as an exception. Any failure of its
+own work (the check, a marker, the hand-off) is one WARNING and the launcher goes on
+as plain torchrun would (fail open); the inner handler's own errors pass through
+unchanged.
 
 Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
-again, and ``shutdown()`` / ``set_closed()`` do **not** reach the inner handler. torch's
-``launch_agent`` calls ``shutdown()`` after any failure, and a dynamic handler's
-``shutdown()`` closes the rendezvous for every node; delegating it would end the whole
-job because one unit left.
+again. On the way out it stops the inner handler's keep-alive and, for torch's
+dynamic handler, leaves the round it was a participant of (what torch itself does at
+the start of every ``next_rendezvous()``), so the others need not wait for its
+heartbeat to expire. ``shutdown()`` / ``set_closed()`` do **not** close the shared
+rendezvous: torch's ``launch_agent`` calls ``shutdown()`` after any failure, and a
+dynamic handler's ``shutdown()`` closes the rendezvous for every node; delegating it
+would end the whole job because one unit left.
 """
 
 from __future__ import annotations
@@ -34,22 +43,38 @@ import datetime
 import logging
 import os
 import socket
+import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
 
 from .allocation import AllocationUnit, InvalidIdentityError
-from .artifact import DEFAULT_STAT_TIMEOUT, Decision, require_absolute_directory
-from .check import SegmentHealthCheck, install_check, unit_from_env, validate_stat_timeout
+from .artifact import Decision, require_absolute_directory
+from .check import SegmentHealthCheck, install_check, unit_from_env
+from .durations import (
+    DEFAULT_STAT_TIMEOUT,
+    HANDOFF_TIMEOUT,
+    STAT_TIMEOUT,
+    default_handoff_timeout,
+    validate_seconds,
+)
 from .errors import UnhealthyNodeException
-from .handoff import Verdict, VerdictHandoff, default_handoff_timeout, validate_handoff_timeout
+from .handoff import Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
 
-__all__ = ["SegmentHealthRendezvousHandler"]
+__all__ = ["RESPONDER_INTERVAL", "SegmentHealthRendezvousHandler"]
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two looks of process 0 for a sibling's verdict request. It bounds
+#: what the hand-off adds to a sibling's restart; each look is one store ``add``.
+RESPONDER_INTERVAL = 0.1
+
+_T = TypeVar("_T")
 
 
 class SegmentHealthRendezvousHandler(RendezvousHandler):
@@ -64,16 +89,18 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         directory: absolute path of the decision directory; ``None`` or empty disables
             the segment health check, and the wrapper only delegates.
         environ: where to read Slurm's variables (default ``os.environ``).
-        stat_timeout: seconds one ``stat`` of the artifact may take (``None``: no bound).
+        stat_timeout: seconds one ``stat`` of the artifact may take (see
+            :mod:`.durations` for the range).
         backend: the name ``get_backend()`` reports (default: the inner handler's).
             A registered backend must report the name it was registered under.
         handoff_timeout: seconds a sibling waits for process 0's verdict before it
             joins without one; ``None``: ``stat_timeout`` plus
-            :data:`~.handoff.HANDOFF_MARGIN` (30 s with the defaults); ``0``: no hand-off.
+            :data:`~.durations.HANDOFF_MARGIN` (30 s with the defaults); ``0``: no
+            hand-off.
 
     Raises:
-        ValueError: ``directory`` is not absolute, ``stat_timeout`` is not positive, or
-            ``handoff_timeout`` is negative.
+        ValueError: ``directory`` is not absolute, or a timeout is out of range
+            (:class:`~.errors.ConfigurationError`).
     """
 
     def __init__(
@@ -83,26 +110,35 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         store: Store | None,
         directory: str | None,
         environ: Mapping[str, str] | None = None,
-        stat_timeout: float | None = DEFAULT_STAT_TIMEOUT,
+        stat_timeout: float = DEFAULT_STAT_TIMEOUT,
         backend: str | None = None,
         handoff_timeout: float | None = None,
     ) -> None:
         self._inner = inner
         self._backend = backend or inner.get_backend()
-        self._unit: AllocationUnit | None = None
-        self._check: SegmentHealthCheck | None = None
-        self._markers: ReplacementGroupMarkers | None = None
-        self._exclusion: UnhealthyNodeException | None = None
-        self._handoff: VerdictHandoff | None = None
+        stat_timeout = validate_seconds(STAT_TIMEOUT, stat_timeout)
         self._handoff_timeout = (
             default_handoff_timeout(stat_timeout)
             if handoff_timeout is None
-            else validate_handoff_timeout(handoff_timeout)
+            else validate_seconds(HANDOFF_TIMEOUT, handoff_timeout)
         )
+        self._unit: AllocationUnit | None = None
+        self._check: SegmentHealthCheck | None = None
+        self._markers: ReplacementGroupMarkers | None = None
+        self._handoff: VerdictHandoff | None = None
+        self._exclusion: UnhealthyNodeException | None = None
+        self._left = False
+        # Process 0: the lock orders stat, marker and verdict between the agent's
+        # thread and the responder; the rest is what the responder answers with.
+        self._lock = threading.Lock()
+        self._joining = False
+        self._attempt_verdict = Verdict.UNCHECKED
+        self._answered = 0
+        self._responder: _Responder | None = None
+        self._responder_failing = False
         if not directory:
             return
         require_absolute_directory(directory)
-        validate_stat_timeout(stat_timeout)
         self._unit = unit_from_env(environ)
         self._check = install_check(directory, self._unit, stat_timeout=stat_timeout)
         if self._unit is None or not self._unit.is_array:
@@ -174,23 +210,25 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             UnhealthyNodeException: the unit is excluded.
             Exception: whatever the inner handler raised.
         """
+        try:
+            return self._next_rendezvous()
+        except UnhealthyNodeException:
+            self._leave_inner()
+            raise
+
+    def _next_rendezvous(self) -> RendezvousInfo:
         if self._exclusion is not None:
-            raise self._exclude(
-                str(self._exclusion),
-                path=self._exclusion.path,
-                size=self._exclusion.size,
-            )
+            raise self._exclusion
         if self._check is not None:
-            decision = self._check.evaluate()
-            if not decision.proceed:
-                self._exclude_by_decision(decision)
-            self._publish_verdict(Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY)
+            self._judge_attempt(self._check)
         elif self._handoff is not None:
-            # A task marked earlier gets no further verdicts: no need to wait for one.
-            self._refuse_if_marked("before joining")
-            self._await_verdict()
+            self._await_verdict(self._handoff)
         self._refuse_if_marked("before joining")
-        info = self._inner.next_rendezvous()
+        try:
+            info = self._inner.next_rendezvous()
+        finally:
+            with self._lock:
+                self._joining = False
         self._refuse_if_marked("after joining")
         return info
 
@@ -220,66 +258,128 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         healthy units, which re-form without it.
         """
         if self._exclusion is not None:
+            self._leave_inner()
             log.info(
                 "Segment health check: excluded unit leaves the shared rendezvous open "
                 "for the other units"
             )
             return False
+        self._stop_responder()
         return self._inner.shutdown()
+
+    # -- process 0 ---------------------------------------------------------------
+
+    def _judge_attempt(self, check: SegmentHealthCheck) -> None:
+        """Process 0, before joining: stat, exclude or publish this attempt's verdict."""
+        with self._lock:
+            self._joining = True
+            covered = self._requested()
+            verdict = self._judge(check, covered)
+            self._attempt_verdict = verdict
+        if self._exclusion is not None:
+            raise self._exclusion
+        if self._handoff is not None and self._responder is None:
+            self._responder = _Responder(self._answer_requests)
+
+    def _answer_requests(self) -> None:
+        """Process 0, between attempts (responder thread): answer pending requests."""
+        with self._lock:
+            if self._exclusion is not None or self._check is None:
+                return
+            assert self._handoff is not None  # the responder runs only with a hand-off
+            try:
+                covered = self._handoff.requested()
+            except Exception as error:  # one WARNING per streak, not one per look
+                if not self._responder_failing:
+                    self._responder_failing = True
+                    self._warn("look for the siblings' verdict requests", error)
+                return
+            if self._responder_failing:
+                self._responder_failing = False
+                log.info("Segment health check: verdict requests readable again")
+            if covered <= self._answered:
+                return
+            if self._joining:  # the sibling joins the round this attempt's stat admitted
+                self._answer(covered, self._attempt_verdict)
+            else:
+                self._judge(self._check, covered)
+
+    def _requested(self) -> int | None:
+        """The highest request number, ``None`` without a hand-off or when unreadable."""
+        if self._handoff is None:
+            return None
+        return self._fail_open("read the siblings' verdict requests", self._handoff.requested)
+
+    def _judge(self, check: SegmentHealthCheck, covered: int | None) -> Verdict:
+        """Stat once; on exclusion publish the marker; publish the verdict (lock held)."""
+        decision = self._fail_open("evaluate the decision file", check.evaluate)
+        if decision is None:
+            verdict = Verdict.UNCHECKED
+        elif not decision.proceed:
+            self._exclude_by_decision(decision)
+            verdict = Verdict.EXCLUDED
+        else:
+            verdict = Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
+        self._answer(covered, verdict)
+        return verdict
+
+    def _answer(self, covered: int | None, verdict: Verdict) -> None:
+        handoff = self._handoff
+        if handoff is None or covered is None:
+            return
+        try:
+            handoff.answer(covered, verdict)
+        except Exception as error:
+            self._warn(
+                f"publish process 0's verdict ({verdict.value}); the task's other launchers "
+                f"join after {self._handoff_timeout:g} s without it",
+                error,
+            )
+            return
+        self._answered = max(self._answered, covered)
 
     def _exclude_by_decision(self, decision: Decision) -> None:
         unit = self._unit
         assert unit is not None  # a check is only installed for a known unit
         # Logged before the marker goes out: once siblings see it, srun may end this
         # launcher at any moment.
-        exclusion = self._exclude(
+        self._exclude(
             f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded: "
             f"decision file {decision.path} is non-empty ({decision.size} bytes)",
             path=decision.path,
             size=decision.size,
         )
-        if unit.replacement_group is not None:
-            self._publish_marker(unit, decision)
-            self._publish_verdict(Verdict.EXCLUDED)
-        raise exclusion
-
-    def _publish_verdict(self, verdict: Verdict) -> None:
-        if self._handoff is None:
-            return
-        try:
-            self._handoff.publish(verdict)
-        except Exception as error:  # siblings then join after their bound (fail open)
-            unit = self._unit
-            assert unit is not None
-            log.warning(
-                "Segment health check could not publish process 0's verdict (%s) for array "
-                "task %s_%s (%s: %s); the task's other launchers join after %g s without it",
-                verdict.value,
-                unit.job_id,
+        if self._markers is not None:
+            detail = (
+                f"{decision.path} ({decision.size} bytes) host={socket.gethostname()} "
+                f"pid={os.getpid()} "
+                f"at={datetime.datetime.now(datetime.timezone.utc).isoformat()}"
+            )
+            self._fail_open(
+                "publish the unhealthy marker; the task's other launchers are stopped "
+                "only by srun",
+                self._markers.publish,
                 unit.task_id,
-                type(error).__name__,
-                error,
-                self._handoff_timeout,
+                detail,
             )
 
-    def _await_verdict(self) -> None:
-        """Sibling: wait for process 0's verdict; raise when it is an exclusion."""
-        handoff, unit = self._handoff, self._unit
-        assert handoff is not None and unit is not None
+    # -- the other launchers of an array task ------------------------------------
+
+    def _await_verdict(self, handoff: VerdictHandoff) -> None:
+        """Sibling: ask process 0 for a verdict, wait for it; raise when excluded."""
+        unit = self._unit
+        assert unit is not None  # a hand-off exists only for a known array unit
+        # A task marked earlier gets no further verdicts: no need to wait for one.
+        self._refuse_if_marked("before joining")
         started = time.monotonic()
-        try:
-            taken = handoff.take(self._handoff_timeout)
-        except Exception as error:
-            log.warning(
-                "Segment health check could not read process 0's verdict for array task "
-                "%s_%s (%s: %s); joining without it (fail open)",
-                unit.job_id,
-                unit.task_id,
-                type(error).__name__,
-                error,
-            )
+        request = self._fail_open("ask process 0 for a verdict; joining without one",
+                                  handoff.request)
+        if request is None:
             return
-        if taken is None:
+        verdict = self._fail_open("read process 0's verdict; joining without one",
+                                  handoff.wait, request, self._handoff_timeout)
+        waited = time.monotonic() - started
+        if verdict is None:
             log.warning(
                 "Segment health check: no verdict from process 0 of array task %s_%s within "
                 "%g s (process 0 absent, slow, or running without the check); joining "
@@ -289,16 +389,14 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 self._handoff_timeout,
             )
             return
-        number, verdict = taken
-        waited = time.monotonic() - started
         # A noticeable wait is worth a line: it is time the whole job spends at this gate.
         log.log(
             logging.INFO if waited >= 1 else logging.DEBUG,
-            "Segment health check: process 0 of array task %s_%s gave verdict %d: %s "
+            "Segment health check: process 0 of array task %s_%s answered request %d: %s "
             "(waited %.1f s)",
             unit.job_id,
             unit.task_id,
-            number,
+            request,
             verdict.value,
             waited,
         )
@@ -309,47 +407,43 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 f"(before joining): its process 0 gave the verdict {verdict.value!r}"
             )
 
-    def _publish_marker(self, unit: AllocationUnit, decision: Decision) -> None:
-        if self._markers is None:
-            return  # already warned at construction
-        detail = (
-            f"{decision.path} ({decision.size} bytes) host={socket.gethostname()} "
-            f"pid={os.getpid()} at={datetime.datetime.now(datetime.timezone.utc).isoformat()}"
-        )
-        try:
-            self._markers.publish(unit.task_id, detail)
-        except Exception as error:  # the exclusion itself stands regardless
-            log.warning(
-                "Segment health check could not publish the unhealthy marker of array "
-                "task %s_%s (%s: %s); the task's other launchers are stopped only by srun",
-                unit.job_id,
-                unit.task_id,
-                type(error).__name__,
-                error,
-            )
-
     def _refuse_if_marked(self, when: str) -> None:
-        if self._markers is None:
+        unit, markers = self._unit, self._markers
+        if markers is None or unit is None or unit.replacement_group is None:
             return
-        unit = self._unit
-        assert unit is not None and unit.replacement_group is not None
-        try:
-            detail = self._markers.detail(unit.replacement_group)
-        except Exception as error:
-            log.warning(
-                "Segment health check could not read the marker of array task %s_%s "
-                "(%s: %s); proceeding (fail open)",
-                unit.job_id,
-                unit.task_id,
-                type(error).__name__,
-                error,
-            )
-            return
+        detail = self._fail_open(
+            "read the marker; proceeding", markers.detail, unit.replacement_group
+        )
         if detail is not None:
             raise self._exclude(
                 f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
                 f"({when}): its process 0 marked the replacement group unhealthy: {detail}"
             )
+
+    # -- shared ------------------------------------------------------------------
+
+    def _fail_open(self, action: str, call: Callable[..., _T], *args: object) -> _T | None:
+        """Run ``call(*args)``; on any error log one WARNING naming ``action``, return None.
+
+        Every piece of the wrapper's own work goes through here (or :meth:`_warn`):
+        nothing but an exclusion may leave the wrapper as an error.
+        """
+        try:
+            return call(*args)
+        except Exception as error:
+            self._warn(action, error)
+            return None
+
+    def _warn(self, action: str, error: Exception) -> None:
+        unit = self._unit
+        where = f" of array task {unit.job_id}_{unit.task_id}" if unit and unit.is_array else ""
+        log.warning(
+            "Segment health check could not %s%s (%s: %s) (fail open)",
+            action,
+            where,
+            type(error).__name__,
+            error,
+        )
 
     def _exclude(
         self, message: str, *, path: str | None = None, size: int | None = None
@@ -359,7 +453,62 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         assert unit is not None
         if self._exclusion is None:
             log.error("Segment health check: %s", message)
-        self._exclusion = UnhealthyNodeException(
-            message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
-        )
+            self._exclusion = UnhealthyNodeException(
+                message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
+            )
         return self._exclusion
+
+    def _stop_responder(self) -> None:
+        if self._responder is not None:
+            self._responder.stop()
+            self._responder = None
+
+    def _leave_inner(self) -> None:
+        """Once excluded: stop answering, stop the inner keep-alive, leave the round."""
+        if self._left:
+            return
+        self._left = True
+        self._stop_responder()
+        self._fail_open("leave the inner rendezvous", _leave_dynamic_rendezvous, self._inner)
+
+
+def _leave_dynamic_rendezvous(inner: RendezvousHandler) -> None:
+    """Stop a dynamic handler's keep-alive and leave its round, without closing it.
+
+    torch's ``DynamicRendezvousHandler`` has no public way to do this; the calls are
+    the ones its own ``next_rendezvous()`` starts with. Other handlers are left alone.
+    """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler,
+        _RendezvousExitOp,
+    )
+
+    if not isinstance(inner, DynamicRendezvousHandler):
+        return
+    inner._stop_heartbeats()
+    deadline = inner._get_deadline(inner._settings.timeout.close)
+    inner._op_executor.run(_RendezvousExitOp(), deadline)
+
+
+class _Responder:
+    """A daemon thread calling ``answer()`` every :data:`RESPONDER_INTERVAL` seconds.
+
+    It holds its handler weakly (as torch's keep-alive timer does): a handler that is
+    no longer used stops its responder with it.
+    """
+
+    def __init__(self, answer: Callable[[], None]) -> None:
+        self._stopped = threading.Event()
+        self._answer = weakref.WeakMethod(answer)  # type: ignore[arg-type]
+        threading.Thread(target=self._run, name="nvrx-seghealth-verdicts", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(RESPONDER_INTERVAL):
+            answer = self._answer()
+            if answer is None:
+                return
+            answer()
+            del answer
+
+    def stop(self) -> None:
+        self._stopped.set()

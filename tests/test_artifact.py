@@ -17,6 +17,7 @@ import time
 import pytest
 
 import nvrx_seghealth
+from nvrx_seghealth import artifact
 from nvrx_seghealth.artifact import (
     Outcome,
     artifact_path,
@@ -226,15 +227,16 @@ def test_permission_denied_fails_open():
 
 
 def test_eio_fails_open(path, monkeypatch):
-    """EIO cannot be made real on a local filesystem: injected into os.stat."""
-    real_stat = os.stat
+    """EIO cannot be made real on a local filesystem: injected where the helper's answer
+    comes back (the stat itself runs in another process)."""
+    real_stat_within = artifact.stat_within
 
-    def failing_stat(target, *args, **kwargs):
+    def failing_stat(target, timeout):
         if target == path:
             raise OSError(errno.EIO, os.strerror(errno.EIO), target)
-        return real_stat(target, *args, **kwargs)
+        return real_stat_within(target, timeout)
 
-    monkeypatch.setattr(os, "stat", failing_stat)
+    monkeypatch.setattr(artifact, "stat_within", failing_stat)
     decision = evaluate(path)
     assert decision.outcome is Outcome.UNREADABLE
     assert "EIO" in decision.reason

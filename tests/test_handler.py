@@ -30,6 +30,7 @@ from nvrx_seghealth import (
     publish_decision,
 )
 
+from nvrx_seghealth import artifact
 from nvrx_seghealth.handoff import Verdict, VerdictHandoff
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
@@ -124,7 +125,7 @@ def rendezvous_round(master, run_id=RUN):
 
 def waiting_for_a_verdict(master, task):
     """Whether a sibling of ``task`` has started polling for process 0's verdict."""
-    return tcp_store_has(master, f"nvrx_seghealth/{RUN}/{ARRAY}/verdict/{task}/0/count")
+    return tcp_store_has(master, f"nvrx_seghealth/{RUN}/{ARRAY}/verdict/{task}/0/requests")
 
 
 def tcp_store_has(master, key):
@@ -186,28 +187,37 @@ def test_sibling_that_joined_without_a_verdict_is_excluded_right_after_the_round
     assert task0.result.world_size == task2.result.world_size == 3  # the round needs a rerun
 
 
-def test_process_zero_gives_one_verdict_per_attempt(tcp_store, shc, tmp_path):
+def view_of(master, task="1"):
+    """The hand-off of ``task`` as a sibling sees it."""
+    return VerdictHandoff(ReplacementGroupMarkers(master, RUN, str(ARRAY)), task, "0")
+
+
+def test_process_zero_answers_at_each_attempt(tcp_store, shc, tmp_path):
     handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
-    sibling_view = VerdictHandoff(ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)), "1", "0")
+    sibling_view = view_of(tcp_store)
+    request = sibling_view.request()
     handler.next_rendezvous()
-    assert sibling_view.take(0) == (1, Verdict.HEALTHY)
+    assert sibling_view.wait(request, 0) is Verdict.HEALTHY
     os.mkdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))  # not a regular file
+    request = sibling_view.request()
     handler.next_rendezvous()
-    assert sibling_view.take(0) == (2, Verdict.UNCHECKED)
+    assert sibling_view.wait(request, 5) is Verdict.UNCHECKED
     os.rmdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))
     publish_decision(shc, str(ARRAY), "1", "bad")
+    request = sibling_view.request()
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
-    assert sibling_view.take(0) == (3, Verdict.EXCLUDED)
+    assert sibling_view.wait(request, 5) is Verdict.EXCLUDED
+    request = sibling_view.request()
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()  # excluded for good: no further verdicts
-    assert sibling_view.take(0) is None
+    assert sibling_view.wait(request, 0.5) is None
 
 
 def test_a_stale_healthy_verdict_never_admits_a_sibling_of_an_excluded_task(tcp_store, shc):
     """Process 0 died after its marker and before its verdict: the marker still wins."""
     markers = ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY))
-    VerdictHandoff(markers, "1", "0").publish(Verdict.HEALTHY)
+    view_of(tcp_store).answer(100, Verdict.HEALTHY)  # claims to cover any request
     markers.publish("1", "process 0 of the next attempt")
     sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1)
     with pytest.raises(UnhealthyNodeException, match=r"\(before joining\).*next attempt"):
@@ -221,7 +231,8 @@ def test_a_marker_published_during_the_wait_wins_over_a_healthy_verdict(tcp_stor
     wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
     markers = ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY))
     markers.publish("1", "marked while the sibling waited")
-    VerdictHandoff(markers, "1", "0").publish(Verdict.HEALTHY)
+    view = view_of(tcp_store)
+    view.answer(view.requested(), Verdict.HEALTHY)
     assert isinstance(sibling.wait().error, UnhealthyNodeException)
     assert "(before joining)" in str(sibling.error) and "while the sibling waited" in str(sibling.error)
     assert participants(tcp_store) == 0
@@ -229,11 +240,12 @@ def test_a_marker_published_during_the_wait_wins_over_a_healthy_verdict(tcp_stor
 
 def test_an_excluded_verdict_refuses_even_without_a_marker(tcp_store, shc):
     """Process 0 could not publish its marker but its verdict came through."""
-    VerdictHandoff(ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)), "1", "0").publish(
-        Verdict.EXCLUDED)
-    sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1)
-    with pytest.raises(UnhealthyNodeException, match="gave the verdict 'excluded'"):
-        sibling.next_rendezvous()
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1))
+    wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
+    view = view_of(tcp_store)
+    view.answer(view.requested(), Verdict.EXCLUDED)
+    assert isinstance(sibling.wait().error, UnhealthyNodeException)
+    assert "gave the verdict 'excluded'" in str(sibling.error)
     assert participants(tcp_store) == 0
 
 
@@ -298,15 +310,15 @@ def test_regular_job_raises_and_publishes_nothing(tcp_store, shc):
 
 def test_other_launchers_never_stat_the_artifact(tcp_store, shc, monkeypatch):
     path = publish_decision(shc, str(ARRAY), "1", "bad")
-    real_stat = os.stat
+    real_stat_within = artifact.stat_within
     stats = []
 
-    def counting_stat(target, *args, **kwargs):
-        if os.fspath(target) == path:
+    def counting_stat(target, timeout):
+        if target == path:
             stats.append(threading.current_thread().name)
-        return real_stat(target, *args, **kwargs)
+        return real_stat_within(target, timeout)
 
-    monkeypatch.setattr(os, "stat", counting_stat)
+    monkeypatch.setattr(artifact, "stat_within", counting_stat)
     others = [launcher(tcp_store, shc, env, 2, 2, handoff_timeout=0)
               for env in (slurm_env(task=1, procid=1), slurm_env(task=1, procid=2))]
     assert all(h.check is None for h in others)
@@ -363,8 +375,8 @@ def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
         environ=slurm_env(task=1, procid=1))
     assert handler.next_rendezvous().world_size == 1
     warnings = our_records(caplog, logging.WARNING)
-    assert len(warnings) == 4  # before, during and after the wait, and after joining
-    assert "could not read process 0's verdict" in warnings[1]
+    assert len(warnings) == 4  # marker, request, marker before and after joining
+    assert "could not ask process 0 for a verdict" in warnings[1]
     assert all("could not read the marker" in w for w in warnings[:1] + warnings[2:])
 
 
@@ -405,6 +417,6 @@ def test_configuration_is_validated_at_construction(tcp_store):
     with pytest.raises(ValueError, match="stat_timeout"):
         SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", stat_timeout=-1)
     for bad in (-1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="hand-off timeout"):
+        with pytest.raises(ValueError, match="handoff_timeout="):
             SegmentHealthRendezvousHandler(inner, store=None, directory="/shc",
                                            handoff_timeout=bad)

@@ -1,4 +1,8 @@
-"""The verdict hand-off between process 0 and its siblings, on real stores."""
+"""The request/verdict hand-off between process 0 and its siblings, on real stores.
+
+``integration/etcd/test_handoff_on_etcd.py`` runs the same tests on torch's EtcdStore
+against a real etcd (through its own ``markers`` fixture).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from nvrx_seghealth.allocation import InvalidIdentityError
-from nvrx_seghealth.handoff import (
-    HANDOFF_MARGIN,
-    Verdict,
-    VerdictHandoff,
-    default_handoff_timeout,
-    validate_handoff_timeout,
-)
+from nvrx_seghealth.handoff import Verdict, VerdictHandoff
 from nvrx_seghealth.markers import ReplacementGroupMarkers
 
 from .support import tcp_client
@@ -36,53 +34,75 @@ def handoff(markers, group="3", restart_count="0"):
     return VerdictHandoff(markers, group, restart_count)
 
 
-def test_a_published_verdict_is_taken_at_once(markers):
-    assert handoff(markers).publish(Verdict.HEALTHY) == 1
+def test_requests_are_numbered_and_process_zero_reads_the_highest(markers):
+    process_zero, sibling, other = handoff(markers), handoff(markers), handoff(markers)
+    assert process_zero.requested() == 0
+    assert [sibling.request(), other.request(), sibling.request()] == [1, 2, 3]
+    assert process_zero.requested() == 3
+
+
+def test_a_verdict_covering_the_request_is_taken_at_once(markers):
+    process_zero, sibling = handoff(markers), handoff(markers)
+    request = sibling.request()
+    process_zero.answer(process_zero.requested(), Verdict.HEALTHY)
     started = time.monotonic()
-    assert handoff(markers).take(10) == (1, Verdict.HEALTHY)
+    assert sibling.wait(request, 10) is Verdict.HEALTHY
     assert time.monotonic() - started < 1
 
 
-def test_a_sibling_ahead_waits_for_the_next_verdict(markers):
-    publisher, sibling = handoff(markers), handoff(markers)
-    publisher.publish(Verdict.HEALTHY)
-    assert sibling.take(0) == (1, Verdict.HEALTHY)
-    timer = threading.Timer(0.5, publisher.publish, args=(Verdict.EXCLUDED,))
+def test_a_verdict_older_than_the_request_is_never_taken(markers):
+    """Process 0 answered request 1; a sibling's request 2 waits for a new answer."""
+    process_zero, sibling = handoff(markers), handoff(markers)
+    first = sibling.request()
+    process_zero.answer(process_zero.requested(), Verdict.HEALTHY)
+    assert sibling.wait(first, 0) is Verdict.HEALTHY
+    second = sibling.request()
+    assert sibling.wait(second, 0.3) is None  # the healthy answer covers request 1 only
+
+    def answer():
+        process_zero.answer(process_zero.requested(), Verdict.EXCLUDED)
+
+    timer = threading.Timer(0.5, answer)
     timer.start()
     started = time.monotonic()
-    assert sibling.take(20) == (2, Verdict.EXCLUDED)  # not verdict 1 a second time
+    assert sibling.wait(second, 20) is Verdict.EXCLUDED
     assert 0.4 < time.monotonic() - started < 5
     timer.join()
 
 
-def test_a_sibling_behind_takes_the_newest_verdict(markers):
-    publisher, sibling = handoff(markers), handoff(markers)
-    for verdict in (Verdict.HEALTHY, Verdict.UNCHECKED, Verdict.EXCLUDED):
-        publisher.publish(verdict)
-    assert sibling.take(0) == (3, Verdict.EXCLUDED)
-    assert sibling.take(0) is None
+def test_an_answer_read_before_a_request_does_not_cover_it(markers):
+    """The number is read before the stat: a request made after it stays uncovered."""
+    process_zero, sibling = handoff(markers), handoff(markers)
+    covered = process_zero.requested()  # process 0 reads, then stats ...
+    request = sibling.request()  # ... while the sibling asks
+    process_zero.answer(covered, Verdict.HEALTHY)
+    assert sibling.wait(request, 0.2) is None
+    process_zero.answer(process_zero.requested(), Verdict.UNCHECKED)
+    assert sibling.wait(request, 0.2) is Verdict.UNCHECKED
+
+
+def test_one_answer_covers_every_earlier_request(markers):
+    process_zero = handoff(markers)
+    siblings = [handoff(markers) for _ in range(3)]
+    requests = [s.request() for s in siblings]
+    process_zero.answer(process_zero.requested(), Verdict.UNCHECKED)
+    assert [s.wait(r, 0) for s, r in zip(siblings, requests)] == [Verdict.UNCHECKED] * 3
 
 
 def test_no_verdict_returns_none_after_the_bound(markers):
+    sibling = handoff(markers)
+    request = sibling.request()
     started = time.monotonic()
-    assert handoff(markers).take(0.5) is None
+    assert sibling.wait(request, 0.5) is None
     assert 0.5 <= time.monotonic() - started < 3
 
 
 def test_groups_and_lives_of_a_task_do_not_mix(markers):
-    handoff(markers, "3", "0").publish(Verdict.HEALTHY)
-    assert handoff(markers, "4", "0").take(0.2) is None
-    assert handoff(markers, "3", "1").take(0.2) is None  # requeued: a new life
-    assert handoff(markers, "3", "0").take(0.2) == (1, Verdict.HEALTHY)
-
-
-def test_a_number_taken_but_not_yet_written_is_waited_for(markers):
-    """Process 0 takes its number, then writes: a sibling in between keeps polling."""
-    sibling = handoff(markers)
-    markers.store.add(sibling.prefix + "count", 1)
-    assert sibling.take(0.2) is None
-    markers.store.set(sibling.prefix + "1", Verdict.HEALTHY.value)
-    assert sibling.take(0.2) == (1, Verdict.HEALTHY)
+    handoff(markers, "3", "0").answer(5, Verdict.HEALTHY)
+    assert handoff(markers, "4", "0").wait(1, 0.2) is None
+    assert handoff(markers, "3", "1").wait(1, 0.2) is None  # requeued: a new life
+    assert handoff(markers, "3", "1").requested() == 0
+    assert handoff(markers, "3", "0").wait(1, 0.2) is Verdict.HEALTHY
 
 
 def test_ids_are_validated():
@@ -92,27 +112,22 @@ def test_ids_are_validated():
             VerdictHandoff(markers, group, restart_count)
 
 
-def test_the_bound_defaults_to_the_stat_bound_plus_a_margin():
-    assert default_handoff_timeout(10) == 10 + HANDOFF_MARGIN == 30
-    assert default_handoff_timeout(None) == 30
-    assert validate_handoff_timeout(0) == 0.0
-    for bad in (-0.1, float("nan"), float("inf"), "5"):
-        with pytest.raises(ValueError, match=">= 0"):
-            validate_handoff_timeout(bad)
-
-
 def test_many_siblings_wait_on_one_tcp_store(tcp_store):
     results = []
 
     def sibling():
         markers = ReplacementGroupMarkers(tcp_client(tcp_store), "run", "50")
-        results.append(VerdictHandoff(markers, "3", "0").take(30))
+        view = VerdictHandoff(markers, "3", "0")
+        results.append(view.wait(view.request(), 30))
 
     siblings = [threading.Thread(target=sibling) for _ in range(16)]
     for thread in siblings:
         thread.start()
-    time.sleep(0.5)
-    handoff(ReplacementGroupMarkers(tcp_store, "run", "50")).publish(Verdict.HEALTHY)
+    process_zero = handoff(ReplacementGroupMarkers(tcp_store, "run", "50"))
+    deadline = time.monotonic() + 30
+    while process_zero.requested() < 16 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process_zero.answer(process_zero.requested(), Verdict.HEALTHY)
     for thread in siblings:
         thread.join(timeout=60)
-    assert results == [(1, Verdict.HEALTHY)] * 16
+    assert results == [Verdict.HEALTHY] * 16
