@@ -1,0 +1,103 @@
+"""Probe for the pile-up test: many bounded stats of one hung path, seen from /proc.
+
+Usage: ``python pileup_probe.py HUNG_PATH NORMAL_PATH ROUNDS BOUND SETTLE``
+
+1. Calls ``evaluate(HUNG_PATH, BOUND)`` ROUNDS times, waits up to SETTLE seconds for a
+   child stuck in the kernel to show, and prints one JSON line: ``outcomes`` (each
+   round's outcome value), ``threads`` (this process's thread count after the first and
+   after the last round) and ``children``.
+2. Waits for one line on stdin (the test has aborted the hung mount meanwhile).
+3. Without another stat, waits up to SETTLE seconds for every child that was stuck to
+   have exited (``exited``: the children then), and up to SETTLE seconds more for them
+   to be reaped, gone from /proc (``reaped``). Then evaluates NORMAL_PATH once and
+   prints a second JSON line: ``exited``, ``reaped``, ``fresh`` (the outcome value of
+   that evaluation) and ``children_after_fresh``.
+
+A child is described as ``{"pid", "state", "stuck"}``: ``state`` is the process state
+letter (``Z`` for an exited child not yet reaped), ``stuck`` is true when one of its
+threads waits for the filesystem: for FUSE's answer (kernel wait channel
+``request_wait_answer``; the wait is interruptible until a signal arrives, then
+uninterruptible) or in state ``D``. This process has no children but the ones its stats
+make.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from nvrx_seghealth.artifact import evaluate
+
+#: The bound of the final stat of NORMAL_PATH: generous, it may start a new helper.
+FRESH_BOUND = 5.0
+#: The kernel function where a thread waits for a FUSE server's answer.
+FUSE_WAIT = "request_wait_answer"
+
+
+def _state(stat_file: Path) -> str:
+    # The state letter follows the command name, which is in parentheses.
+    return stat_file.read_text().rpartition(")")[2].split()[0]
+
+
+def _waits_for_filesystem(task: Path) -> bool:
+    return _state(task / "stat") == "D" or (task / "wchan").read_text().strip() == FUSE_WAIT
+
+
+def _children() -> list[dict]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
+            if int(fields[1]) != os.getpid():
+                continue
+            stuck = any(_waits_for_filesystem(task) for task in (proc / "task").iterdir())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile
+        found.append({"pid": int(proc.name), "state": fields[0], "stuck": stuck})
+    return found
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _settled(done: Callable[[list[dict]], bool], settle: float) -> list[dict]:
+    """This process's children once ``done(children)`` holds, or after ``settle`` s."""
+    deadline = time.monotonic() + settle
+    while True:
+        children = _children()
+        if done(children) or time.monotonic() > deadline:
+            return children
+        time.sleep(0.05)
+
+
+def main() -> None:
+    hung, normal, rounds, bound, settle = sys.argv[1:]
+    outcomes = [evaluate(hung, float(bound)).outcome.value]
+    threads = [_threads()]
+    outcomes += [evaluate(hung, float(bound)).outcome.value for _ in range(int(rounds) - 1)]
+    threads.append(_threads())
+    # A stat that timed out may still be on its way into the kernel: give it time to hang.
+    children = _settled(lambda found: any(child["stuck"] for child in found), float(settle))
+    print(json.dumps({"outcomes": outcomes, "threads": threads, "children": children}),
+          flush=True)
+
+    sys.stdin.readline()
+    stuck = {child["pid"] for child in children if child["stuck"]}
+    exited = _settled(
+        lambda found: all(c["state"] == "Z" for c in found if c["pid"] in stuck), float(settle)
+    )
+    reaped = _settled(lambda found: not stuck & {c["pid"] for c in found}, float(settle))
+    fresh = evaluate(normal, FRESH_BOUND).outcome.value
+    print(json.dumps({"exited": exited, "reaped": reaped, "fresh": fresh,
+                      "children_after_fresh": _children()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
