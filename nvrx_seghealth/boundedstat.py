@@ -11,8 +11,8 @@ command line):
   one reply over two private pipes.
 * When a stat has not answered within the bound, the helper is *abandoned*: its pipes
   are closed and the next call starts a new helper. The abandoned helper exits on its
-  own as soon as its stat returns (its reply meets a closed pipe) and is reaped then;
-  once the filesystem answers, nothing is left behind.
+  own as soon as its stat returns (its reply meets a closed pipe), and a daemon thread
+  waiting for it reaps it then; once the filesystem answers, nothing is left behind.
 * At most one stuck stat per path: while an abandoned helper still waits on a path, a
   new stat of that path is refused at once (:class:`StatTimeoutError`) instead of
   sending one more process into the hung filesystem.
@@ -157,10 +157,15 @@ _helper: _Helper | None = None
 _stuck: dict[str, tuple[_Helper, float]] = {}
 
 
-def _reap() -> None:
-    """Forget abandoned helpers that have exited (their stat returned)."""
-    for path, (helper, _) in list(_stuck.items()):
-        if helper.process.poll() is not None:
+def _reap_when_done(path: str, helper: _Helper) -> None:
+    """Wait for an abandoned helper to exit (its stat returned), then forget it.
+
+    Runs on a daemon thread per abandoned helper (at most one per path). ``waitpid``
+    sleeps interruptibly, so this thread does not keep the process from exiting.
+    """
+    helper.process.wait()
+    with _lock:
+        if _stuck.get(path, (None, 0.0))[0] is helper:
             del _stuck[path]
 
 
@@ -201,7 +206,6 @@ def stat_within(path: str, timeout: float) -> os.stat_result:
     if not _lock.acquire(timeout=timeout):
         raise StatTimeoutError(path, time.monotonic() - started)
     try:
-        _reap()
         if path in _stuck:
             raise StatTimeoutError(path, time.monotonic() - _stuck[path][1])
         for attempt in (1, 2):  # a helper that died since the last call is replaced once
@@ -220,6 +224,10 @@ def stat_within(path: str, timeout: float) -> os.stat_result:
             helper.abandon()
             _helper = None
             _stuck[path] = (helper, started)
+            threading.Thread(
+                target=_reap_when_done, args=(path, helper), name="nvrx-seghealth-reaper",
+                daemon=True,
+            ).start()
             raise StatTimeoutError(path, time.monotonic() - started)
         return _parse(path, reply)
     finally:

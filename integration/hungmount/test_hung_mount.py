@@ -265,12 +265,6 @@ def test_repeated_hung_stats_pile_up_nothing(hung_mount: HungMount, tmp_path: Pa
     assert all(child["state"] != "Z" and not child["stuck"] for child in after), after
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="boundedstat reaps an abandoned helper only in the next stat_within call: "
-    "until then the exited helper stays a zombie child of the caller",
-)
 @pytest.mark.timeout(90)
 def test_a_released_stat_helper_is_reaped_without_another_stat(
     hung_mount: HungMount, tmp_path: Path
