@@ -420,3 +420,104 @@ def test_configuration_is_validated_at_construction(tcp_store):
         with pytest.raises(ValueError, match="handoff_timeout="):
             SegmentHealthRendezvousHandler(inner, store=None, directory="/shc",
                                            handoff_timeout=bad)
+
+
+def count_stats(monkeypatch, path):
+    """Record every stat of ``path`` (the helper call the artifact makes)."""
+    real_stat_within = artifact.stat_within
+    stats = []
+
+    def counting_stat(target, timeout):
+        if target == path:
+            stats.append(time.monotonic())
+        return real_stat_within(target, timeout)
+
+    monkeypatch.setattr(artifact, "stat_within", counting_stat)
+    return stats
+
+
+def test_a_sibling_restarting_alone_is_answered_while_process_zero_trains(
+    tcp_store, shc, monkeypatch
+):
+    """Process 0 is outside the rendezvous (its workers run): it still answers, at once,
+    with a fresh stat, so the sibling joins and pulls the others into a new round."""
+    path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    stats = count_stats(monkeypatch, path)
+    process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2)
+                         for p in (0, 1))
+    assert [j.result.world_size for j in join_all([process0, sibling])] == [2, 2]
+    assert len(stats) == 1  # one stat for the round: the sibling asked while process 0 joined
+    started = time.monotonic()
+    restart = Join(sibling)  # the sibling's worker failed; process 0's still run
+    wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=10)
+    assert time.monotonic() - started < 5  # not the 30 s bound
+    assert len(stats) == 2  # answered with a fresh stat, not the round's old verdict
+    again = Join(process0)  # process 0's agent sees the waiting node and restarts
+    assert restart.wait().result.world_size == again.wait().result.world_size == 2
+    assert rendezvous_round(tcp_store) == 1
+
+
+def test_a_decision_found_between_rounds_refuses_the_restarting_sibling(tcp_store, shc):
+    process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 3)
+                         for p in (0, 1))
+    task0 = launcher(tcp_store, shc, slurm_env(task=0), 2, 3)
+    assert [j.result.world_size for j in join_all([process0, sibling, task0])] == [3, 3, 3]
+    publish_decision(shc, str(ARRAY), "1", "drained while training")  # DRAIN: no eviction
+    refused = Join(sibling).wait(timeout=10)
+    assert isinstance(refused.error, UnhealthyNodeException)
+    assert "(before joining)" in str(refused.error)
+    assert process0.num_nodes_waiting() == 0  # the sibling never entered the wait list
+    with pytest.raises(UnhealthyNodeException):  # process 0 at its next boundary
+        process0.next_rendezvous()
+
+
+def test_a_request_while_process_zero_joins_costs_no_second_stat(tcp_store, shc, monkeypatch):
+    path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    stats = count_stats(monkeypatch, path)
+    process0 = Join(launcher(tcp_store, shc, slurm_env(task=1), 2, 2))
+    wait_until(lambda: participants(tcp_store) == 1)  # process 0 waits inside the round
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2))
+    assert process0.wait().result.world_size == sibling.wait().result.world_size == 2
+    assert len(stats) == 1
+
+
+def test_an_excluded_launcher_leaves_its_round_without_closing_it(tcp_store, shc):
+    """Once excluded, it stops heart-beating and leaves the round it was part of, so the
+    others need not wait for its heartbeat to expire; the rendezvous stays open."""
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 3, 3) for t in (0, 1, 2)]
+    assert [j.result.world_size for j in join_all(handlers)] == [3, 3, 3]
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    excluded = handlers[1]
+    with pytest.raises(UnhealthyNodeException):
+        excluded.next_rendezvous()
+    assert participants(tcp_store) == 2
+    timer = excluded.inner._keep_alive_timer
+    wait_until(lambda: not timer._thread.is_alive(), timeout=10)  # torch's own timer stopped
+    assert excluded.shutdown() is False
+    assert not any(h.is_closed() for h in handlers)
+
+
+def test_a_failing_check_fails_open_with_one_warning(tcp_store, shc, caplog, monkeypatch):
+    """Nothing but an exclusion leaves the wrapper as an error."""
+    handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
+
+    def broken():
+        raise RuntimeError("a bug in the check")
+
+    monkeypatch.setattr(handler.check, "evaluate", broken)
+    assert handler.next_rendezvous().world_size == 1
+    warnings = our_records(caplog, logging.WARNING)
+    assert len(warnings) == 1 and "RuntimeError" in warnings[0]
+
+
+def test_a_directory_that_does_not_exist_gets_one_warning(tcp_store, tmp_path, caplog):
+    missing = str(tmp_path / "typo")
+    handler = launcher(tcp_store, missing, slurm_env(task=1), 1, 1, handoff_timeout=0)
+    for _ in range(2):
+        assert handler.next_rendezvous().world_size == 1
+    warnings = our_records(caplog, logging.WARNING)
+    assert len(warnings) == 1 and missing in warnings[0] and "does not exist" in warnings[0]
+    sibling = launcher(tcp_store, missing, slurm_env(task=1, procid=1), 1, 1, run_id="run-2",
+                       handoff_timeout=0)
+    sibling.next_rendezvous()
+    assert len(our_records(caplog, logging.WARNING)) == 1  # other launchers never look
