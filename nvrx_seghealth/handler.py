@@ -13,14 +13,16 @@ own) and adds, in ``next_rendezvous()``:
    covers its request before it may join. Process 0 answers at each of its own
    attempts and, between them, from a thread that looks for requests every
    :data:`RESPONDER_INTERVAL` seconds, so a sibling that restarts alone is answered
-   while process 0's workers run. Without a verdict in time a sibling joins anyway
-   (one WARNING): a missing process 0 never holds the job.
-3. Any launcher of an array task whose group is marked raises without joining. This
-   is how the unit leaves a rendezvous whose host knows nothing of groups.
+   while process 0's workers run. An exclusion is answered for every request, so
+   the task's siblings refuse at once, without joining. Without a verdict in time a
+   sibling joins anyway (one WARNING): a missing process 0 never holds the job.
+3. A launcher of an array task that has no verdict (no hand-off, or none in time)
+   looks at its group's marker and raises without joining when it is there. This is
+   how the unit leaves a rendezvous whose host knows nothing of groups.
 4. Otherwise the inner handler's ``next_rendezvous()`` runs.
-5. Right after it returns, an array launcher looks at its marker again: a sibling that
-   joined without a verdict may have waited inside the rendezvous while process 0
-   published. Marked: raise, so at most one more round is needed.
+5. Right after it returns, a launcher without a verdict looks at its marker again: it
+   may have waited inside the rendezvous while process 0 published. Marked: raise, so
+   at most one more round is needed.
 
 Do no harm: only an exclusion leaves the wrapper as an exception. Any failure of its
 own work (the check, a marker, the hand-off) is one WARNING and the launcher goes on
@@ -63,7 +65,7 @@ from .durations import (
     validate_seconds,
 )
 from .errors import UnhealthyNodeException
-from .handoff import Verdict, VerdictHandoff
+from .handoff import EVERY_REQUEST, Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
 
 __all__ = ["RESPONDER_INTERVAL", "SegmentHealthRendezvousHandler"]
@@ -219,17 +221,23 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
     def _next_rendezvous(self) -> RendezvousInfo:
         if self._exclusion is not None:
             raise self._exclusion
+        # Process 0 joins on its own stat; a sibling on process 0's verdict, when it
+        # has one. Without either, the marker is looked at before and after joining.
+        judged = False
         if self._check is not None:
             self._judge_attempt(self._check)
+            judged = True
         elif self._handoff is not None:
-            self._await_verdict(self._handoff)
-        self._refuse_if_marked("before joining")
+            judged = self._await_verdict(self._handoff)
+        if not judged:
+            self._refuse_if_marked("before joining")
         try:
             info = self._inner.next_rendezvous()
         finally:
             with self._lock:
                 self._joining = False
-        self._refuse_if_marked("after joining")
+        if not judged:
+            self._refuse_if_marked("after joining")
         return info
 
     def is_closed(self) -> bool:
@@ -317,7 +325,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             verdict = Verdict.UNCHECKED
         elif not decision.proceed:
             self._exclude_by_decision(decision)
-            verdict = Verdict.EXCLUDED
+            self._answer(EVERY_REQUEST, Verdict.EXCLUDED)
+            return Verdict.EXCLUDED
         else:
             verdict = Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
         self._answer(covered, verdict)
@@ -325,7 +334,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
     def _answer(self, covered: int | None, verdict: Verdict) -> None:
         handoff = self._handoff
-        if handoff is None or covered is None:
+        if handoff is None or not covered:  # unreadable, or nobody asked yet
             return
         try:
             handoff.answer(covered, verdict)
@@ -365,17 +374,19 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
     # -- the other launchers of an array task ------------------------------------
 
-    def _await_verdict(self, handoff: VerdictHandoff) -> None:
-        """Sibling: ask process 0 for a verdict, wait for it; raise when excluded."""
+    def _await_verdict(self, handoff: VerdictHandoff) -> bool:
+        """Sibling: ask process 0 for a verdict and wait for it.
+
+        Returns whether a verdict admitted this launcher (``False``: none came, fail
+        open). Raises when the verdict is an exclusion.
+        """
         unit = self._unit
         assert unit is not None  # a hand-off exists only for a known array unit
-        # A task marked earlier gets no further verdicts: no need to wait for one.
-        self._refuse_if_marked("before joining")
         started = time.monotonic()
         request = self._fail_open("ask process 0 for a verdict; joining without one",
                                   handoff.request)
         if request is None:
-            return
+            return False
         verdict = self._fail_open("read process 0's verdict; joining without one",
                                   handoff.wait, request, self._handoff_timeout)
         waited = time.monotonic() - started
@@ -388,7 +399,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 unit.task_id,
                 self._handoff_timeout,
             )
-            return
+            return False
         # A noticeable wait is worth a line: it is time the whole job spends at this gate.
         log.log(
             logging.INFO if waited >= 1 else logging.DEBUG,
@@ -401,11 +412,12 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             waited,
         )
         if verdict is Verdict.EXCLUDED:
-            self._refuse_if_marked("before joining")
+            self._refuse_if_marked("before joining")  # the marker names the decision
             raise self._exclude(
                 f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
                 f"(before joining): its process 0 gave the verdict {verdict.value!r}"
             )
+        return True
 
     def _refuse_if_marked(self, when: str) -> None:
         unit, markers = self._unit, self._markers

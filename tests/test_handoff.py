@@ -13,7 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from nvrx_seghealth.allocation import InvalidIdentityError
-from nvrx_seghealth.handoff import Verdict, VerdictHandoff
+from nvrx_seghealth.handoff import EVERY_REQUEST, Verdict, VerdictHandoff
 from nvrx_seghealth.markers import ReplacementGroupMarkers
 
 from .support import tcp_client
@@ -87,6 +87,24 @@ def test_one_answer_covers_every_earlier_request(markers):
     requests = [s.request() for s in siblings]
     process_zero.answer(process_zero.requested(), Verdict.UNCHECKED)
     assert [s.wait(r, 0) for s, r in zip(siblings, requests)] == [Verdict.UNCHECKED] * 3
+
+
+def test_an_exclusion_answers_every_request_past_and_future(markers):
+    process_zero, sibling = handoff(markers), handoff(markers)
+    early = sibling.request()
+    process_zero.answer(EVERY_REQUEST, Verdict.EXCLUDED)
+    assert sibling.wait(early, 0) is Verdict.EXCLUDED
+    assert sibling.wait(sibling.request(), 0) is Verdict.EXCLUDED
+
+
+def test_a_new_process_zero_instance_answers_correctly(markers):
+    """A launcher that builds its handler anew starts from the value in the store."""
+    sibling = handoff(markers)
+    handoff(markers).answer(sibling.request(), Verdict.UNCHECKED)
+    request = sibling.request()
+    handoff(markers).answer(request, Verdict.HEALTHY)  # another instance, same task
+    assert sibling.wait(request, 0) is Verdict.HEALTHY
+    assert sibling.wait(request + 1, 0) is None
 
 
 def test_no_verdict_returns_none_after_the_bound(markers):

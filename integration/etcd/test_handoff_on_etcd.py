@@ -1,8 +1,8 @@
 """The request/verdict hand-off on torch's EtcdStore against a real etcd.
 
 The protocol tests of ``tests/test_handoff.py`` run here once more, with ``markers``
-in etcd: the hand-off uses only ``set``, ``get``, ``add`` and ``check``, which torch's
-EtcdStore has (it has no ``compare_set``).
+in etcd: the hand-off uses only ``add``, which torch's EtcdStore has (it has no
+``compare_set``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from nvrx_seghealth.markers import ReplacementGroupMarkers
 from tests.test_handoff import (  # noqa: F401  (collected here with the etcd fixture)
     test_a_verdict_covering_the_request_is_taken_at_once,
     test_a_verdict_older_than_the_request_is_never_taken,
+    test_a_new_process_zero_instance_answers_correctly,
     test_an_answer_read_before_a_request_does_not_cover_it,
+    test_an_exclusion_answers_every_request_past_and_future,
     test_groups_and_lives_of_a_task_do_not_mix,
     test_no_verdict_returns_none_after_the_bound,
     test_one_answer_covers_every_earlier_request,
