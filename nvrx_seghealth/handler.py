@@ -65,7 +65,7 @@ from .durations import (
     validate_seconds,
 )
 from .errors import UnhealthyNodeException
-from .handoff import EVERY_REQUEST, Verdict, VerdictHandoff
+from .handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
 
 __all__ = ["RESPONDER_INTERVAL", "SegmentHealthRendezvousHandler"]
@@ -74,7 +74,7 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks of process 0 for a sibling's verdict request. It bounds
 #: what the hand-off adds to a sibling's restart; each look is one store ``add``.
-RESPONDER_INTERVAL = 0.1
+RESPONDER_INTERVAL = 0.2
 
 _T = TypeVar("_T")
 
@@ -135,7 +135,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._lock = threading.Lock()
         self._joining = False
         self._attempt_verdict = Verdict.UNCHECKED
-        self._answered = 0
+        self._covered = 0  # the highest request number answered
         self._responder: _Responder | None = None
         self._responder_failing = False
         if not directory:
@@ -234,8 +234,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         try:
             info = self._inner.next_rendezvous()
         finally:
-            with self._lock:
-                self._joining = False
+            if self._check is not None:
+                self._settle()
         if not judged:
             self._refuse_if_marked("after joining")
         return info
@@ -278,25 +278,37 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
     # -- process 0 ---------------------------------------------------------------
 
     def _judge_attempt(self, check: SegmentHealthCheck) -> None:
-        """Process 0, before joining: stat, exclude or publish this attempt's verdict."""
+        """Process 0, before joining: stat; exclude, or stand on this attempt's verdict."""
         with self._lock:
             self._joining = True
-            covered = self._requested()
-            verdict = self._judge(check, covered)
-            self._attempt_verdict = verdict
+            verdict = self._judge(check)
+            if self._exclusion is None:
+                self._attempt_verdict = verdict
+                self._publish(Answer(verdict, self._covered, standing=True))
         if self._exclusion is not None:
             raise self._exclusion
         if self._handoff is not None and self._responder is None:
             self._responder = _Responder(self._answer_requests)
 
-    def _answer_requests(self) -> None:
-        """Process 0, between attempts (responder thread): answer pending requests."""
+    def _settle(self) -> None:
+        """Process 0, out of the rendezvous: the answer covers the requests made so far.
+
+        Requests made while the answer stood were answered by it at once; requests
+        from now on get a fresh stat from the responder.
+        """
         with self._lock:
-            if self._exclusion is not None or self._check is None:
+            self._joining = False
+            if self._exclusion is None and self._handoff is not None:
+                self._publish(Answer(self._attempt_verdict, self._covered))
+
+    def _answer_requests(self) -> None:
+        """Process 0, between attempts (responder thread): answer new requests."""
+        with self._lock:
+            handoff, check = self._handoff, self._check
+            if self._exclusion is not None or self._joining or handoff is None or check is None:
                 return
-            assert self._handoff is not None  # the responder runs only with a hand-off
             try:
-                covered = self._handoff.requested()
+                requested, _ = handoff.read()
             except Exception as error:  # one WARNING per streak, not one per look
                 if not self._responder_failing:
                     self._responder_failing = True
@@ -305,47 +317,41 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             if self._responder_failing:
                 self._responder_failing = False
                 log.info("Segment health check: verdict requests readable again")
-            if covered <= self._answered:
-                return
-            if self._joining:  # the sibling joins the round this attempt's stat admitted
-                self._answer(covered, self._attempt_verdict)
-            else:
-                self._judge(self._check, covered)
+            if requested > self._covered:  # read before the stat: it covers them all
+                verdict = self._judge(check)
+                if self._exclusion is None:
+                    self._publish(Answer(verdict, requested), covered=requested)
 
-    def _requested(self) -> int | None:
-        """The highest request number, ``None`` without a hand-off or when unreadable."""
-        if self._handoff is None:
-            return None
-        return self._fail_open("read the siblings' verdict requests", self._handoff.requested)
-
-    def _judge(self, check: SegmentHealthCheck, covered: int | None) -> Verdict:
-        """Stat once; on exclusion publish the marker; publish the verdict (lock held)."""
+    def _judge(self, check: SegmentHealthCheck) -> Verdict:
+        """Stat once; on exclusion publish the marker and the final answer (lock held)."""
         decision = self._fail_open("evaluate the decision file", check.evaluate)
         if decision is None:
-            verdict = Verdict.UNCHECKED
-        elif not decision.proceed:
+            return Verdict.UNCHECKED
+        if not decision.proceed:
             self._exclude_by_decision(decision)
-            self._answer(EVERY_REQUEST, Verdict.EXCLUDED)
+            self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True))
             return Verdict.EXCLUDED
-        else:
-            verdict = Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
-        self._answer(covered, verdict)
-        return verdict
+        return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
 
-    def _answer(self, covered: int | None, verdict: Verdict) -> None:
-        handoff = self._handoff
-        if handoff is None or not covered:  # unreadable, or nobody asked yet
+    def _publish(self, answer: Answer, *, covered: int | None = None) -> None:
+        """Publish process 0's answer (lock held) and remember the requests answered.
+
+        Those are ``covered`` when given. A standing answer, and the one that settles
+        it, answer every request made up to their own store call: a request made
+        while the answer stood read it at once.
+        """
+        if self._handoff is None:
             return
         try:
-            handoff.answer(covered, verdict)
+            requested = self._handoff.publish(answer)
         except Exception as error:
             self._warn(
-                f"publish process 0's verdict ({verdict.value}); the task's other launchers "
-                f"join after {self._handoff_timeout:g} s without it",
+                f"publish process 0's answer ({answer.verdict and answer.verdict.value}); "
+                f"the task's other launchers join after {self._handoff_timeout:g} s without it",
                 error,
             )
             return
-        self._answered = max(self._answered, covered)
+        self._covered = max(self._covered, requested if covered is None else covered)
 
     def _exclude_by_decision(self, decision: Decision) -> None:
         unit = self._unit
@@ -383,12 +389,17 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         unit = self._unit
         assert unit is not None  # a hand-off exists only for a known array unit
         started = time.monotonic()
-        request = self._fail_open("ask process 0 for a verdict; joining without one",
-                                  handoff.request)
-        if request is None:
+        asked = self._fail_open("ask process 0 for a verdict; joining without one",
+                                handoff.request)
+        if asked is None:
             return False
-        verdict = self._fail_open("read process 0's verdict; joining without one",
-                                  handoff.wait, request, self._handoff_timeout)
+        request, answer = asked
+        verdict = (
+            answer.verdict
+            if answer.covers(request)  # process 0 stands in the rendezvous: at once
+            else self._fail_open("read process 0's verdict; joining without one",
+                                 handoff.wait, request, self._handoff_timeout)
+        )
         waited = time.monotonic() - started
         if verdict is None:
             log.warning(

@@ -5,25 +5,23 @@ has stat'ed the decision file and published the task's marker; the round then co
 the sibling, and once it leaves, one more round is needed. With it, a sibling asks
 before it joins and process 0 answers:
 
-* a sibling, on each ``next_rendezvous()``, takes a fresh request number with the
-  atomic ``add`` on ``requests`` (:meth:`VerdictHandoff.request`) and waits, bounded,
-  until the published verdict covers it (:meth:`VerdictHandoff.wait`);
-* process 0 publishes ``(n, verdict)`` as one integer, ``4 n + code``, in the
-  ``answer`` key (:meth:`VerdictHandoff.answer`), where ``n`` is the highest request
-  number it had read *before* the stat the verdict comes from. A verdict therefore
-  covers a request only when its stat began after that request was made: a sibling
-  never takes a verdict older than its own request. An exclusion is answered for
-  every request, past and future (:data:`EVERY_REQUEST`): it is final for the life of
-  the task, so a sibling that asks later is refused at once.
-
-Process 0 answers at every ``next_rendezvous()`` and, between them, whenever a request
-is pending (the handler polls :meth:`VerdictHandoff.requested` on a thread, so a
-sibling that restarts alone is answered while process 0's workers run: process 0 does
-not re-enter the rendezvous until a node waits in it, and the sibling does not wait in
-it before it has a verdict). While process 0 is itself inside the rendezvous, it
-answers with that attempt's verdict: the sibling joins the round process 0 admitted
-itself to on that very stat, or a later one that process 0 judges again first.
-
+* a sibling, on each ``next_rendezvous()``, takes a fresh request number
+  (:meth:`VerdictHandoff.request`) and waits, bounded, until process 0's answer covers
+  it (:meth:`VerdictHandoff.wait`);
+* process 0's answer (:class:`Answer`) is a verdict and the highest request number
+  ``covered`` that it had read *before* the stat the verdict comes from. A verdict
+  therefore covers a request only when its stat began after that request was made: a
+  sibling never takes a verdict older than its own request.
+* While process 0 is inside the rendezvous, its answer *stands*: it covers every
+  request made meanwhile, with that attempt's verdict. A sibling asking then joins the
+  round process 0 admitted itself to on that very stat (or a later one that process 0
+  judges again first), and its request returns the answer at once: one store call.
+  When process 0 leaves the rendezvous it settles the answer on the requests made so
+  far. An exclusion stands for good: a sibling that asks later is refused at once.
+* Between its attempts (its workers run) process 0 answers new requests with a fresh
+  stat: the handler looks for them on a thread, so a sibling that restarts alone is
+  answered although process 0 does not re-enter the rendezvous until a node waits in
+  it, and the sibling does not wait in it before it has a verdict.
 * A sibling that has a verdict needs no marker: a healthy verdict covering its request
   comes from a stat made after it asked, exactly what process 0 itself joins on. The
   marker is for the launchers that have no verdict (no hand-off, or none in time).
@@ -32,16 +30,18 @@ itself to on that very stat, or a later one that process 0 judges again first.
 * Bounded everywhere: if process 0 is absent, slow, dead or runs without the check, a
   sibling waits at most the bound and then joins (fail open); the caller logs it.
 
-Every call is one atomic ``add``: ``add(key, 0)`` reads a counter without blocking
-(``get`` of a missing key blocks until the store timeout), so a healthy round costs
-a sibling two store operations (ask, read the answer) and process 0 two (read the
-requests, answer). The sibling polls with a growing pause rather than the store's
-``wait``: a timed-out ``TCPStore.wait`` leaves a pending reply on the connection, and
-polling works the same on every store; no ``compare_set`` is needed (torch's
-``EtcdStore`` has none). Only process 0 changes the answer key.
+Everything lives in one counter per task life, changed and read only with the atomic
+``add`` (``add(key, 0)`` reads without blocking; a ``get`` of a missing key blocks until
+the store timeout): siblings add 1 to its low bits, process 0 adds the change of its
+answer to the bits above. A healthy round costs process 0 two store calls (stand,
+settle) and a sibling one (its request, answered by the standing answer) plus a few
+reads when it is ahead of process 0. The sibling polls with a growing pause rather than
+the store's ``wait``: a timed-out ``TCPStore.wait`` leaves a pending reply on the
+connection, and polling works the same on every store; no ``compare_set`` is needed
+(torch's ``EtcdStore`` has none).
 
-Layout, under the markers' prefix ``nvrx_seghealth/<run_id>/<array_job_id>/``:
-``verdict/<task_id>/<restart_count>/requests`` and ``.../answer`` (two counters).
+Key, under the markers' prefix ``nvrx_seghealth/<run_id>/<array_job_id>/``:
+``verdict/<task_id>/<restart_count>``.
 
 Works with any object offering ``add``; does not import torch.
 """
@@ -50,11 +50,12 @@ from __future__ import annotations
 
 import enum
 import time
+from dataclasses import dataclass
 
 from .allocation import validate_id
 from .markers import ReplacementGroupMarkers
 
-__all__ = ["EVERY_REQUEST", "Verdict", "VerdictHandoff"]
+__all__ = ["EVERY_REQUEST", "Answer", "Verdict", "VerdictHandoff"]
 
 _FIRST_PAUSE = 0.02
 _LONGEST_PAUSE = 0.1
@@ -71,17 +72,57 @@ class Verdict(enum.Enum):
     EXCLUDED = "excluded"
 
 
-#: The answer to every request, past and future: an exclusion is final for the life.
-EVERY_REQUEST = 2**40
 _CODES = {Verdict.HEALTHY: 1, Verdict.UNCHECKED: 2, Verdict.EXCLUDED: 3}
 _VERDICTS = {code: verdict for verdict, code in _CODES.items()}
+
+# One counter per task life: requests in the low bits, process 0's answer above them.
+_REQUEST_BITS = 24
+_REQUESTS = (1 << _REQUEST_BITS) - 1
+#: ``covered`` of an answer that covers every request, past and future.
+EVERY_REQUEST = _REQUESTS
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Process 0's answer as the counter holds it.
+
+    Attributes:
+        verdict: the verdict, ``None`` before process 0 first answered.
+        covered: the highest request number the verdict answers.
+        standing: process 0 is inside the rendezvous on this verdict: it answers every
+            request made while it stands (and an exclusion stands for good).
+    """
+
+    verdict: Verdict | None
+    covered: int = 0
+    standing: bool = False
+
+    def covers(self, request: int) -> bool:
+        """Whether this answer answers request number ``request``."""
+        return self.verdict is not None and (self.standing or self.covered >= request)
+
+    def encoded(self) -> int:
+        """The answer's part of the counter."""
+        code = 0 if self.verdict is None else _CODES[self.verdict]
+        return (self.covered << 3 | int(self.standing) << 2 | code) << _REQUEST_BITS
+
+
+def _decode(value: int) -> tuple[int, Answer]:
+    """``(requests made, answer)`` from the counter's value."""
+    bits = value >> _REQUEST_BITS
+    code = bits & 3
+    if code == 0 and bits:
+        raise ValueError(f"the hand-off counter holds {value}, which is no answer")
+    return value & _REQUESTS, Answer(_VERDICTS.get(code), bits >> 3, bool(bits & 4))
 
 
 class VerdictHandoff:
     """The requests and answers of one array task, for one life of the task.
 
-    One instance per launcher: process 0 calls :meth:`requested` and :meth:`answer`,
-    a sibling :meth:`request` and :meth:`wait`.
+    One instance per launcher: process 0 calls :meth:`read` and :meth:`publish`, a
+    sibling :meth:`request` and :meth:`wait`. Every call is one atomic ``add`` on one
+    counter; siblings add to its low bits, process 0 to its high bits, so no update is
+    ever lost.
 
     Args:
         markers: the array job's markers (they give the store and the namespace).
@@ -96,60 +137,60 @@ class VerdictHandoff:
         validate_id("group", group)
         validate_id("restart_count", restart_count)
         self.store = markers.store
-        self.prefix = f"{markers.prefix}verdict/{group}/{restart_count}/"
-        self._requests = self.prefix + "requests"
-        self._answer = self.prefix + "answer"
-        self._answered = 0  # process 0: the value it last gave the answer key
+        self.key = f"{markers.prefix}verdict/{group}/{restart_count}"
+        self._given = 0  # process 0: the encoded answer it last gave
 
-    def request(self) -> int:
-        """Sibling: ask for a verdict; return the request's number (1, 2, ...).
+    def read(self) -> tuple[int, Answer]:
+        """``(requests made so far, the current answer)``.
+
+        Raises:
+            ValueError: the counter holds no answer.
+            Exception: whatever the store raised.
+        """
+        return _decode(self.store.add(self.key, 0))
+
+    def request(self) -> tuple[int, Answer]:
+        """Sibling: ask for a verdict; ``(the request's number, the current answer)``.
+
+        Raises:
+            ValueError: the counter holds no answer.
+            Exception: whatever the store raised.
+        """
+        return _decode(self.store.add(self.key, 1))
+
+    def publish(self, answer: Answer) -> int:
+        """Process 0: make ``answer`` the current answer; return the requests made so far.
+
+        ``answer.covered`` must have been read (:meth:`read`, or this method's return
+        value) before the stat that ``answer.verdict`` comes from, or the answer must
+        stand.
 
         Raises:
             Exception: whatever the store raised.
         """
-        return self.store.add(self._requests, 1)
-
-    def requested(self) -> int:
-        """Process 0: the highest request number made so far (``0``: none).
-
-        Raises:
-            Exception: whatever the store raised.
-        """
-        return self.store.add(self._requests, 0)
-
-    def answer(self, covered: int, verdict: Verdict) -> None:
-        """Process 0: publish ``verdict`` for every request up to number ``covered``.
-
-        ``covered`` must have been read with :meth:`requested` before the stat that
-        ``verdict`` comes from, or be :data:`EVERY_REQUEST` for an exclusion.
-
-        Raises:
-            Exception: whatever the store raised.
-        """
-        target = covered * 4 + _CODES[verdict]
-        value = self.store.add(self._answer, target - self._answered)
-        if value != target:  # the key held another value than this instance last gave it
-            self.store.add(self._answer, target - value)
-        self._answered = target
+        target = answer.encoded()
+        value = self.store.add(self.key, target - self._given)
+        held = value >> _REQUEST_BITS << _REQUEST_BITS
+        if held != target:  # the counter held another answer than this instance gave
+            value = self.store.add(self.key, target - held)
+        self._given = target
+        return value & _REQUESTS
 
     def wait(self, request: int, timeout: float) -> Verdict | None:
-        """Sibling: wait up to ``timeout`` s for a verdict covering ``request``.
+        """Sibling: wait up to ``timeout`` s for an answer covering ``request``.
 
-        Returns the verdict, or ``None`` when none covered the request in time.
+        Returns the verdict, or ``None`` when no answer covered the request in time.
 
         Raises:
-            ValueError: the store holds a value that is not an answer.
+            ValueError: the counter holds no answer.
             Exception: whatever the store raised.
         """
         deadline = time.monotonic() + timeout
         pause = _FIRST_PAUSE
         while True:
-            value = self.store.add(self._answer, 0)
-            covered, code = divmod(value, 4)
-            if covered >= request:
-                if code not in _VERDICTS:
-                    raise ValueError(f"{self._answer!r} holds {value}, which is no answer")
-                return _VERDICTS[code]
+            _, answer = self.read()
+            if answer.covers(request):
+                return answer.verdict
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None

@@ -31,7 +31,7 @@ from nvrx_seghealth import (
 )
 
 from nvrx_seghealth import artifact
-from nvrx_seghealth.handoff import Verdict, VerdictHandoff
+from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
 
@@ -137,7 +137,7 @@ def rendezvous_round(master, run_id=RUN):
 
 def waiting_for_a_verdict(master, task):
     """Whether a sibling of ``task`` has started polling for process 0's verdict."""
-    return tcp_store_has(master, f"nvrx_seghealth/{RUN}/{ARRAY}/verdict/{task}/0/requests")
+    return tcp_store_has(master, f"nvrx_seghealth/{RUN}/{ARRAY}/verdict/{task}/0")
 
 
 def tcp_store_has(master, key):
@@ -207,20 +207,20 @@ def view_of(master, task="1"):
 def test_process_zero_answers_at_each_attempt(tcp_store, shc, tmp_path):
     handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
     sibling_view = view_of(tcp_store)
-    request = sibling_view.request()
+    request, _ = sibling_view.request()
     handler.next_rendezvous()
     assert sibling_view.wait(request, 0) is Verdict.HEALTHY
     os.mkdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))  # not a regular file
-    request = sibling_view.request()
+    request, _ = sibling_view.request()
     handler.next_rendezvous()
     assert sibling_view.wait(request, 5) is Verdict.UNCHECKED
     os.rmdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))
     publish_decision(shc, str(ARRAY), "1", "bad")
-    request = sibling_view.request()
+    request, _ = sibling_view.request()
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
     assert sibling_view.wait(request, 5) is Verdict.EXCLUDED
-    request = sibling_view.request()
+    request, _ = sibling_view.request()
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()  # excluded for good ...
     assert sibling_view.wait(request, 0) is Verdict.EXCLUDED
@@ -232,7 +232,8 @@ def test_a_healthy_answer_to_an_earlier_request_never_admits_a_later_one(tcp_sto
     the old healthy answer does not cover the next request; the marker keeps it out."""
     markers = ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY))
     view = view_of(tcp_store)
-    view.answer(view.request(), Verdict.HEALTHY)
+    request, _ = view.request()
+    view.publish(Answer(Verdict.HEALTHY, request))
     markers.publish("1", "process 0 of the next attempt")
     sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1, handoff_timeout=0.5)
     with pytest.raises(UnhealthyNodeException, match=r"\(before joining\).*next attempt"):
@@ -245,7 +246,7 @@ def test_an_excluded_verdict_refuses_even_without_a_marker(tcp_store, shc):
     sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1))
     wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
     view = view_of(tcp_store)
-    view.answer(view.requested(), Verdict.EXCLUDED)
+    view.publish(Answer(Verdict.EXCLUDED, view.read()[0]))
     assert isinstance(sibling.wait().error, UnhealthyNodeException)
     assert "gave the verdict 'excluded'" in str(sibling.error)
     assert participants(tcp_store) == 0
