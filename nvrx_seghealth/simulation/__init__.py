@@ -17,18 +17,24 @@ Quick use::
         result = job.wait(timeout=120)
     print(render_report(result))
 
+Faults injected through the job (:meth:`SimulatedJob.kill_worker`,
+:meth:`SimulatedJob.kill_agent`) are recorded with the result, which measures each
+one's recovery (:meth:`JobResult.recovery`); :mod:`.faults` holds the fault matrix that
+the integration tests and the benchmarks share.
+
 The harness needs only the standard library; torch runs in the child processes.
 """
 
 from __future__ import annotations
 
 from .job import SimulatedJob
-from .outcome import JobResult, LauncherOutcome, Round
+from .outcome import FaultEvent, JobResult, LauncherOutcome, Round
 from .records import WorkerRecord
 from .report import render_report
 from .spec import JobSpec, StartAfter
 
 __all__ = [
+    "FaultEvent",
     "JobResult",
     "JobSpec",
     "LauncherOutcome",

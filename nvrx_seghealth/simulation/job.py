@@ -6,9 +6,12 @@ units and starts the launchers; leaving it stops every process it started, by PI
 whatever happened. The job advances only while the caller waits in
 :meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single thread polls:
 held-back launchers start, srun steps end, progress is logged), and every wait is bounded.
+Faults are injected through :meth:`SimulatedJob.kill_worker` and
+:meth:`SimulatedJob.kill_agent`, which record each one (:class:`.outcome.FaultEvent`)
+for the recovery time (:meth:`.outcome.JobResult.recovery`).
 
 Standard library only (torch runs in the child processes; :meth:`SimulatedJob.markers`
-imports it when called).
+and :meth:`SimulatedJob.rendezvous_lists` import it when called).
 """
 
 from __future__ import annotations
@@ -20,16 +23,17 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from ..artifact import publish_decision
 from ..markers import ReplacementGroupMarkers
 from .launcher import Launcher
-from .outcome import JobResult, LauncherOutcome
+from .outcome import FaultEvent, JobResult, LauncherOutcome
 from .paths import RunPaths
-from .processes import stop_all
+from .processes import kill_if_running, stop_all
 from .records import WorkerRecord, read_records
 from .slurm import allocation_unit
 from .spec import JobSpec
@@ -65,6 +69,7 @@ class SimulatedJob:
         self.launchers: dict[str, Launcher] = {}
         self._steps: dict[str, Step] = {}
         self._reported: set[tuple[int, str]] = set()
+        self.faults: list[FaultEvent] = []
         self.started_at = time.time()
 
     def __enter__(self) -> SimulatedJob:
@@ -141,18 +146,77 @@ class SimulatedJob:
         """The worker records written so far."""
         return read_records(self.paths.results)
 
-    def kill_worker(self, record: WorkerRecord) -> None:
-        """SIGKILL one worker process (a worker failure, as torchrun sees it).
+    def record_fault(
+        self, what: str, in_round: int | None, at: float | None = None
+    ) -> FaultEvent:
+        """Record a fault injected ``at`` (default: now) into the world of ``in_round``
+        (``None``: before any world)."""
+        event = FaultEvent(what, time.time() if at is None else at, in_round)
+        self.faults.append(event)
+        log.info("fault: %s (round %s)", what, "none yet" if in_round is None else in_round)
+        return event
+
+    def kill_worker(self, record: WorkerRecord) -> FaultEvent:
+        """SIGKILL one worker process (a worker failure, as torchrun sees it); record it.
 
         Raises:
             ValueError: the worker's launcher is not running (its PID may be stale).
         """
         if not self.launchers[record.launcher].running:
             raise ValueError(f"{record.launcher} is not running; not killing pid {record.pid}")
-        log.info(
-            "killing worker pid %d of %s (round %d)", record.pid, record.launcher, record.round
+        event = self.record_fault(
+            f"SIGKILL worker pid {record.pid} of {record.launcher}", record.round
         )
         os.kill(record.pid, signal.SIGKILL)
+        return event
+
+    def kill_agent(self, label: str) -> FaultEvent:
+        """SIGKILL launcher ``label``'s torchrun agent alone (the agent dies); record it.
+
+        Its workers are left to the emulated srun: with ``--kill-on-bad-exit=1`` the
+        agent's death ends its unit's step, and the leftovers of the step go with it.
+
+        Raises:
+            ValueError: the launcher is not running.
+        """
+        launcher = self.launchers[label]
+        if not launcher.running or launcher.pid is None:
+            raise ValueError(f"{label} is not running; not killing its agent")
+        rounds = [w.round for w in self.workers()]
+        event = self.record_fault(
+            f"SIGKILL agent pid {launcher.pid} of {label}", max(rounds, default=None)
+        )
+        os.kill(launcher.pid, signal.SIGKILL)
+        return event
+
+    def rendezvous_lists(self) -> dict[str, frozenset[str]]:
+        """The launchers the c10d rendezvous lists now, by list, read from the live store.
+
+        Keys: ``participants`` (of the current round), ``waiting`` (torch's wait list:
+        nodes that make the running world restart) and ``spares`` (torch's redundancy
+        list: nodes beyond ``--nnodes``' maximum, waiting without making anyone restart).
+        Nodes are matched to launchers by their agent's PID, as torch names them.
+
+        Raises:
+            ValueError: the harness does not host the store (etcd-v2, or a launcher does).
+        """
+        from .worker import c10d_rendezvous_state
+
+        if not self.spec.harness_hosts_store:
+            raise ValueError("the rendezvous state is only read from the harness's store")
+        state = c10d_rendezvous_state(self.store.client(), self.run_id)
+        by_pid = {launcher.pid: label for label, launcher in self.launchers.items()}
+
+        def labels(nodes: Iterable[Any]) -> frozenset[str]:
+            return frozenset(by_pid[node.pid] for node in nodes if node.pid in by_pid)
+
+        if state is None:
+            return {"participants": frozenset(), "waiting": frozenset(), "spares": frozenset()}
+        return {
+            "participants": labels(state.participants),
+            "waiting": labels(state.wait_list),
+            "spares": labels(state.redundancy_list),
+        }
 
     def markers(self) -> ReplacementGroupMarkers:
         """The job's replacement-group markers, read through the live store.
@@ -199,7 +263,7 @@ class SimulatedJob:
         says ``timed_out``.
         """
         try:
-            self.wait_until(self._finished, timeout, "the end of the job")
+            self.wait_until(lambda: self.ended, timeout, "the end of the job")
             timed_out = False
         except TimeoutError:
             log.warning("job still running after %.0f s; stopping it", timeout)
@@ -207,19 +271,37 @@ class SimulatedJob:
         self._stop_launchers()
         return self._result(timed_out)
 
+    def stop_now(self) -> JobResult:
+        """Stop the job on purpose (the caller has what it came for) and return the result.
+
+        As :meth:`wait` at its time limit, without the warning: the result says
+        ``timed_out`` when a launcher was still running.
+        """
+        self._poll()
+        timed_out = not self.ended
+        self._stop_launchers()
+        return self._result(timed_out)
+
+    def result(self) -> JobResult:
+        """What the job did so far; launchers still running have no exit code yet."""
+        return self._result(timed_out=False)
+
+    @property
+    def ended(self) -> bool:
+        """No launcher runs any more (as of the last poll, which starts every launcher
+        that may start)."""
+        return not any(launcher.running for launcher in self.launchers.values())
+
     def stop(self) -> None:
         """Stop every launcher (with its workers) and the store; safe to call twice."""
         self._stop_launchers()
         self.store.stop()
 
-    def _finished(self) -> bool:
-        # _poll has just started every launcher that could start.
-        return not any(launcher.running for launcher in self.launchers.values())
-
     def _poll(self) -> None:
         for label, launcher in self.launchers.items():
             if launcher.poll():
                 self._steps[label].exited(launcher)
+                self._kill_leftover_workers(label)
         for step in set(self._steps.values()):
             step.poll()
         for label, launcher in self.launchers.items():
@@ -229,6 +311,8 @@ class SimulatedJob:
 
     def _ready(self, label: str) -> bool:
         if label in self.spec.never_started:
+            return False
+        if time.time() - self.started_at < self.spec.start_delays.get(label, 0.0):
             return False
         after = self.spec.start_after.get(label)
         if after is None:
@@ -258,8 +342,23 @@ class SimulatedJob:
                 log.info("stopping %s", launcher.label)
         processes = [launcher.process for launcher in self.launchers.values()]
         stop_all([process for process in processes if process is not None], KILL_WAIT)
-        for launcher in self.launchers.values():
+        for label, launcher in self.launchers.items():
             launcher.poll()
+            self._kill_leftover_workers(label)
+
+    def _kill_leftover_workers(self, label: str) -> None:
+        """SIGKILL the workers launcher ``label`` left behind when it exited.
+
+        torchrun starts each worker in a session of its own: an agent killed by a signal
+        it cannot handle (SIGKILL) leaves its workers running, and no signal to its
+        process group reaches them. In Slurm the step's end kills every process of the
+        step; here the harness kills them by the PIDs they recorded, once it has seen
+        their agent exit.
+        """
+        marker = f"--results-dir={self.paths.results}"
+        for record in self.workers():
+            if record.launcher == label and kill_if_running(record.pid, marker):
+                log.info("killed pid %d, a worker %s left behind", record.pid, label)
 
     def _result(self, timed_out: bool) -> JobResult:
         outcomes = {
@@ -286,4 +385,5 @@ class SimulatedJob:
             started_at=self.started_at,
             ended_at=max(ended, default=time.time()),
             timed_out=timed_out,
+            faults=tuple(self.faults),
         )

@@ -115,6 +115,8 @@ class Launcher:
             f"--rdzv-backend={spec.rendezvous}",
             f"--steps={spec.steps}", f"--step-seconds={spec.step_seconds}",
             f"--first-round-steps={first_round_steps}",
+            f"--compute-seconds={spec.compute_seconds}",
+            f"--compute-rounds={spec.compute_rounds}",
             f"--timeout={spec.worker_timeout}",
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}

@@ -16,7 +16,23 @@ from .paths import RunPaths, read_log
 from .records import WorkerRecord
 from .spec import JobSpec
 
-__all__ = ["JobResult", "LauncherOutcome", "Round"]
+__all__ = ["FaultEvent", "JobResult", "LauncherOutcome", "Round"]
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """A fault the harness injected, recorded at the moment it did.
+
+    Attributes:
+        what: which fault, e.g. ``"SIGKILL worker pid 123 of task1.proc1"``.
+        at: wall-clock time of the injection.
+        round: the round of the world the fault hit; ``None`` when no world had
+            started workers yet (a launcher that starts late delays the first world).
+    """
+
+    what: str
+    at: float
+    round: int | None
 
 
 @dataclass(frozen=True)
@@ -99,6 +115,7 @@ class JobResult:
         decisions: the decision file of each marked unit.
         started_at, ended_at: wall-clock bounds of the job.
         timed_out: the harness had to stop launchers that were still running.
+        faults: the faults the harness injected, in order.
     """
 
     spec: JobSpec
@@ -109,6 +126,7 @@ class JobResult:
     started_at: float
     ended_at: float
     timed_out: bool
+    faults: Sequence[FaultEvent] = ()
 
     @property
     def duration(self) -> float:
@@ -156,6 +174,24 @@ class JobResult:
         final = self.final_round
         formed = None if final is None else final.formed_at
         return None if formed is None else formed - self.started_at
+
+    def formed_after(self, number: int | None) -> Round | None:
+        """The first round numbered above ``number`` (any round for ``None``) that formed."""
+        return next(
+            (r for r in self.rounds if (number is None or r.number > number) and r.formed), None
+        )
+
+    def recovery(self, fault: FaultEvent) -> float | None:
+        """Seconds from ``fault`` until the next world formed; ``None`` if none did.
+
+        The next world is the first round after the round the fault hit (the first
+        round at all for a fault before any world) whose workers all initialized their
+        process group: from then on the job trains again. The one definition of
+        recovery time, used by the integration tests and the benchmark alike.
+        """
+        world = self.formed_after(fault.round)
+        formed = None if world is None else world.formed_at
+        return None if formed is None else formed - fault.at
 
     def launcher(self, unit: int, procid: int) -> LauncherOutcome:
         """The outcome of launcher ``procid`` of ``unit``."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["signal_group", "spawn", "stop_all"]
+__all__ = ["kill_if_running", "signal_group", "spawn", "stop_all"]
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +69,25 @@ def stop_all(processes: Sequence[subprocess.Popen[bytes]], grace: float) -> None
         signal_group(process, signal.SIGKILL)
         # SIGKILL cannot be ignored; the bound only guards against a leader stuck in D state.
         process.wait(timeout=30)
+
+
+def kill_if_running(pid: int, marker: str) -> bool:
+    """SIGKILL process ``pid`` if it runs a command line containing ``marker``.
+
+    For a process started indirectly, whose PID the harness only read from a record
+    (torchrun starts each worker in a session of its own, out of reach of its agent's
+    process group): the command line in ``/proc`` must still name ``marker``, so a PID
+    the kernel gave to another process since is never signalled. Returns whether a
+    process was killed.
+    """
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone (or not Linux)
+        return False
+    if marker.encode() not in command:  # another process, or a zombie (empty cmdline)
+        return False
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True

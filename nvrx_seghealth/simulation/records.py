@@ -39,6 +39,8 @@ class WorkerRecord:
             membership changes do not count).
         started_at: wall-clock time the worker started.
         initialized_at: when the gloo process group formed, else ``None``.
+        computed_at: when its collective-free compute phase ended, else ``None`` (no
+            such phase in its round, or it was stopped during it).
         finished_at: when all steps completed, else ``None``.
         all_reduce_ok: every all-reduce summed to ``world_size``; ``None`` until done.
     """
@@ -55,6 +57,7 @@ class WorkerRecord:
     restart_count: int
     started_at: float
     initialized_at: float | None = None
+    computed_at: float | None = None
     finished_at: float | None = None
     all_reduce_ok: bool | None = None
 

@@ -92,6 +92,15 @@ def render_report(result: JobResult) -> str:
         )
     if not result.rounds:
         lines.append("  none")
+    if result.faults:
+        lines += ["", "Faults injected"]
+    for fault in result.faults:
+        recovery = result.recovery(fault)
+        hit = "before any world" if fault.round is None else f"in round {fault.round}"
+        lines.append(
+            f"  {fault.at - result.started_at:.1f} s: {fault.what} ({hit}); next world "
+            + ("never formed" if recovery is None else f"formed {recovery:.1f} s later")
+        )
     healthy = result.time_to_healthy_world
     lines += [
         "",

@@ -68,10 +68,18 @@ class JobSpec:
         first_round_steps: steps of the workers of round 0 (default: ``steps``);
             scenarios that act on a running job give round 0 a long window.
         step_seconds: pause after each step.
+        compute_seconds: seconds each worker of rounds below :attr:`compute_rounds`
+            spends computing without any collective, right after joining its process
+            group (as NCCL training does between collectives): its peers then notice a
+            dead rank only through torchrun's ``num_nodes_waiting``, never through a
+            gloo error. ``0``: no such phase.
+        compute_rounds: how many rounds (0, 1, ...) compute for :attr:`compute_seconds`.
         join_timeout: rendezvous ``join_timeout`` in whole seconds.
         worker_timeout: the workers' process-group timeout in seconds; it bounds how
             long workers wait for a peer that never comes.
         start_after: launchers held back until another launcher reached a point.
+        start_delays: launchers started this many seconds after the job started (a
+            node that comes up late), in addition to any :attr:`start_after` condition.
         never_started: launchers that never start (a node whose launcher never comes up).
         no_kill_on_bad_exit: units launched with ``srun --kill-on-bad-exit=0``.
         agent_env: extra environment for every launcher (and so its workers).
@@ -95,9 +103,12 @@ class JobSpec:
     steps: int = 3
     first_round_steps: int | None = None
     step_seconds: float = 0.2
+    compute_seconds: float = 0.0
+    compute_rounds: int = 1
     join_timeout: int = 30
     worker_timeout: int = 30
     start_after: Mapping[str, StartAfter] = field(default_factory=dict)
+    start_delays: Mapping[str, float] = field(default_factory=dict)
     never_started: frozenset[str] = frozenset()
     no_kill_on_bad_exit: frozenset[int] = frozenset()
     agent_env: Mapping[str, str] = field(default_factory=dict)
@@ -135,6 +146,11 @@ class JobSpec:
         labels = set(self.labels)
         if not self.never_started <= labels:
             raise ValueError(f"never_started names unknown launchers: {sorted(self.never_started)}")
+        if self.compute_seconds < 0 or self.compute_rounds < 0:
+            raise ValueError("compute_seconds and compute_rounds must be >= 0")
+        for label, delay in self.start_delays.items():
+            if label not in labels or delay < 0:
+                raise ValueError(f"start_delays needs a known launcher and >= 0 s, got {label!r}")
         for label, after in self.start_after.items():
             if label not in labels or after.label not in labels or label == after.label:
                 raise ValueError(

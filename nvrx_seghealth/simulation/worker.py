@@ -1,6 +1,8 @@
 """The training worker of a simulated job, started by ``torchrun -m`` on every launcher.
 
-It joins a gloo process group, runs a few ``all_reduce`` steps, and records who it was
+It joins a gloo process group, computes for a while without collectives when asked
+(``--compute-seconds``, in the first ``--compute-rounds`` rounds), runs a few
+``all_reduce`` steps, and records who it was
 (launcher, array task, ranks, rendezvous round, restart count) and how far it got in
 ``--results-dir`` (see :mod:`.records`). It ends with ``destroy_process_group()``:
 without it some exits abort (``notes/torch-elastic-facts.md``).
@@ -20,6 +22,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .records import LAUNCHER_ENV, WorkerRecord, write_record
 
@@ -28,6 +31,7 @@ __all__ = [
     "BROKEN_HOW_ENV",
     "BROKEN_TASKS_ENV",
     "ROUND_READERS",
+    "c10d_rendezvous_state",
     "etcd_rendezvous_round",
     "main",
     "rendezvous_round",
@@ -63,16 +67,28 @@ def rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) ->
     advances once every participant has left.
     """
     from torch.distributed import TCPStore
+
+    host, port = endpoint.rsplit(":", 1)
+    store = TCPStore(host, int(port), is_master=False, timeout=timeout)
+    state = c10d_rendezvous_state(store, run_id)
+    if state is None:
+        raise RuntimeError(f"no rendezvous state for run {run_id!r} at {endpoint}")
+    return int(state.round)
+
+
+def c10d_rendezvous_state(store: Any, run_id: str) -> Any:
+    """torch's dynamic-rendezvous state of ``run_id`` in the c10d ``store``, or ``None``.
+
+    It is torch's own ``_RendezvousState`` (``round``, ``participants``, ``wait_list``,
+    ``redundancy_list``, ...), read with torch's c10d backend and unpickled as torch's
+    dynamic handler does; ``None`` before any node joined.
+    """
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
         C10dRendezvousBackend,
     )
 
-    host, port = endpoint.rsplit(":", 1)
-    store = TCPStore(host, int(port), is_master=False, timeout=timeout)
     state = C10dRendezvousBackend(store, run_id).get_state()
-    if state is None:
-        raise RuntimeError(f"no rendezvous state for run {run_id!r} at {endpoint}")
-    return int(pickle.loads(state[0]).round)
+    return None if state is None else pickle.loads(state[0])
 
 
 def etcd_rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) -> int:
@@ -115,6 +131,15 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--first-round-steps", type=int, help="steps in round 0 (default: --steps)")
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument(
+        "--compute-seconds",
+        type=float,
+        default=0.0,
+        help="seconds of collective-free compute after joining, before the steps",
+    )
+    parser.add_argument(
+        "--compute-rounds", type=int, default=1, help="rounds 0..N-1 compute (default: 1)"
+    )
+    parser.add_argument(
         "--timeout", type=float, default=30, help="process-group timeout in seconds"
     )
     return parser.parse_args(argv)
@@ -156,6 +181,14 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get(BROKEN_HOW_ENV) == "node":
             os.kill(os.getppid(), signal.SIGKILL)  # the parent is this worker's torchrun agent
         os._exit(BROKEN_EXIT_CODE)  # a crash: no clean shutdown of the process group
+    if record.round < args.compute_rounds and args.compute_seconds > 0:
+        # Between collectives nothing tells this worker that a peer died: only its
+        # agent, through num_nodes_waiting, or the next collective would.
+        seconds = args.compute_seconds
+        log.info("%s: computing for %g s without collectives", record.launcher, seconds)
+        time.sleep(seconds)
+        record = dataclasses.replace(record, computed_at=time.time())
+        write_record(args.results_dir, record)
     in_round_zero = record.round == 0 and args.first_round_steps is not None
     steps = args.first_round_steps if in_round_zero else args.steps
     ok = True
