@@ -1,9 +1,9 @@
-"""``python -m bench [--quick] [--rows 1,2,3,4,5,6]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
 the run and its load (the 1-minute load average before and after): on a busy machine
-the whole-job rows (1, 2, 6) are the first to suffer.
+the whole-job rows (1, 2, 6, 7) are the first to suffer.
 
 Exit status: 0 when no row missed its target, 1 otherwise.
 """
@@ -21,6 +21,7 @@ from . import (
     bad_task,
     check_cost,
     healthy_rendezvous,
+    recovery,
     sibling_first,
     startup,
     store_scale,
@@ -34,6 +35,7 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = {
     "4": store_scale.rows,
     "5": startup.rows,
     "6": sibling_first.rows,
+    "7": recovery.rows,
 }
 
 
