@@ -13,10 +13,11 @@ T = TypeVar("T")
 
 @dataclass
 class Row:
-    """One line of the result table: what was compared, the ratio, the target.
+    """One line of the result table: what was compared, the result, the target.
 
     Attributes:
-        name: what was compared. ratio: the result (``None`` when it could not be
+        name: what was compared, and in which unit the result is (a ratio unless the
+            name says otherwise). ratio: the result (``None`` when it could not be
             measured, e.g. a variant never completed). target: the goal, as text.
         met: whether the target was met; ``None`` for rows without a target.
         detail: the absolute numbers behind the ratio, and counts.
@@ -88,5 +89,5 @@ def per_call(function: Callable[[], object], calls: int) -> Callable[[], float]:
 
 def table(rows: Sequence[Row]) -> str:
     """The rows as a Markdown table."""
-    head = "| row | ratio | target | | detail |\n|---|---|---|---|---|"
+    head = "| row | result | target | | detail |\n|---|---|---|---|---|"
     return "\n".join([head, *(row.line() for row in rows)])

@@ -41,7 +41,7 @@ def test_sibling_started_first_costs_no_round_with_the_handoff(simulate) -> None
     text = sibling.log()
     assert_excluded_by_decision(result, 1)
     # It waited for its process 0 and left on its verdict, never joining.
-    assert "Segment health check: process 0 of array task 1000_1 gave verdict 1: excluded" in text
+    assert re.search(r"process 0 of array task 1000_1 answered request \d+: excluded", text)
     assert "is excluded (before joining): its process 0 marked the replacement group" in text
     assert not re.search(JOINED, text)
     assert not [w for w in result.workers if w.array_task == 1]
@@ -87,7 +87,8 @@ def test_slow_healthy_process_zero_holds_its_sibling_until_its_verdict(simulate)
 
     text = result.launcher(1, 1).log()
     waited = re.search(
-        r"process 0 of array task 1000_1 gave verdict 1: healthy \(waited (\d+\.\d) s\)", text
+        r"process 0 of array task 1000_1 answered request \d+: healthy \(waited (\d+\.\d) s\)",
+        text,
     )
     assert waited and float(waited.group(1)) >= 1.0, "the sibling did not wait for process 0"
     assert "no verdict from process 0" not in text

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from .allocation import validate_id
 from .markers import ReplacementGroupMarkers
 
-__all__ = ["EVERY_REQUEST", "Answer", "Verdict", "VerdictHandoff"]
+__all__ = ["EVERY_REQUEST", "Answer", "Verdict", "VerdictHandoff", "decode"]
 
 _FIRST_PAUSE = 0.02
 _LONGEST_PAUSE = 0.1
@@ -107,8 +107,12 @@ class Answer:
         return (self.covered << 3 | int(self.standing) << 2 | code) << _REQUEST_BITS
 
 
-def _decode(value: int) -> tuple[int, Answer]:
-    """``(requests made, answer)`` from the counter's value."""
+def decode(value: int) -> tuple[int, Answer]:
+    """``(requests made, answer)`` from the counter's value (as a store holds it).
+
+    Raises:
+        ValueError: the value holds no answer.
+    """
     bits = value >> _REQUEST_BITS
     code = bits & 3
     if code == 0 and bits:
@@ -147,7 +151,7 @@ class VerdictHandoff:
             ValueError: the counter holds no answer.
             Exception: whatever the store raised.
         """
-        return _decode(self.store.add(self.key, 0))
+        return decode(self.store.add(self.key, 0))
 
     def request(self) -> tuple[int, Answer]:
         """Sibling: ask for a verdict; ``(the request's number, the current answer)``.
@@ -156,7 +160,7 @@ class VerdictHandoff:
             ValueError: the counter holds no answer.
             Exception: whatever the store raised.
         """
-        return _decode(self.store.add(self.key, 1))
+        return decode(self.store.add(self.key, 1))
 
     def publish(self, answer: Answer) -> int:
         """Process 0: make ``answer`` the current answer; return the requests made so far.

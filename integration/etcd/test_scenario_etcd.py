@@ -28,6 +28,7 @@ from simhelpers import (
     siblings_after_process_zero,
 )
 
+from nvrx_seghealth.handoff import EVERY_REQUEST, Answer, Verdict, decode
 from nvrx_seghealth.simulation import JobSpec, SimulatedJob, StartAfter
 
 #: Where torch's etcd-v2 backend keeps the rendezvous state (one key per run) and its
@@ -113,14 +114,14 @@ def test_etcd_v2_job_completes_without_the_task_that_would_host_a_c10d_store(
     prefix = f"nvrx_seghealth/{run}/{spec.array_job_id}/"
     markers = {k: v for k, v in ours.items() if not k.startswith(f"{prefix}verdict/")}
     assert sorted(markers) == [f"{prefix}count", f"{prefix}group/0", f"{prefix}slot/1"]
-    # The hand-off: one verdict per task's process 0 (one attempt each, restart count 0).
-    verdicts = {k: v for k, v in ours.items() if k.startswith(f"{prefix}verdict/")}
-    assert verdicts == {
-        **{f"{prefix}verdict/{task}/0/count": "1" for task in (0, 1, 2)},
-        f"{prefix}verdict/0/0/1": "excluded",
-        f"{prefix}verdict/1/0/1": "healthy",
-        f"{prefix}verdict/2/0/1": "healthy",
-    }
+    # The hand-off: one counter per task (restart count 0); each sibling asked once.
+    counters = {k: decode(int(v)) for k, v in ours.items() if k.startswith(f"{prefix}verdict/")}
+    print(f"hand-off counters: {counters}")
+    assert sorted(counters) == [f"{prefix}verdict/{task}/0" for task in (0, 1, 2)]
+    assert counters[f"{prefix}verdict/0/0"] == (1, Answer(Verdict.EXCLUDED, EVERY_REQUEST, True))
+    for task in (1, 2):  # settled after the round: no longer standing
+        requests, answer = counters[f"{prefix}verdict/{task}/0"]
+        assert (requests, answer.verdict, answer.standing) == (1, Verdict.HEALTHY, False)
     assert markers[f"{prefix}count"] == "1" and markers[f"{prefix}slot/1"] == "0"
     decision = result.decisions[0]
     size = decision.stat().st_size
