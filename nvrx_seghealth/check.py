@@ -108,12 +108,20 @@ class SegmentHealthCheck:
 
 
 def unit_from_env(environ: Mapping[str, str] | None = None) -> AllocationUnit | None:
-    """Read this launcher's allocation unit; ``None`` (after one WARNING) when unusable."""
+    """Read this launcher's allocation unit; ``None`` (after one WARNING) when unusable
+    or absent: it is only read when a decision directory is configured."""
     try:
-        return AllocationUnit.from_env(environ)
+        unit = AllocationUnit.from_env(environ)
     except InvalidIdentityError as error:
         log.warning("Segment health check not installed: %s", error)
         return None
+    if unit is None:
+        log.warning(
+            "Segment health check not installed: a decision directory is configured, but "
+            "this launcher's environment names no Slurm job (no SLURM_JOB_ID or "
+            "SLURM_ARRAY_JOB_ID); launch it with srun to turn the check on"
+        )
+    return unit
 
 
 def install_check(

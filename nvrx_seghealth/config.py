@@ -15,6 +15,10 @@ key                                       meaning                               
 ``inner_backend``                         the rendezvous that does the work         ``c10d``
 ========================================  ========================================  ==========
 
+A key that looks like one of these but is not (``segment_health_chek_dir``, any other
+``segment_health*`` key) is refused with the closest valid key: passed on, the inner
+backend would ignore it and the check would be off without a word.
+
 Without ``segment_health_check_dir`` the environment variable
 ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used (empty counts as unset); with neither, the
 check is disabled and the backend is a pure pass-through. Every value is validated
@@ -26,8 +30,9 @@ Does not import torch.
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +55,7 @@ __all__ = [
     "STAT_TIMEOUT_KEY",
     "BackendSettings",
     "ConfigurationError",
+    "lookalike",
 ]
 
 DIRECTORY_KEY = "segment_health_check_dir"
@@ -58,6 +64,38 @@ HANDOFF_TIMEOUT_KEY = "segment_health_check_handoff_timeout"
 INNER_BACKEND_KEY = "inner_backend"
 DIRECTORY_ENV = "NVRX_SEGMENT_HEALTH_CHECK_DIR"
 INNER_BACKENDS = ("c10d", "etcd-v2")
+
+
+#: The keys this package reads from ``--rdzv-conf``.
+OUR_KEYS = (DIRECTORY_KEY, STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, INNER_BACKEND_KEY)
+
+
+def lookalike(key: str, known: Iterable[str]) -> str | None:
+    """The known setting that ``key`` was probably meant to be, or ``None``.
+
+    A key looks like one of ours when it starts with ``segment_health`` or is a close
+    misspelling of a known key: passed on, it would be ignored, and the check would be
+    off (or differently bound) without a word.
+    """
+    known = list(known)
+    if key in known:
+        return None
+    matches = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    if matches:
+        return matches[0]
+    if key.startswith("segment_health"):
+        return difflib.get_close_matches(key, known, n=1, cutoff=0.0)[0]
+    return None
+
+
+def _refuse_lookalikes(config: Mapping[str, Any]) -> None:
+    for key in config:
+        meant = lookalike(str(key), OUR_KEYS)
+        if meant is not None:
+            raise ConfigurationError(
+                f"rdzv-conf {key} is not a segment-health setting (did you mean {meant}?); "
+                f"the settings are {', '.join(OUR_KEYS)}"
+            )
 
 
 def _directory(config: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
@@ -122,7 +160,7 @@ class BackendSettings:
             ConfigurationError: a value is invalid.
         """
         env = os.environ if environ is None else environ
-        ours = (DIRECTORY_KEY, STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, INNER_BACKEND_KEY)
+        _refuse_lookalikes(config)
         return cls(
             directory=_directory(config, env),
             stat_timeout=(
@@ -136,5 +174,5 @@ class BackendSettings:
                 else None
             ),
             inner_backend=_inner_backend(config),
-            inner_config={k: v for k, v in config.items() if k not in ours},
+            inner_config={k: v for k, v in config.items() if k not in OUR_KEYS},
         )

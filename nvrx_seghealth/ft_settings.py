@@ -12,8 +12,9 @@ Precedence, highest first:
 
 None of them: the check is disabled. The winning value must be an absolute path. A flag
 or YAML value that is empty or not a string, a YAML file that cannot be read or parsed,
-or a ``fault_tolerance`` section that is not a mapping is a :class:`ConfigurationError`
-naming the setting and the fix. The YAML file is always read when given, even when the
+a ``fault_tolerance`` section that is not a mapping, or a field in it that looks like
+``segment_health_check_dir`` but is not (``segment_health_chek_dir``) is a
+:class:`ConfigurationError` naming the setting and the fix. The YAML file is always read when given, even when the
 flag wins, so a broken file is never silently ignored.
 
 Standard library plus PyYAML; no torch.
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 
 from .artifact import require_absolute_directory
-from .config import DIRECTORY_ENV, DIRECTORY_KEY, ConfigurationError
+from .config import DIRECTORY_ENV, DIRECTORY_KEY, ConfigurationError, lookalike
 
 __all__ = [
     "CFG_FLAG",
@@ -120,6 +121,12 @@ def directory_from_yaml(path: str) -> str | None:
             f"{what}: '{YAML_SECTION}' must be a mapping of settings, got "
             f"{type(section).__name__} {section!r}"
         )
+    for field in section:  # NVRx's other fault_tolerance settings are not ours to judge
+        if lookalike(str(field), (DIRECTORY_KEY,)) is not None:
+            raise ConfigurationError(
+                f"{YAML_SECTION}.{field} in {path} is not a setting (did you mean "
+                f"{YAML_FIELD}?); as written, the segment health check would be off"
+            )
     value = section.get(DIRECTORY_KEY)
     if value is None:
         return None

@@ -51,10 +51,8 @@ def test_install_line_once_however_often_the_check_runs(tmp_path, caplog):
     [
         slurm_env(task=1, procid=1),
         {k: v for k, v in slurm_env(task=1).items() if k != "SLURM_PROCID"},
-        {"SLURM_PROCID": "0"},
-        {},
     ],
-    ids=["procid-1", "no-procid", "no-job-id", "no-slurm"],
+    ids=["procid-1", "no-procid"],
 )
 def test_other_launchers_install_nothing_and_log_nothing(tmp_path, caplog, env):
     caplog.set_level(logging.DEBUG, logger="nvrx_seghealth")
@@ -113,3 +111,14 @@ def test_constructor_validates_everything(tmp_path):
         SegmentHealthCheck(str(tmp_path), "1", "../2")
     with pytest.raises(ValueError, match="stat_timeout"):
         SegmentHealthCheck(str(tmp_path), "1", "2", stat_timeout=0)
+
+
+@pytest.mark.parametrize("env", [{"SLURM_PROCID": "0"}, {}], ids=["no-job-id", "no-slurm"])
+def test_a_directory_without_a_slurm_job_says_the_check_is_off(tmp_path, caplog, env):
+    """No silent off-switch: configured, but not launched under Slurm."""
+    caplog.set_level(logging.DEBUG, logger="nvrx_seghealth")
+    assert get_segment_health_check(str(tmp_path), env) is None
+    (warning,) = warnings_(caplog)
+    assert "SLURM_JOB_ID" in warning
+    assert get_segment_health_check(None, env) is None  # nothing configured: quiet
+    assert len(caplog.records) == 1

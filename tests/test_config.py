@@ -50,9 +50,23 @@ def test_rdzv_conf_beats_environment_and_environment_is_the_fallback():
         ({"segment_health_check_handoff_timeout": "nan"}, {}, "handoff_timeout='nan'"),
         ({"segment_health_check_handoff_timeout": "later"}, {}, "handoff_timeout='later'"),
         ({"inner_backend": "static"}, {}, "inner_backend='static' is not supported; use one of c10d, etcd-v2"),
+        ({"segment_health_chek_dir": "/shc"}, {}, "segment_health_chek_dir .*segment_health_check_dir"),
+        ({"segment_health_check_stat_timout": "5"}, {},
+         "segment_health_check_stat_timout .*segment_health_check_stat_timeout"),
+        ({"segment_health_directory": "/shc"}, {}, "segment_health_directory .*segment_health_check_dir"),
+        ({"inner_backed": "c10d"}, {}, "inner_backed .*inner_backend"),
         ({"inner_backend": "segment-health"}, {}, "not supported"),
     ],
 )
 def test_bad_values_name_the_setting_and_the_fix(config, env, message):
     with pytest.raises(ConfigurationError, match=message):
         settings(config, env)
+
+
+def test_the_inner_backends_own_keys_are_not_taken_for_typos():
+    torch_keys = ["join_timeout", "last_call_timeout", "close_timeout", "heartbeat",
+                  "keep_alive_interval", "keep_alive_max_attempt", "is_host", "timeout",
+                  "read_timeout", "store_type", "use_libuv", "protocol", "ca_cert", "ssl_cert",
+                  "ssl_cert_key", "local_addr"]
+    s = settings(dict.fromkeys(torch_keys, "1"))
+    assert sorted(s.inner_config) == sorted(torch_keys)
