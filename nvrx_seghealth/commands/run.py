@@ -12,9 +12,11 @@ Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` (see
 :mod:`nvrx_seghealth.ft_settings`). With a directory, the rendezvous becomes the
 ``segment-health`` backend around the user's one: ``--rdzv-backend`` becomes
 ``segment-health`` and ``--rdzv-conf`` gains ``segment_health_check_dir=DIR`` and
-``inner_backend=`` ``c10d`` or ``etcd-v2``. torchrun's local shortcuts (``--standalone``,
-and the default ``static`` backend on a single node) are c10d rendezvous, so they are
-wrapped as c10d. Without any directory setting the command is exactly torchrun.
+``inner_backend=`` ``c10d`` or ``etcd-v2``. As in NVRx's ``ft_launcher``,
+``--rdzv-backend`` defaults to ``c10d`` (torchrun's ``static`` cannot carry the check)
+and ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` is set unless the environment sets it. One node
+without ``--rdzv-endpoint`` (or ``--standalone``) is torchrun's local c10d rendezvous,
+wrapped as c10d. Without any directory setting the command is otherwise torchrun.
 
 A configuration error (relative directory, broken YAML, unsupported backend, a directory
 that cannot travel in ``--rdzv-conf``, the backend's keys set twice) prints one line
@@ -26,6 +28,7 @@ the launcher, which exits 1 with the traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import uuid
 from typing import Any
 
@@ -34,7 +37,14 @@ from ..config import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS, Configura
 from ..ft_settings import CFG_FLAG, DIRECTORY_FLAG, YAML_FIELD, DirectorySetting, resolve_directory
 from .output import EXIT_OK, usage_error
 
-__all__ = ["launch_parser", "register", "run_command", "select_segment_health"]
+__all__ = [
+    "agent_environment",
+    "launch_parser",
+    "register",
+    "run_command",
+    "select_segment_health",
+    "use_local_rendezvous",
+]
 
 NAME = "run"
 
@@ -84,6 +94,7 @@ def launch_parser() -> argparse.ArgumentParser:
         "--rdzv-backend (c10d or etcd-v2).")
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.set_defaults(rdzv_backend="c10d")  # as ft_launcher: static cannot carry the check
     group = parser.add_argument_group("segment health check")
     group.add_argument(
         DIRECTORY_FLAG, "--ft_segment_health_check_dir", dest="ft_segment_health_check_dir",
@@ -98,18 +109,36 @@ def _conf_keys(rdzv_conf: str) -> set[str]:
     return {item.split("=", 1)[0].strip() for item in rdzv_conf.split(",") if item.strip()}
 
 
-def _inner_backend(args: argparse.Namespace, source: str) -> str:
-    """The rendezvous torchrun would run, made explicit (mirrors ``run()`` of torch 2.13).
+def use_local_rendezvous(args: argparse.Namespace) -> None:
+    """One node and no endpoint: torchrun's local c10d rendezvous (``--standalone``).
 
-    ``--standalone``, and ``static`` without endpoint or master port on one node, are
-    torchrun's local c10d rendezvous: set them up here, because ``run()`` would replace
-    ``--rdzv-backend`` for them.
+    torch's ``run()`` does this for its ``static`` default; with ``c10d`` (this command's
+    default) and no endpoint it would host a store on the fixed port 29400 instead.
     """
     from torch.distributed.run import parse_min_max_nnodes
 
-    local_static = (args.rdzv_backend == "static" and not args.rdzv_endpoint
-                    and args.master_port is None and parse_min_max_nnodes(args.nnodes)[1] == 1)
-    if args.standalone or local_static:
+    if (args.rdzv_backend in ("static", "c10d") and not args.rdzv_endpoint
+            and args.master_port is None and parse_min_max_nnodes(args.nnodes)[1] == 1):
+        args.standalone = True
+
+
+def agent_environment(environ: dict[str, str]) -> None:
+    """Set ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` unless ``environ`` sets it, as NVRx does.
+
+    torch's agent then skips its rank exchange between rounds, in which a launcher that
+    left a completed round (an excluded unit's sibling) stalls every other agent until
+    the store read times out. Set it to ``0`` when nodes run different workers.
+    """
+    environ.setdefault("TORCH_ELASTIC_WORKER_IDENTICAL", "1")
+
+
+def _inner_backend(args: argparse.Namespace, source: str) -> str:
+    """The rendezvous torchrun would run, made explicit (mirrors ``run()`` of torch 2.13).
+
+    ``--standalone`` is torchrun's local c10d rendezvous: set it up here, because
+    ``run()`` would replace ``--rdzv-backend`` for it.
+    """
+    if args.standalone:
         args.standalone = False
         args.rdzv_endpoint, args.rdzv_id = "localhost:0", str(uuid.uuid4())
         return "c10d"
@@ -164,6 +193,7 @@ def run_command(args: argparse.Namespace) -> int:
     from torch.distributed.run import run
 
     launch_args = launch_parser().parse_args(args.argv)
+    use_local_rendezvous(launch_args)
     try:
         setting = resolve_directory(launch_args.ft_segment_health_check_dir,
                                     launch_args.ft_cfg_path)
@@ -171,5 +201,6 @@ def run_command(args: argparse.Namespace) -> int:
             select_segment_health(launch_args, setting)
     except ConfigurationError as error:
         return usage_error(NAME, str(error))
+    agent_environment(os.environ)
     record(run)(launch_args)
     return EXIT_OK

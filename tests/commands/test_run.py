@@ -10,7 +10,12 @@ import time
 import pytest
 
 from nvrx_seghealth import publish_decision
-from nvrx_seghealth.commands.run import launch_parser, select_segment_health
+from nvrx_seghealth.commands.run import (
+    agent_environment,
+    launch_parser,
+    select_segment_health,
+    use_local_rendezvous,
+)
 from nvrx_seghealth.config import ConfigurationError
 from nvrx_seghealth.ft_settings import DirectorySetting
 
@@ -166,6 +171,7 @@ ENV = DirectorySetting("/shc", "environment variable NVRX_SEGMENT_HEALTH_CHECK_D
 
 def rewritten(*argv, setting=FLAG):
     args = launch_parser().parse_args([*argv, "train.py"])
+    use_local_rendezvous(args)
     select_segment_health(args, setting)
     return args
 
@@ -182,7 +188,8 @@ def test_the_users_backend_becomes_the_inner_backend(argv, inner, conf):
     assert args.rdzv_conf == f"{conf}segment_health_check_dir=/shc,inner_backend={inner}"
 
 
-@pytest.mark.parametrize("argv", [["--standalone"], ["--nproc-per-node=2"]])
+@pytest.mark.parametrize("argv", [["--standalone"], ["--nproc-per-node=2"],
+                                  ["--rdzv-backend=static"]])
 def test_torchruns_local_rendezvous_is_wrapped_as_c10d(argv):
     args = rewritten(*argv)
     assert (args.rdzv_backend, args.rdzv_endpoint, args.standalone) == (
@@ -201,3 +208,17 @@ def test_a_hand_made_backend_is_left_alone_when_only_the_environment_is_set():
         rewritten(*argv)
     with pytest.raises(ConfigurationError, match="--rdzv-backend=etcd cannot carry"):
         rewritten("--rdzv-backend=etcd", "--rdzv-endpoint=h:1")
+
+
+def test_the_backend_defaults_to_c10d_as_in_ft_launcher():
+    args = rewritten("--nnodes=2", "--rdzv-endpoint=h:1")
+    assert args.rdzv_conf == "segment_health_check_dir=/shc,inner_backend=c10d"
+
+
+def test_workers_are_identical_unless_the_environment_says_otherwise():
+    environ = {}
+    agent_environment(environ)
+    assert environ == {"TORCH_ELASTIC_WORKER_IDENTICAL": "1"}
+    environ = {"TORCH_ELASTIC_WORKER_IDENTICAL": "0"}
+    agent_environment(environ)
+    assert environ == {"TORCH_ELASTIC_WORKER_IDENTICAL": "0"}
