@@ -59,8 +59,8 @@ def register(subparsers: Any) -> None:
         "--keep-logs",
         type=Path,
         metavar="DIR",
-        help="keep logs, decisions and worker records in DIR; by default they go to a "
-        "temporary directory, removed when the outcome is as expected",
+        help="keep logs, decisions and worker records in DIR (new or empty); by default "
+        "they go to a temporary directory, removed when the outcome is as expected",
     )
     parser.set_defaults(func=run)
 
@@ -151,6 +151,16 @@ def run(args: argparse.Namespace) -> int:
         spec = demo_spec(args.tasks, args.nodes_per_task, set(args.mark), args.spares)
     except ValueError as error:
         print(f"nvrx-seghealth demo: {error}", file=sys.stderr)
+        return 2
+    if args.keep_logs is not None and args.keep_logs.exists() and (
+        not args.keep_logs.is_dir() or any(args.keep_logs.iterdir())
+    ):
+        print(
+            f"nvrx-seghealth demo: --keep-logs {args.keep_logs} is not an empty folder: a "
+            "previous run's store, logs and worker records would be read as this run's; give "
+            "a new folder (nothing in it is changed)",
+            file=sys.stderr,
+        )
         return 2
     workdir = args.keep_logs or Path(tempfile.mkdtemp(prefix="nvrx-seghealth-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
