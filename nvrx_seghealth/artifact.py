@@ -47,6 +47,7 @@ __all__ = [
     "clear_decision",
     "directory_problem",
     "evaluate",
+    "judge",
     "publish_decision",
     "require_absolute_directory",
 ]
@@ -148,7 +149,15 @@ def evaluate(path: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT) -> Decision:
     Raises:
         ConfigurationError: ``stat_timeout`` is out of range (see :mod:`.durations`).
     """
-    seconds = validate_seconds(STAT_TIMEOUT, stat_timeout)
+    return judge(path, validate_seconds(STAT_TIMEOUT, stat_timeout))
+
+
+def judge(path: str, seconds: float) -> Decision:
+    """:func:`evaluate` for a bound already validated (:data:`~.durations.STAT_TIMEOUT`).
+
+    For callers that validated the bound once where it entered, so that each round's
+    check does not validate it again.
+    """
     try:
         st = stat_within(path, seconds)
     except FileNotFoundError:

@@ -29,7 +29,7 @@ from .artifact import (
     Outcome,
     artifact_path,
     directory_problem,
-    evaluate,
+    judge,
     require_absolute_directory,
 )
 from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
@@ -79,7 +79,7 @@ class SegmentHealthCheck:
 
     def evaluate(self) -> Decision:
         """Stat the artifact once and return the decision; warn when failing open."""
-        decision = evaluate(self.path, self.stat_timeout)
+        decision = judge(self.path, self.stat_timeout)  # the bound was validated above
         if decision.failed_open:
             log.warning(
                 "Segment health check cannot judge %s (%s); proceeding (fail open)",
