@@ -29,6 +29,11 @@ own work (the check, a marker, the hand-off) is one WARNING and the launcher goe
 as plain torchrun would (fail open); the inner handler's own errors pass through
 unchanged.
 
+Each decision is recorded once as a TorchElastic rendezvous event and metrics
+(:mod:`.events`): installed, proceed, fail open, excluded, marker and verdict
+published, verdict waited for. The responder's looks record nothing unless they
+answer a request.
+
 Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
 again. On the way out it stops the inner handler's keep-alive and, for torch's
 dynamic handler, leaves the round it was a participant of (what torch itself does at
@@ -65,6 +70,7 @@ from .durations import (
     validate_seconds,
 )
 from .errors import UnhealthyNodeException
+from .events import ATTEMPT, REQUEST, DecisionRecorder, ExcludedBy
 from .handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
 
@@ -138,11 +144,14 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._covered = 0  # the highest request number answered
         self._responder: _Responder | None = None
         self._responder_failing = False
+        self._events = DecisionRecorder(inner)
         if not directory:
             return
         require_absolute_directory(directory)
-        self._unit = unit_from_env(environ)
+        self._unit = self._events.unit = unit_from_env(environ)
         self._check = install_check(directory, self._unit, stat_timeout=stat_timeout)
+        if self._check is not None:
+            self._events.installed(directory)
         if self._unit is None or not self._unit.is_array:
             return
         if store is None:
@@ -224,6 +233,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         # Process 0 joins on its own stat; a sibling on process 0's verdict, when it
         # has one. Without either, the marker is looked at before and after joining.
         judged = False
+        self._events.rank = None
         if self._check is not None:
             self._judge_attempt(self._check)
             judged = True
@@ -236,6 +246,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         finally:
             if self._check is not None:
                 self._settle()
+        self._events.rank = info.rank
         if not judged:
             self._refuse_if_marked("after joining")
         return info
@@ -281,10 +292,10 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         """Process 0, before joining: stat; exclude, or stand on this attempt's verdict."""
         with self._lock:
             self._joining = True
-            verdict = self._judge(check)
+            verdict = self._judge(check, ATTEMPT)
             if self._exclusion is None:
                 self._attempt_verdict = verdict
-                self._publish(Answer(verdict, self._covered, standing=True))
+                self._publish(Answer(verdict, self._covered, standing=True), trigger=ATTEMPT)
         if self._exclusion is not None:
             raise self._exclusion
         if self._handoff is not None and self._responder is None:
@@ -299,7 +310,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         with self._lock:
             self._joining = False
             if self._exclusion is None and self._handoff is not None:
-                self._publish(Answer(self._attempt_verdict, self._covered))
+                self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
     def _answer_requests(self) -> None:
         """Process 0, between attempts (responder thread): answer new requests."""
@@ -312,33 +323,42 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             except Exception as error:  # one WARNING per streak, not one per look
                 if not self._responder_failing:
                     self._responder_failing = True
-                    self._warn("look for the siblings' verdict requests", error)
+                    self._warn("read-requests", "look for the siblings' verdict requests", error)
                 return
             if self._responder_failing:
                 self._responder_failing = False
                 log.info("Segment health check: verdict requests readable again")
             if requested > self._covered:  # read before the stat: it covers them all
-                verdict = self._judge(check)
+                verdict = self._judge(check, REQUEST)
                 if self._exclusion is None:
-                    self._publish(Answer(verdict, requested), covered=requested)
+                    self._publish(Answer(verdict, requested), covered=requested, trigger=REQUEST)
 
-    def _judge(self, check: SegmentHealthCheck) -> Verdict:
-        """Stat once; on exclusion publish the marker and the final answer (lock held)."""
-        decision = self._fail_open("evaluate the decision file", check.evaluate)
+    def _judge(self, check: SegmentHealthCheck, trigger: str) -> Verdict:
+        """Stat once; on exclusion publish the marker and the final answer (lock held).
+
+        ``trigger`` (:data:`~.events.ATTEMPT` or :data:`~.events.REQUEST`) is recorded
+        with the decision.
+        """
+        started = time.monotonic()
+        decision = self._fail_open("evaluate", "evaluate the decision file", check.evaluate)
         if decision is None:
             return Verdict.UNCHECKED
+        self._events.judged(decision, time.monotonic() - started, trigger)
         if not decision.proceed:
             self._exclude_by_decision(decision)
-            self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True))
+            self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
             return Verdict.EXCLUDED
         return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
 
-    def _publish(self, answer: Answer, *, covered: int | None = None) -> None:
+    def _publish(
+        self, answer: Answer, *, trigger: str | None, covered: int | None = None
+    ) -> None:
         """Publish process 0's answer (lock held) and remember the requests answered.
 
         Those are ``covered`` when given. A standing answer, and the one that settles
         it, answer every request made up to their own store call: a request made
-        while the answer stood read it at once.
+        while the answer stood read it at once. A verdict published on a ``trigger``
+        is recorded; ``None``: the settling answer, which repeats the attempt's.
         """
         if self._handoff is None:
             return
@@ -346,12 +366,17 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             requested = self._handoff.publish(answer)
         except Exception as error:
             self._warn(
+                "publish-verdict",
                 f"publish process 0's answer ({answer.verdict and answer.verdict.value}); "
                 f"the task's other launchers join after {self._handoff_timeout:g} s without it",
                 error,
             )
             return
         self._covered = max(self._covered, requested if covered is None else covered)
+        if trigger is not None and answer.verdict is not None:
+            self._events.verdict_published(
+                answer.verdict.value, self._covered, answer.standing, trigger
+            )
 
     def _exclude_by_decision(self, decision: Decision) -> None:
         unit = self._unit
@@ -361,6 +386,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._exclude(
             f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded: "
             f"decision file {decision.path} is non-empty ({decision.size} bytes)",
+            ExcludedBy.DECISION_FILE,
             path=decision.path,
             size=decision.size,
         )
@@ -370,13 +396,16 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 f"pid={os.getpid()} "
                 f"at={datetime.datetime.now(datetime.timezone.utc).isoformat()}"
             )
-            self._fail_open(
+            published = self._fail_open(
+                "publish-marker",
                 "publish the unhealthy marker; the task's other launchers are stopped "
                 "only by srun",
                 self._markers.publish,
                 unit.task_id,
                 detail,
             )
+            if published:
+                self._events.marker_published(unit.task_id)
 
     # -- the other launchers of an array task ------------------------------------
 
@@ -389,18 +418,25 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         unit = self._unit
         assert unit is not None  # a hand-off exists only for a known array unit
         started = time.monotonic()
-        asked = self._fail_open("ask process 0 for a verdict; joining without one",
-                                handoff.request)
+        asked = self._fail_open(
+            "request-verdict", "ask process 0 for a verdict; joining without one", handoff.request
+        )
         if asked is None:
             return False
         request, answer = asked
         verdict = (
             answer.verdict
             if answer.covers(request)  # process 0 stands in the rendezvous: at once
-            else self._fail_open("read process 0's verdict; joining without one",
-                                 handoff.wait, request, self._handoff_timeout)
+            else self._fail_open(
+                "await-verdict",
+                "read process 0's verdict; joining without one",
+                handoff.wait,
+                request,
+                self._handoff_timeout,
+            )
         )
         waited = time.monotonic() - started
+        self._events.verdict_waited(verdict and verdict.value, request, waited)
         if verdict is None:
             log.warning(
                 "Segment health check: no verdict from process 0 of array task %s_%s within "
@@ -426,7 +462,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             self._refuse_if_marked("before joining")  # the marker names the decision
             raise self._exclude(
                 f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
-                f"(before joining): its process 0 gave the verdict {verdict.value!r}"
+                f"(before joining): its process 0 gave the verdict {verdict.value!r}",
+                ExcludedBy.VERDICT,
+                when="before-joining",
             )
         return True
 
@@ -435,18 +473,23 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         if markers is None or unit is None or unit.replacement_group is None:
             return
         detail = self._fail_open(
-            "read the marker; proceeding", markers.detail, unit.replacement_group
+            "read-marker", "read the marker; proceeding", markers.detail, unit.replacement_group
         )
         if detail is not None:
             raise self._exclude(
                 f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
-                f"({when}): its process 0 marked the replacement group unhealthy: {detail}"
+                f"({when}): its process 0 marked the replacement group unhealthy: {detail}",
+                ExcludedBy.MARKER,
+                when=when.replace(" ", "-"),
+                marker=detail,
             )
 
     # -- shared ------------------------------------------------------------------
 
-    def _fail_open(self, action: str, call: Callable[..., _T], *args: object) -> _T | None:
-        """Run ``call(*args)``; on any error log one WARNING naming ``action``, return None.
+    def _fail_open(
+        self, token: str, action: str, call: Callable[..., _T], *args: object
+    ) -> _T | None:
+        """Run ``call(*args)``; on any error :meth:`_warn` and return None.
 
         Every piece of the wrapper's own work goes through here (or :meth:`_warn`):
         nothing but an exclusion may leave the wrapper as an error.
@@ -454,10 +497,12 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         try:
             return call(*args)
         except Exception as error:
-            self._warn(action, error)
+            self._warn(token, action, error)
             return None
 
-    def _warn(self, action: str, error: Exception) -> None:
+    def _warn(self, token: str, action: str, error: Exception) -> None:
+        """One WARNING naming ``action``; recorded as a fail-open of action ``token``."""
+        self._events.wrapper_error(token, error)
         unit = self._unit
         where = f" of array task {unit.job_id}_{unit.task_id}" if unit and unit.is_array else ""
         log.warning(
@@ -469,13 +514,22 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         )
 
     def _exclude(
-        self, message: str, *, path: str | None = None, size: int | None = None
+        self,
+        message: str,
+        by: ExcludedBy,
+        *,
+        path: str | None = None,
+        size: int | None = None,
+        when: str | None = None,
+        marker: str | None = None,
     ) -> UnhealthyNodeException:
-        """Record the exclusion (logged the first time) and return the exception to raise."""
+        """Record the exclusion (logged and recorded the first time) and return the
+        exception to raise."""
         unit = self._unit
         assert unit is not None
         if self._exclusion is None:
             log.error("Segment health check: %s", message)
+            self._events.excluded(by, path=path, size=size, when=when, marker=marker)
             self._exclusion = UnhealthyNodeException(
                 message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
             )
@@ -492,7 +546,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             return
         self._left = True
         self._stop_responder()
-        self._fail_open("leave the inner rendezvous", _leave_dynamic_rendezvous, self._inner)
+        self._fail_open(
+            "leave-rendezvous", "leave the inner rendezvous", _leave_dynamic_rendezvous, self._inner
+        )
 
 
 def _leave_dynamic_rendezvous(inner: RendezvousHandler) -> None:

@@ -31,9 +31,12 @@ from nvrx_seghealth import (
 )
 
 from nvrx_seghealth import artifact
+from nvrx_seghealth.events import parse_fields
+from nvrx_seghealth.handler import RESPONDER_INTERVAL
 from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
+from .telemetry import captured
 
 RUN = "run-1"
 ARRAY = 1000
@@ -524,3 +527,137 @@ def test_a_directory_that_does_not_exist_gets_one_warning(tcp_store, tmp_path, c
                        handoff_timeout=0)
     sibling.next_rendezvous()
     assert len(our_records(caplog, logging.WARNING)) == 1  # other launchers never look
+
+
+# -- each decision recorded once, as torch's rendezvous events and metrics -------------
+
+
+def test_an_exclusion_is_recorded_once_with_its_marker_and_verdict(tcp_store, shc):
+    publish_decision(shc, str(ARRAY), "1", "n3 drained")
+    with captured() as seen:
+        handlers = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 1, 2)]
+        joins = join_all(handlers)
+        with pytest.raises(UnhealthyNodeException):  # again: excluded for good, not re-recorded
+            handlers[1].next_rendezvous()
+    assert isinstance(joins[1].error, UnhealthyNodeException)
+    path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    assert seen.names("1") == ["installed", "excluded", "marker_published", "verdict_published"]
+    assert seen.fields("excluded", "1") == [
+        {"job_id": "1000", "task_id": "1", "by": "decision-file", "path": path, "size": "10"}]
+    assert seen.fields("marker_published", "1")[0]["group"] == "1"
+    assert seen.fields("verdict_published", "1")[0]["verdict"] == "excluded"
+    for healthy in ("0", "2"):
+        assert seen.names(healthy) == ["installed", "proceed", "verdict_published"]
+        assert seen.fields("proceed", healthy)[0]["outcome"] == "absent"
+        assert seen.fields("verdict_published", healthy)[0]["standing"] == "true"
+    (excluded,) = [e for e in seen.ours("1") if e.name == "nvrx_seghealth.excluded"]
+    node = handlers[1].inner._this_node
+    assert (excluded.run_id, excluded.hostname, excluded.pid, excluded.local_id) == (
+        RUN, node.addr, node.pid, node.local_id)
+    assert excluded.rank is None  # it never joined a round
+    assert seen.values("excluded") == [1]
+    assert len(seen.values("check.duration.us")) == 3  # one stat per process 0
+
+
+def test_a_sibling_records_the_verdict_it_waited_for_and_its_exclusion(tcp_store, shc):
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    with captured() as seen:
+        sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1))
+        wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
+        with pytest.raises(UnhealthyNodeException):
+            launcher(tcp_store, shc, slurm_env(task=1), 1, 1).next_rendezvous()
+        sibling.wait()
+    sibling_events = [parse_fields(e.message) | {"name": e.name} for e in seen.ours("1")
+                      if e.local_id == sibling.handler.inner._this_node.local_id]
+    assert [e["name"] for e in sibling_events] == ["nvrx_seghealth.verdict_waited",
+                                                   "nvrx_seghealth.excluded"]
+    assert sibling_events[0]["verdict"] == "excluded" and sibling_events[0]["request"] == "1"
+    assert sibling_events[1]["by"] == "marker" and sibling_events[1]["when"] == "before-joining"
+    assert "(3 bytes)" in sibling_events[1]["marker"]  # process 0's marker text
+    assert seen.values("excluded") == [1, 1]
+    (waited,) = seen.values("verdict_wait.duration.ms")
+    assert waited == round(float(sibling_events[0]["waited_s"]) * 1000)
+
+
+def test_an_excluded_verdict_without_a_marker_is_recorded_as_the_verdict(tcp_store, shc):
+    with captured() as seen:
+        sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1))
+        wait_until(lambda: waiting_for_a_verdict(tcp_store, 1))
+        view = view_of(tcp_store)
+        view.publish(Answer(Verdict.EXCLUDED, view.read()[0]))
+        assert isinstance(sibling.wait().error, UnhealthyNodeException)
+    assert seen.fields("excluded") == [{"job_id": "1000", "task_id": "1", "by": "verdict",
+                                        "when": "before-joining"}]
+
+
+def test_a_marker_met_after_joining_is_recorded_with_the_round_rank(tcp_store, shc):
+    with captured() as seen:
+        sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2,
+                                handoff_timeout=0.5))
+        wait_until(lambda: participants(tcp_store) == 1)
+        ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).publish("1", "late marker")
+        task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
+        task0.wait()
+        sibling.wait()
+    assert isinstance(sibling.error, UnhealthyNodeException)
+    assert seen.names("1") == ["fail_open", "excluded"]
+    assert seen.fields("fail_open", "1")[0]["reason"] == "no-verdict"
+    assert seen.fields("excluded", "1") == [{"job_id": "1000", "task_id": "1", "by": "marker",
+                                             "when": "after-joining", "marker": "late marker"}]
+    (excluded,) = [e for e in seen.ours("1") if e.name == "nvrx_seghealth.excluded"]
+    assert excluded.rank in (0, 1) and excluded.rank != task0.result.rank
+    assert seen.values("fail_open.no-verdict") == [1]
+
+
+def test_a_fail_open_is_recorded_with_its_reason(tcp_store, shc, monkeypatch):
+    os.mkdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))  # not a regular file
+    with captured() as seen:
+        handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
+        handler.next_rendezvous()
+
+        def broken():
+            raise RuntimeError("a bug in the check")
+
+        monkeypatch.setattr(handler.check, "evaluate", broken)
+        handler.next_rendezvous()
+    assert seen.names() == ["installed", "fail_open", "verdict_published", "fail_open",
+                            "verdict_published"]
+    first, second = seen.fields("fail_open")
+    assert (first["reason"], first["trigger"]) == ("not-a-regular-file", "attempt")
+    assert first["detail"] == "not a regular file: directory"
+    assert (second["reason"], second["action"]) == ("wrapper-error", "evaluate")
+    assert second["error"] == "RuntimeError: a bug in the check"
+    assert [f["verdict"] for f in seen.fields("verdict_published")] == ["unchecked"] * 2
+    assert seen.values("fail_open.not-a-regular-file") == [1]
+    assert seen.values("fail_open.wrapper-error") == [1]
+
+
+def test_the_responder_records_its_answers_never_its_looks(tcp_store, shc):
+    """Between rounds process 0 looks for requests every 0.2 s: only an answer is a
+    decision, recorded once, with the rank of the round process 0 trains in."""
+    with captured() as seen:
+        process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2)
+                             for p in (0, 1))
+        joined = join_all([process0, sibling])
+        time.sleep(10 * RESPONDER_INTERVAL)  # ten looks, no request
+        quiet = seen.names()
+        restart = Join(sibling)
+        wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=10)
+        time.sleep(5 * RESPONDER_INTERVAL)
+        answered = seen.names()
+        Join(process0).wait()
+        restart.wait()
+    assert quiet == ["installed", "proceed", "verdict_published", "verdict_waited"]
+    assert answered[len(quiet):] == ["proceed", "verdict_published", "verdict_waited"]
+    request_events = [e for e in seen.ours() if parse_fields(e.message).get("trigger") == "request"]
+    assert [e.name for e in request_events] == ["nvrx_seghealth.proceed",
+                                                "nvrx_seghealth.verdict_published"]
+    assert {e.rank for e in request_events} == {joined[0].result.rank}
+
+
+def test_without_a_directory_nothing_is_recorded(tcp_store, shc):
+    with captured() as seen:
+        handler = launcher(tcp_store, None, slurm_env(task=1), 1, 1)
+        handler.next_rendezvous()
+    assert seen.ours() == [] and seen.metrics == []
+    assert any(e.name.endswith("next_rendezvous") for e in seen.events)  # torch's own went
