@@ -18,8 +18,7 @@ in torch's own telemetry:
   ``rank``        the node's rank in the round it is in; ``None`` outside one
   ``node_state``  ``INIT`` (installed), ``FAILED`` (excluded), else ``RUNNING``
   ``message``     the decision's fields, ``key=value`` separated by spaces
-                  (logfmt; a value with a space, ``"`` or ``=`` is a JSON
-                  string); :func:`parse_fields` reads them back
+                  (:mod:`.logfmt`; :func:`parse_fields` reads them back)
   ==============  ============================================================
 
 * data points through ``torch.distributed.elastic.metrics.put_metric`` in the group
@@ -35,12 +34,9 @@ the README ("Events and metrics").
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
-import re
 import socket
-from collections.abc import Mapping
 
 from torch.distributed.elastic import events as torch_events
 from torch.distributed.elastic import metrics as torch_metrics
@@ -49,6 +45,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from .allocation import AllocationUnit
 from .artifact import Decision, Outcome
+from .logfmt import FieldValue, format_fields, parse_fields
 
 __all__ = [
     "EVENT_DESTINATION",
@@ -68,9 +65,6 @@ log = logging.getLogger(__name__)
 EVENT_DESTINATION = "dynamic_rendezvous"
 #: The ``put_metric`` group of every metric here (``torchelastic`` is torch's own).
 METRIC_GROUP = "nvrx_seghealth"
-
-FieldValue = str | int | float | bool | None
-
 
 class EventName(str, enum.Enum):
     """The ``name`` of each recorded event: one per decision."""
@@ -140,33 +134,6 @@ class MetricName(str, enum.Enum):
 #: How the stat that led to a decision came about (``trigger``).
 ATTEMPT = "attempt"  # process 0 about to join a round
 REQUEST = "request"  # a sibling's request, between process 0's rounds
-
-_BARE = re.compile(r'[^\s="]+')
-_PAIR = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)')
-
-
-def format_fields(fields: Mapping[str, FieldValue]) -> str:
-    """``key=value`` pairs (logfmt) of ``fields``; ``None`` values are left out.
-
-    Booleans are ``true``/``false``; a value with a space, ``"`` or ``=`` (or an empty
-    one) is written as a JSON string.
-    """
-    pairs = []
-    for key, value in fields.items():
-        if value is None:
-            continue
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        pairs.append(f"{key}={text if _BARE.fullmatch(text) else json.dumps(text)}")
-    return " ".join(pairs)
-
-
-def parse_fields(message: str) -> dict[str, str]:
-    """The fields of an event's ``message``, as strings (inverse of :func:`format_fields`)."""
-    return {
-        key: json.loads(value) if value.startswith('"') else value
-        for key, value in _PAIR.findall(message)
-    }
-
 
 class DecisionRecorder:
     """Records one launcher's decisions as events and metrics; never raises.

@@ -30,8 +30,6 @@ from nvrx_seghealth.events import (
     DecisionRecorder,
     ExcludedBy,
     FailOpenReason,
-    format_fields,
-    parse_fields,
 )
 
 from .support import slurm_env
@@ -53,18 +51,6 @@ def recorder(inner=None, task=1):
     events = DecisionRecorder(inner or StaticInner())
     events.unit = AllocationUnit.from_env(slurm_env(task=task))
     return events
-
-
-def test_fields_read_back_exactly():
-    fields = {"path": "/shared/a b/segment_health_check.1.2", "detail": 'say "x=1"',
-              "empty": "", "n": 12, "ok": True, "no": False, "gone": None, "name": "née"}
-    message = format_fields(fields)
-    assert message.startswith('path="/shared/a b/segment_health_check.1.2" ')
-    assert "n=12 ok=true no=false" in message and "gone" not in message
-    assert parse_fields(message) == {
-        "path": "/shared/a b/segment_health_check.1.2", "detail": 'say "x=1"', "empty": "",
-        "n": "12", "ok": "true", "no": "false", "name": "née",
-    }
 
 
 def test_nothing_is_built_while_torch_records_nowhere():
