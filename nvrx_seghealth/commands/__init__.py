@@ -16,13 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import check, doctor, mark, publish_drained, run, status
+from . import check, doctor, mark, publish_drained, run, status, store_host
 
 __all__ = ["register_all"]
 
 
 def register_all(subparsers: Any) -> None:
-    """Add ``run``, ``check``, ``mark``, ``clear``, ``status``, ``doctor`` and
-    ``publish-drained`` to ``subparsers`` (from ``ArgumentParser.add_subparsers()``)."""
-    for module in (run, check, mark, status, doctor, publish_drained):
+    """Add ``run``, ``check``, ``mark``, ``clear``, ``status``, ``doctor``,
+    ``publish-drained`` and ``store-host`` to ``subparsers`` (from
+    ``ArgumentParser.add_subparsers()``)."""
+    for module in (run, check, mark, status, doctor, publish_drained, store_host):
         module.register(subparsers)
