@@ -20,7 +20,9 @@ The contract (consumer side):
   ======================================  ===================  ============
 
 The producer side (:func:`publish_decision`, :func:`clear_decision`) replaces the file
-atomically, so a consumer never sees a partial or momentarily empty decision.
+atomically, so a consumer never sees a partial or momentarily empty decision, under the
+directory's lock and, when asked, only if the file still holds what the writer read
+(:mod:`.decisionfs`).
 
 Standard library only.
 """
@@ -29,19 +31,22 @@ from __future__ import annotations
 
 import enum
 import errno
+import logging
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 
+from . import decisionfs
 from .allocation import validate_id
 from .boundedstat import StatHelperError, StatTimeoutError, stat_within
+from .decisionfs import Current, Result
 from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
 
 __all__ = [
     "ARTIFACT_PREFIX",
     "DEFAULT_STAT_TIMEOUT",
     "Decision",
+    "DecisionConflict",
     "Outcome",
     "artifact_path",
     "clear_decision",
@@ -50,7 +55,10 @@ __all__ = [
     "judge",
     "publish_decision",
     "require_absolute_directory",
+    "unit_id",
 ]
+
+log = logging.getLogger(__name__)
 
 ARTIFACT_PREFIX = "segment_health_check"
 
@@ -196,66 +204,92 @@ def directory_problem(directory: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT
     return None
 
 
-def _sync_directory(directory: str) -> None:
-    """Make a rename in ``directory`` durable (a crash right after it keeps the new file)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def unit_id(name: str, value: str | int) -> str:
+    """``value`` as a decision-file id: a string of decimal digits, or a non-negative int.
+
+    Raises:
+        TypeError: ``value`` is neither a ``str`` nor an ``int`` (``bool`` is refused).
+        InvalidIdentityError: a string that is not decimal digits, or a negative int.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(
+            f"{name} must be a str of decimal digits or an int, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    return validate_id(name, str(value))
 
 
-def _replace_atomically(path: str, content: bytes) -> None:
-    directory, name = os.path.split(path)
-    fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-        _sync_directory(directory)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
+def _write(path: str, content: bytes | None, expect: Current | None) -> Result:
+    result = decisionfs.replace(path, content, expect)
+    for warning in result.warnings:
+        log.warning("%s", warning)
+    return result
 
 
-def publish_decision(directory: str, job_id: str, task_id: str, text: str) -> str:
+def publish_decision(
+    directory: str, job_id: str | int, task_id: str | int, text: str,
+    *, expect: Current | None = None,
+) -> str:
     """Mark a unit unhealthy: atomically write ``text`` as its decision; return the path.
 
     Producer-side. The file is written under a temporary name in ``directory`` and
     renamed over the artifact, so a consumer sees the old decision or the new one,
-    never a partial or empty file. ``directory`` must exist.
+    never a partial or empty file. ``directory`` must exist. The write holds the
+    directory's lock (:data:`~.decisionfs.LOCK_NAME`), so writers of this package never
+    interleave. With ``expect`` (what :func:`~.decisionfs.read_current` returned), the
+    write happens only if the file still holds exactly that; else
+    :class:`DecisionConflict` is raised and nothing is written.
+
+    A directory sync that fails after the rename is logged as a WARNING: the new
+    decision is in place, and the call succeeds.
 
     Raises:
         ValueError: ``text`` is empty (an empty file means *healthy*), or a bad
-            directory or id.
-        OSError: the directory cannot be written.
+            directory or id. ``TypeError``: an id that is neither str nor int.
+        DecisionConflict: the file no longer holds ``expect``.
+        OSError: the directory cannot be written (:class:`~.decisionfs.StepError`
+            names the failed step).
     """
     if not text:
         raise ValueError("a decision needs non-empty text; an empty file means healthy")
-    path = artifact_path(directory, job_id, task_id)
-    _replace_atomically(path, text.encode())
+    path = artifact_path(directory, unit_id("job_id", job_id), unit_id("task_id", task_id))
+    result = _write(path, text.encode(), expect)
+    if result.status == "conflict":
+        raise DecisionConflict(path, result.before)
     return path
 
 
-def clear_decision(directory: str, job_id: str, task_id: str, *, remove: bool = False) -> str:
+def clear_decision(
+    directory: str, job_id: str | int, task_id: str | int, *, remove: bool = False,
+    expect: Current | None = None,
+) -> str:
     """Mark a unit healthy again; return the path. Touches no other file.
 
     With ``remove=False`` the artifact is atomically replaced by an empty file (the
     producer is visibly alive); with ``remove=True`` it is unlinked (a missing file
-    is fine).
+    is fine). ``expect``, the lock and a failed directory sync: as
+    :func:`publish_decision`.
+
+    Raises:
+        DecisionConflict: the file no longer holds ``expect``.
+        OSError: the directory cannot be written.
     """
-    path = artifact_path(directory, job_id, task_id)
-    if remove:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-    else:
-        _replace_atomically(path, b"")
+    path = artifact_path(directory, unit_id("job_id", job_id), unit_id("task_id", task_id))
+    result = _write(path, None if remove else b"", expect)
+    if result.status == "conflict":
+        raise DecisionConflict(path, result.before)
     return path
+
+
+class DecisionConflict(RuntimeError):
+    """A conditional write found another decision than expected; nothing was written.
+
+    Attributes:
+        path: the decision file. current: what it holds now.
+    """
+
+    def __init__(self, path: str, current: Current) -> None:
+        super().__init__(f"{path} changed since it was read (now {current.kind}, "
+                         f"{current.size} bytes); nothing written")
+        self.path = path
+        self.current = current

@@ -31,6 +31,7 @@ from .artifact import (
     directory_problem,
     judge,
     require_absolute_directory,
+    unit_id,
 )
 from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
 
@@ -52,14 +53,17 @@ class SegmentHealthCheck:
 
     Args:
         directory: absolute path of the shared decision directory.
-        job_id: the unit's job id (``SLURM_ARRAY_JOB_ID`` or ``SLURM_JOB_ID``).
-        task_id: the unit's task id (``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``).
+        job_id: the unit's job id (``SLURM_ARRAY_JOB_ID`` or ``SLURM_JOB_ID``), a
+            string of decimal digits or an ``int``.
+        task_id: the unit's task id (``SLURM_ARRAY_TASK_ID`` or ``SLURM_JOB_ID``), the
+            same.
         stat_timeout: seconds one ``stat`` may take before failing open, in the
             range of :data:`~.durations.STAT_TIMEOUT`.
 
     Raises:
         ValueError: ``directory`` is not absolute, an id is not decimal digits, or
             ``stat_timeout`` is out of range (:class:`~.errors.ConfigurationError`).
+        TypeError: an id is neither a ``str`` nor an ``int`` (a ``bool`` included).
     """
 
     def __init__(
@@ -71,8 +75,8 @@ class SegmentHealthCheck:
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
     ) -> None:
         self.directory = require_absolute_directory(directory)
-        self.job_id = str(job_id)
-        self.task_id = str(task_id)
+        self.job_id = unit_id("job_id", job_id)
+        self.task_id = unit_id("task_id", task_id)
         self.path = artifact_path(directory, self.job_id, self.task_id)
         self.stat_timeout = validate_seconds(STAT_TIMEOUT, stat_timeout)
         self._directory_looked_at = False

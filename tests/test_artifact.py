@@ -247,7 +247,8 @@ def test_publish_is_atomic_and_leaves_no_temporary(tmp_path):
     assert evaluate(path).outcome is Outcome.UNHEALTHY
     assert open(path).read() == "drained: n7"
     assert oct(os.stat(path).st_mode & 0o777) == oct(0o644)
-    assert os.listdir(tmp_path) == [os.path.basename(path)]
+    assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock",
+                                            os.path.basename(path)]
 
 
 def test_publish_never_shows_a_partial_or_empty_file(tmp_path):
@@ -287,4 +288,5 @@ def test_clear_truncates_or_removes_only_its_own_file(tmp_path):
     assert evaluate(mine).outcome is Outcome.ABSENT
     clear_decision(directory, "5", "3", remove=True)  # already gone: fine
     assert open(other).read() == "also bad"
-    assert sorted(os.listdir(tmp_path)) == [os.path.basename(other)]
+    assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock",
+                                            os.path.basename(other)]

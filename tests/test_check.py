@@ -122,3 +122,24 @@ def test_a_directory_without_a_slurm_job_says_the_check_is_off(tmp_path, caplog,
     assert "SLURM_JOB_ID" in warning
     assert get_segment_health_check(None, env) is None  # nothing configured: quiet
     assert len(caplog.records) == 1
+
+
+def test_integer_ids_are_accepted_where_string_ids_are(tmp_path):
+    publish_decision(str(tmp_path), 5000, 3, "drained")
+    check = SegmentHealthCheck(str(tmp_path), 5000, 3)
+    assert (check.job_id, check.task_id) == ("5000", "3")
+    assert check.path == os.path.join(tmp_path, "segment_health_check.5000.3")
+    assert check() is False
+
+
+@pytest.mark.parametrize("bad", [True, 5.0, b"5", None])
+def test_other_id_types_are_a_type_error_that_says_so(tmp_path, bad):
+    with pytest.raises(TypeError, match=r"job_id must be a str of decimal digits or an int"):
+        SegmentHealthCheck(str(tmp_path), bad, 3)
+    with pytest.raises(TypeError, match=r"task_id must be a str of decimal digits or an int"):
+        publish_decision(str(tmp_path), 1, bad, "x")
+
+
+def test_a_negative_integer_id_is_refused_as_not_decimal(tmp_path):
+    with pytest.raises(ValueError, match="not a decimal Slurm id"):
+        SegmentHealthCheck(str(tmp_path), -1, 3)
