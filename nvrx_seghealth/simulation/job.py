@@ -372,6 +372,8 @@ class SimulatedJob:
                 log_path=launcher.log_path,
                 started_at=launcher.started_at,
                 ended_at=launcher.ended_at,
+                events_path=launcher.events_path,
+                metrics_path=launcher.metrics_path,
             )
             for label, launcher in self.launchers.items()
         }

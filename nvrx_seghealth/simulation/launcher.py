@@ -23,6 +23,7 @@ from .processes import signal_group, spawn
 from .records import LAUNCHER_ENV
 from .slurm import slurm_environment
 from .spec import JobSpec
+from .telemetry import EVENTS_FILE_ENV, METRICS_FILE_ENV
 
 __all__ = ["Launcher", "rendezvous_config"]
 
@@ -91,6 +92,12 @@ class Launcher:
         self.label = spec.label(unit, procid)
         self.log_path = paths.logs / f"{self.label}.log"
         self.killed_by_srun = False
+        #: Where its agent records its telemetry; ``None`` when the job records none.
+        self.events_path: Path | None = None
+        self.metrics_path: Path | None = None
+        if spec.record_telemetry:
+            self.events_path = paths.telemetry / f"{self.label}.events.jsonl"
+            self.metrics_path = paths.telemetry / f"{self.label}.metrics.jsonl"
         self.started_at: float | None = None
         self.ended_at: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
@@ -98,8 +105,9 @@ class Launcher:
         first_round_steps = spec.steps if spec.first_round_steps is None else spec.first_round_steps
         config = rendezvous_config(spec, paths.decisions, self.label)
         conf = ",".join(f"{k}={v}" for k, v in config.items())
+        agent = "torch.distributed.run" if self.events_path is None else f"{__package__}.agent"
         self.command = [
-            sys.executable, "-m", "torch.distributed.run",
+            sys.executable, "-m", agent,
             f"--nnodes={low}:{high}", "--nproc-per-node=1",
             f"--rdzv-backend={spec.backend}", f"--rdzv-endpoint={endpoint}",
             f"--rdzv-id={run_id}", f"--rdzv-conf={conf}",
@@ -134,8 +142,14 @@ class Launcher:
                 "GLOO_SOCKET_IFNAME": "lo",
                 "PYTHONUNBUFFERED": "1",
             }
+            | self._telemetry_env()
             | dict(spec.agent_env)
         )
+
+    def _telemetry_env(self) -> dict[str, str]:
+        if self.events_path is None or self.metrics_path is None:
+            return {}
+        return {EVENTS_FILE_ENV: str(self.events_path), METRICS_FILE_ENV: str(self.metrics_path)}
 
     @property
     def process(self) -> subprocess.Popen[bytes] | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from .paths import RunPaths, read_log
 from .records import WorkerRecord
 from .spec import JobSpec
+from .telemetry import RecordedEvent, RecordedMetric, read_events, read_metrics
 
 __all__ = ["FaultEvent", "JobResult", "LauncherOutcome", "Round"]
 
@@ -47,6 +48,8 @@ class LauncherOutcome:
         killed_by_srun: the emulated srun ended its step and signalled it.
         log_path: its log (agent and workers).
         started_at, ended_at: wall-clock times, ``None`` when it never started.
+        events_path, metrics_path: its recorded telemetry, ``None`` when the job
+            recorded none (:attr:`.spec.JobSpec.record_telemetry`).
     """
 
     label: str
@@ -58,6 +61,8 @@ class LauncherOutcome:
     log_path: Path
     started_at: float | None
     ended_at: float | None
+    events_path: Path | None = None
+    metrics_path: Path | None = None
 
     @property
     def started(self) -> bool:
@@ -67,6 +72,14 @@ class LauncherOutcome:
     def log(self) -> str:
         """The launcher's whole log."""
         return read_log(self.log_path)
+
+    def events(self) -> list[RecordedEvent]:
+        """The rendezvous events its agent recorded (torch's and the wrapper's)."""
+        return read_events(self.events_path)
+
+    def metrics(self) -> list[RecordedMetric]:
+        """The ``nvrx_seghealth`` metrics its agent recorded."""
+        return read_metrics(self.metrics_path)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ class RunPaths:
         workdir: the root. logs: one log per launcher plus the store's.
         decisions: the decision directory. results: worker records.
         elastic: torchrun's own ``--log-dir`` (error files), one sub-directory per launcher.
+        telemetry: each launcher's recorded events and metrics (:mod:`.telemetry`).
     """
 
     def __init__(self, workdir: Path) -> None:
@@ -25,7 +26,8 @@ class RunPaths:
         self.decisions = workdir / "decisions"
         self.results = workdir / "results"
         self.elastic = workdir / "torchelastic"
-        for directory in (self.logs, self.decisions, self.results, self.elastic):
+        self.telemetry = workdir / "telemetry"
+        for directory in (self.logs, self.decisions, self.results, self.elastic, self.telemetry):
             directory.mkdir(parents=True, exist_ok=True)
 
 

@@ -85,6 +85,9 @@ class JobSpec:
         agent_env: extra environment for every launcher (and so its workers).
         rdzv_conf: extra ``--rdzv-conf`` entries for every launcher; they override
             the harness's defaults (see :func:`.launcher.rendezvous_config`).
+        record_telemetry: route each launcher's TorchElastic rendezvous events and the
+            ``nvrx_seghealth`` metrics to files (:mod:`.telemetry`), read back through
+            :meth:`.outcome.LauncherOutcome.events` and ``metrics``.
         array_job_id: ``SLURM_ARRAY_JOB_ID`` (or the regular job's ``SLURM_JOB_ID``).
     """
 
@@ -113,6 +116,7 @@ class JobSpec:
     no_kill_on_bad_exit: frozenset[int] = frozenset()
     agent_env: Mapping[str, str] = field(default_factory=dict)
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)
+    record_telemetry: bool = False
     array_job_id: int = 1000
 
     def __post_init__(self) -> None:
