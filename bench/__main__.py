@@ -43,16 +43,28 @@ def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def main() -> int:
-    """Run the selected rows and print the header and the table."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and sizes")
-    parser.add_argument("--rows", default=",".join(ROWS), help="which rows (default: all)")
-    args = parser.parse_args()
-    keys = [key.strip() for key in args.rows.split(",") if key.strip()]
+def _row_keys(value: str) -> list[str]:
+    """argparse type of ``--rows``: comma-separated keys of :data:`ROWS`."""
+    keys = [key.strip() for key in value.split(",") if key.strip()]
     unknown = [key for key in keys if key not in ROWS]
     if unknown:
-        parser.error(f"unknown rows {unknown}; choose from {','.join(ROWS)}")
+        raise argparse.ArgumentTypeError(f"unknown rows {unknown}; choose from {','.join(ROWS)}")
+    return keys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench`` (``bench/run``, ``./dev bench``)."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions and sizes")
+    parser.add_argument("--rows", type=_row_keys, default=list(ROWS),
+                        help="which rows, comma-separated (default: all)")
+    return parser
+
+
+def main() -> int:
+    """Run the selected rows and print the header and the table."""
+    args = build_parser().parse_args()
+    keys = args.rows
     load_before = _load()
     started = time.monotonic()
     rows = []

@@ -1,19 +1,303 @@
-"""The README's composition example runs as written (against a real store)."""
+"""Every example in README.md works as written: run for real where one machine can, else
+parsed and validated by the code that would run it.
+
+The examples are read from the README itself. Each fenced block is claimed by the check of
+its section (:data:`CHECKED`); a block in a section without a check fails
+:func:`test_every_example_is_checked`, so a new example cannot go unchecked. Substitutions
+are limited to what a test must change: a free port for 29400, a temporary folder for
+``/tmp/...`` paths, the running virtual environment for ``.venv``.
+"""
 
 from __future__ import annotations
 
-import pathlib
+import contextlib
+import os
 import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+import pytest
+
+from bench.__main__ import build_parser as bench_parser
+from nvrx_seghealth.artifact import ARTIFACT_PREFIX
+from nvrx_seghealth.cli import build_parser
+from nvrx_seghealth.config import BackendSettings
+from nvrx_seghealth.ft_settings import resolve_directory
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CI_RUN = ROOT / ".ci" / "run"
 
 
-def test_composition_example_builds_a_working_handler(tcp_store):
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
-    (example,) = [b for b in blocks if "SegmentHealthRendezvousHandler(" in b]
+@dataclass(frozen=True)
+class Example:
+    """One fenced block of the README: the heading it sits under, its language, its text."""
+
+    heading: str
+    language: str
+    text: str
+    line: int
+
+
+def readme_examples() -> list[Example]:
+    """The fenced blocks of README.md in order (indented fences of list items included)."""
+    examples, heading, block, start = [], "", None, 0
+    for number, line in enumerate(README.read_text().splitlines(), 1):
+        fence = re.fullmatch(r"( *)```(\w*)", line)
+        if block is None and line.startswith("#"):
+            heading = line.lstrip("#").strip().strip("`")
+        elif fence and block is None:
+            block, language, start = [], fence.group(2), number
+        elif fence is not None and block is not None:
+            examples.append(Example(heading, language, textwrap.dedent("\n".join(block)), start))
+            block = None
+        elif block is not None:
+            block.append(line)
+    return examples
+
+
+def examples_under(heading: str, language: str = "bash") -> list[Example]:
+    found = [e for e in readme_examples() if e.heading == heading and e.language == language]
+    assert found, f"README has no {language} example under {heading!r}"
+    return found
+
+
+def commands(text: str) -> list[list[str]]:
+    """The shell commands of a block: continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [shlex.split(line, comments=True) for line in joined.splitlines()
+            if shlex.split(line, comments=True)]
+
+
+def without_srun(argv: list[str]) -> list[str]:
+    """``argv`` after ``srun`` and its options (an ``srun ... PROGRAM ARGS`` line)."""
+    if argv[0] != "srun":
+        return argv
+    rest = argv[1:]
+    while rest[0].startswith("-"):
+        rest = rest[1:]
+    return rest
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def clean_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
+
+
+#: (heading, language) of every README block, and the test that checks it.
+CHECKED = {
+    ("Quick start", "bash"): "test_quick_start",
+    ("Try it on one machine", "bash"): "test_try_it_on_one_machine",
+    ("Run it on a cluster", "bash"): "test_cluster_recipe_submits_the_tested_job_script",
+    ("Install", "bash"): "test_install_lines",
+    ("The torchrun backend", "bash"): "test_torchrun_command_lines",
+    ("When to choose etcd-v2 over c10d", "bash"): "test_torchrun_command_lines"
+                                                  " (etcd's own flags:"
+                                                  " integration/etcd/test_readme_etcd.py)",
+    ("nvrx-seghealth run", "bash"): "test_launcher_command_lines",
+    ("nvrx-seghealth run", "yaml"): "test_launcher_command_lines",
+    ("Compose it in your own launcher", "python"): "test_composition_example",
+    ("The decision file", ""): "test_decision_file_name",
+    ("Tests", "bash"): "test_test_command_is_what_ci_runs",
+    ("Benchmarks", "bash"): "test_benchmark_command_lines",
+}
+
+
+def test_every_example_is_checked():
+    unchecked = [f"README.md:{e.line} ({e.heading!r}, {e.language or 'plain'})"
+                 for e in readme_examples() if (e.heading, e.language) not in CHECKED]
+    assert not unchecked, f"examples without a check in {__name__}: {unchecked}"
+    names = {value.split(" ")[0] for value in CHECKED.values()}
+    assert names <= set(globals()), names - set(globals())
+
+
+def test_quick_start(tmp_path):
+    lines = [argv for e in examples_under("Quick start") for argv in commands(e.text)]
+    assert [argv[:2] for argv in lines] == [["./dev", "demo"], ["./dev", "test"],
+                                            ["./dev", "demo"]]
+    assert "./dev test" in CI_RUN.read_text().splitlines()  # what CI itself runs
+    # ./dev demo with no options is the default demo that tests/commands/test_demo.py runs;
+    # the example with options is run here, as written (its log folder made temporary).
+    plain, _, shaped = lines
+    assert plain == ["./dev", "demo"]
+    options = shaped[2:]
+    build_parser().parse_args(["demo", *options])
+    logs = options.index("--keep-logs") + 1
+    options[logs] = str(tmp_path / Path(options[logs]).name)
+    demo = subprocess.run(
+        [sys.executable, "-m", "nvrx_seghealth", "demo", *options], env=clean_environment(),
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    assert any((tmp_path / Path(options[logs]).name).iterdir())
+
+
+def test_try_it_on_one_machine(tmp_path):
+    """The section's blocks, in order, as one shell session."""
+    script = "\n".join(e.text for e in examples_under("Try it on one machine"))
+    assert ". .venv/bin/activate" in script and "29400" in script
+    activate = Path(sys.prefix) / "bin" / "activate"
+    assert activate.is_file(), "run the tests from a virtual environment (./dev test)"
+    decisions = tmp_path / "segment-health-check"
+    script = (script.replace(". .venv/bin/activate", f". {shlex.quote(str(activate))}")
+              .replace("29400", str(free_port()))
+              .replace("/tmp/segment-health-check", str(decisions)))
+    log = tmp_path / "session.log"
+    with log.open("w") as sink:  # a file: a background job may hold it after bash exits
+        session = subprocess.Popen(
+            ["bash", "-e", "-c", script], cwd=ROOT, env=clean_environment(),
+            stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        try:
+            session.wait(timeout=240)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # whatever the script left
+                os.killpg(session.pid, signal.SIGKILL)
+    output = log.read_text()
+    assert session.returncode == 0, output[-4000:]
+    installed = "Segment health check installed directory=" f"{decisions} job_id=1000 task_id=7"
+    assert output.count(installed) == 3, output[-4000:]  # try-1, try-2, run
+    assert output.count("worker 0 of 2: sum of ranks 1") == 2  # try-1 and run trained
+    assert "UnhealthyNodeException" in output and "launcher exit code: 1" in output
+    assert re.search(r"^1000\s+7\s+unhealthy", output, re.M)  # status after mark
+    assert (decisions / f"{ARTIFACT_PREFIX}.1000.7").stat().st_size == 0  # cleared
+
+
+def test_cluster_recipe_submits_the_tested_job_script():
+    (block,) = examples_under("Run it on a cluster")
+    export, submit = commands(block.text)
+    assert export[0] == "export" and submit[:2] == ["sbatch", "examples/segment-health-array.sbatch"]
+    script = (ROOT / submit[1]).read_text()
+    variable = export[1].split("=", 1)[0]
+    assert f"${{{variable}" in script  # the setting the README exports is the script's
+    e2e = (ROOT / "integration" / "slurm" / "e2e.py").read_text()
+    assert '"examples" / "segment-health-array.sbatch"' in e2e  # submitted on real Slurm
+
+
+def test_install_lines(tmp_path):
+    (block,) = examples_under("Install")
+    torch_line, checkout, wheel, install = commands(block.text)
+    dev = (ROOT / "dev").read_text()
+    assert f"TORCH_SPEC:-{torch_line[2]}" in dev  # the torch that ./dev and CI install
+    assert checkout[:2] == ["pip", "install"] and checkout[2].startswith(".[")
+    extras = checkout[2][2:-1].split(",")
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert all(re.search(rf"^{extra} = \[", pyproject, re.M) for extra in extras)
+    # Build the wheel as written (into a temporary folder), then check what it installs.
+    assert wheel[:5] == ["pip", "wheel", "--no-deps", "-w", "dist"] and wheel[5] == "."
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
+         str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    assert install[:2] == ["pip", "install"]
+    wheel_file = tmp_path / install[2]
+    assert wheel_file.is_file(), sorted(p.name for p in (tmp_path / "dist").iterdir())
+    names = zipfile.ZipFile(wheel_file).namelist()
+    assert "nvrx_seghealth/py.typed" in names
+    assert not [n for n in names if n.startswith(("tests/", "integration/", "bench/"))]
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(wheel_file).read(entry_points).decode()
+    assert "[torchrun.handlers]" in text and "segment-health" in text
+    assert "nvrx-seghealth = nvrx_seghealth.cli:main" in text
+
+
+def _torchrun_config(argv: list[str]):
+    """torchrun's launch configuration for ``argv``, as torchrun itself derives it."""
+    from torch.distributed.run import config_from_args, get_args_parser
+
+    return config_from_args(get_args_parser().parse_args(argv))[0]
+
+
+def test_torchrun_command_lines():
+    lines = [without_srun(argv)
+             for heading in ("The torchrun backend", "When to choose etcd-v2 over c10d")
+             for e in examples_under(heading) for argv in commands(e.text)
+             if "torchrun" in argv]
+    assert len(lines) == 2
+    for argv in lines:
+        assert argv[0] == "torchrun"
+        config = _torchrun_config(argv[1:])
+        assert config.rdzv_backend == "segment-health"
+        settings = BackendSettings.from_rdzv_config(config.rdzv_configs, environ={})
+        assert settings.directory == "/shared/job/segment-health-check"
+        if settings.inner_backend == "c10d":  # the store outside every unit
+            assert config.rdzv_configs.get("is_host") == "false"
+
+
+def test_launcher_command_lines(tmp_path, monkeypatch):
+    from nvrx_seghealth.commands.run import launch_parser, select_segment_health
+
+    (yaml,) = examples_under("nvrx-seghealth run", "yaml")
+    (tmp_path / "ft.yaml").write_text(yaml.text)
+    monkeypatch.chdir(tmp_path)  # where the example's ft.yaml is
+    monkeypatch.delenv("NVRX_SEGMENT_HEALTH_CHECK_DIR", raising=False)
+    lines = [without_srun(argv) for e in examples_under("nvrx-seghealth run")
+             for argv in commands(e.text)]
+    assert len(lines) == 2
+    for argv in lines:
+        assert argv[:2] == ["nvrx-seghealth", "run"]
+        args = launch_parser().parse_args(argv[2:])
+        setting = resolve_directory(args.ft_segment_health_check_dir, args.ft_cfg_path)
+        assert setting is not None and setting.directory == "/shared/job/segment-health-check"
+        select_segment_health(args, setting)
+        assert args.rdzv_backend == "segment-health"
+        from torch.distributed.run import config_from_args
+
+        config = config_from_args(args)[0]
+        settings = BackendSettings.from_rdzv_config(config.rdzv_configs, environ={})
+        assert settings.directory == setting.directory and settings.inner_backend == "c10d"
+
+
+def test_composition_example(tcp_store):
+    (example,) = examples_under("Compose it in your own launcher", "python")
     namespace: dict = {}
-    exec(example.replace("store-host:29400", f"127.0.0.1:{tcp_store.port}"), namespace)
+    exec(example.text.replace("store-host:29400", f"127.0.0.1:{tcp_store.port}"), namespace)
     handler = namespace["handler"]
     assert type(handler).__name__ == "SegmentHealthRendezvousHandler"
     assert handler.get_backend() == "c10d" and handler.get_run_id() == "run-42"
     assert handler.check is None  # not under Slurm here: nothing installed
+
+
+def test_decision_file_name():
+    (example,) = examples_under("The decision file", "")
+    assert example.text.strip() == f"<directory>/{ARTIFACT_PREFIX}.<job_id>.<task_id>"
+
+
+def test_test_command_is_what_ci_runs():
+    (example,) = examples_under("Tests")
+    (argv,) = commands(example.text)
+    assert shlex.join(argv) in CI_RUN.read_text().splitlines()
+
+
+def test_benchmark_command_lines():
+    (example,) = examples_under("Benchmarks")
+    for argv in commands(example.text):
+        assert argv[:2] == ["./dev", "bench"]
+        bench_parser().parse_args(argv[2:])  # exits 2 on an unknown option or row
+
+
+#: Inline commands of the prose and tables: ``nvrx-seghealth SUBCOMMAND --option ...``.
+_INLINE = re.compile(r"`((?:srun [^`]*?)?nvrx-seghealth (?!run)[a-z-]+ --[^`]*)`")
+
+
+def test_inline_operator_commands_parse():
+    spans = [" ".join(span.split()) for span in _INLINE.findall(README.read_text())]
+    assert len(spans) >= 8, spans
+    for span in spans:
+        argv = without_srun(shlex.split(span))
+        assert argv[0] == "nvrx-seghealth", span
+        try:
+            build_parser().parse_args(argv[1:])
+        except SystemExit as error:  # argparse refused it
+            pytest.fail(f"README's `{span}` does not parse: exit {error.code}")
