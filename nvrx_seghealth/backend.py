@@ -17,6 +17,7 @@ would be circular.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,8 @@ __all__ = ["BACKEND_NAME", "create_segment_health_handler", "entry_point", "regi
 
 BACKEND_NAME = "segment-health"
 
+log = logging.getLogger(__name__)
+
 
 def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Store]:
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
@@ -46,12 +49,18 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
             import etcd  # noqa: F401  (python-etcd; torch silently stubs it when missing)
         except ImportError:
             raise ConfigurationError(
-                "inner_backend=etcd-v2 needs the python-etcd client: "
-                "pip install 'nvrx-seghealth[etcd]'"
+                "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
+                "(the package's etcd extra: pip install '.[etcd]' from a checkout)"
             ) from None
         from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
     else:
         from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+
+        if not params.get_as_bool("is_host", True):
+            # torch waits for the store without a word until its timeout (minutes)
+            log.info(
+                "Connecting to the rendezvous store at %s; with is_host=false it must already "
+                "be served there (e.g. by nvrx-seghealth store-host)", params.endpoint)
     backend, store = create_backend(params)
     return create_handler(store, backend, params), store
 
