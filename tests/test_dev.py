@@ -1,0 +1,43 @@
+"""``./dev``: the set-up-and-run command of a checkout (README's quick start).
+
+A fresh clone's first ``./dev test`` is what CI runs (``.ci/run``), so setting up from
+nothing is proven there. These tests cover the rest: usage errors, and that a set-up
+``.venv`` is reused (no reinstall) and dispatches to the demo.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV = ROOT / "dev"
+
+
+def dev(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(DEV), *args], cwd=ROOT, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+@pytest.mark.parametrize("args", [(), ("deploy",)])
+def test_no_or_an_unknown_command_prints_the_usage_and_exits_2(args):
+    done = dev(*args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "./dev demo" in done.stderr and "./dev test" in done.stderr
+
+
+def test_a_set_up_venv_is_reused_and_runs_the_demo_command():
+    venv = ROOT / ".venv"
+    if Path(sys.prefix) != venv or not (venv / ".nvrx-seghealth-installed").is_file():
+        message = "needs the tests to run in the .venv that ./dev set up (./dev test)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    done = dev("demo", "--help")
+    assert done.returncode == 0, done.stderr
+    assert "--keep-logs" in done.stdout
+    assert "setting up" not in done.stderr  # nothing installed again
