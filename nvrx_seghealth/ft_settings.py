@@ -14,8 +14,10 @@ None of them: the check is disabled. The winning value must be an absolute path.
 or YAML value that is empty or not a string, a YAML file that cannot be read or parsed,
 a ``fault_tolerance`` section that is not a mapping, or a field in it that looks like
 ``segment_health_check_dir`` but is not (``segment_health_chek_dir``) is a
-:class:`ConfigurationError` naming the setting and the fix. The YAML file is always read when given, even when the
-flag wins, so a broken file is never silently ignored.
+:class:`ConfigurationError` naming the setting and the fix; so is a file that cannot be
+walked (nested too deeply). A document that refers to itself through an anchor
+(``a: &x [*x]``) is walked once per node. The YAML file is always read when given, even
+when the flag wins, so a broken file is never silently ignored.
 
 Standard library plus PyYAML; no torch.
 """
@@ -70,19 +72,28 @@ class DirectorySetting:
 _ENV_SOURCE = f"environment variable {DIRECTORY_ENV}"
 
 
-def _find_section(data: Any) -> Any:
-    """The first non-empty ``fault_tolerance`` value, depth-first (NVRx's rule)."""
+def _find_section(data: Any, seen: set[int] | None = None) -> Any:
+    """The first non-empty ``fault_tolerance`` value, depth-first (NVRx's rule).
+
+    Each mapping and list is visited once: YAML anchors can make a document refer to
+    itself (``a: &x [*x]``) or share one node many times.
+    """
+    seen = set() if seen is None else seen
+    if id(data) in seen:
+        return None
     children: Iterable[Any]
     if isinstance(data, Mapping):
+        seen.add(id(data))
         if data.get(YAML_SECTION):
             return data[YAML_SECTION]
         children = data.values()
     elif isinstance(data, list):
+        seen.add(id(data))
         children = data
     else:
         return None
     for child in children:
-        found = _find_section(child)
+        found = _find_section(child, seen)
         if found:
             return found
     return None
@@ -108,12 +119,22 @@ def directory_from_yaml(path: str) -> str | None:
             f"{what}: cannot read the file ({error.strerror or error}); give the path of a "
             "readable YAML file"
         ) from None
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
+    except (yaml.YAMLError, UnicodeDecodeError, ValueError) as error:
         detail = " ".join(str(error).split())
         raise ConfigurationError(
             f"{what} is not valid YAML ({detail}); fix the file or drop {CFG_FLAG}"
         ) from None
-    section = _find_section(data)
+    except RecursionError:
+        raise ConfigurationError(
+            f"{what} is nested too deeply to be read as YAML; fix the file or drop {CFG_FLAG}"
+        ) from None
+    try:
+        section = _find_section(data)
+    except RecursionError:
+        raise ConfigurationError(
+            f"{what} is nested too deeply to look for '{YAML_SECTION}'; fix the file or drop "
+            f"{CFG_FLAG}"
+        ) from None
     if section is None:
         return None
     if not isinstance(section, Mapping):

@@ -26,3 +26,37 @@ def test_the_other_fault_tolerance_settings_are_left_alone(tmp_path):
     path = yaml_file(tmp_path, "fault_tolerance:\n  rank_heartbeat_timeout: 30\n"
                                "  segment_health_check_dir: /shared/shc\n  workload_check_interval: 5\n")
     assert directory_from_yaml(path) == "/shared/shc"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("a: &x [*x]\n", None),
+    ("a: &x [*x]\nfault_tolerance:\n  segment_health_check_dir: /shc\n", "/shc"),
+    ("a: &x {b: *x, c: [*x, *x]}\nd: [*x]\n", None),
+])
+def test_a_document_that_refers_to_itself_is_walked_once_per_node(tmp_path, text, expected):
+    cfg = tmp_path / "ft.yaml"
+    cfg.write_text(text)
+    assert directory_from_yaml(str(cfg)) == expected
+
+
+def test_yaml_of_any_kind_of_error_is_a_configuration_error_naming_the_file(tmp_path):
+    for name, text, problem in [
+        ("deep.yaml", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("bad.yaml", "a: [1,\n", "is not valid YAML"),
+        ("binary.yaml", b"\xff\xfe\x00a", "is not valid YAML"),
+    ]:
+        cfg = tmp_path / name
+        cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(ConfigurationError, match=rf"--ft-cfg-path {cfg}.*{problem}"):
+            directory_from_yaml(str(cfg))
+
+
+def test_the_launcher_command_exits_2_on_a_self_referencing_or_deep_file(tmp_path):
+    from tests.commands.runner import nvrx_seghealth
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    done = nvrx_seghealth("run", "--ft-cfg-path", str(deep), "--nnodes=1", "x.py")
+    assert done.returncode == 2
+    assert f"--ft-cfg-path {deep} is nested too deeply" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -18,7 +18,7 @@ import pytest
 from e2e import array_task_exit_reported, exclusion_line, install_line, task_of, training
 from test_publish_drained import node_state
 
-from nvrx_seghealth.commands.publish_drained import PRODUCER_TAG
+from nvrx_seghealth.commands.publish_drained import producer_tag
 from tests.commands.runner import nvrx_seghealth
 
 if TYPE_CHECKING:
@@ -59,9 +59,10 @@ def test_a_drained_task_is_excluded_at_the_next_rendezvous(
         with node_state(slurm_cluster, node, "drain", REASON):
             done = nvrx_seghealth(
                 "publish-drained", "--dir", str(decisions), "--job-id", job_id, "--once",
-                "--slurm-timeout", "10", env=slurm_cluster.env)  # fmt: skip
+                "--slurm-timeout", "10", "--producer-id", "e2e", env=slurm_cluster.env)  # fmt: skip
             assert done.returncode == 0, done.stdout + done.stderr
-            assert [p.name for p in decisions.iterdir()] == [f"segment_health_check.{job_id}.2"]
+            written = [p.name for p in decisions.iterdir() if not p.name.startswith(".")]
+            assert written == [f"segment_health_check.{job_id}.2"]
             still = [r for r in run.records(NAME) if r.round == first[0].round]
             assert not [r for r in still if r.finished_at], "the world of six still trains"
             [victim] = [r for r in first if (r.array_task, r.procid) == (0, 1)]
@@ -72,7 +73,8 @@ def test_a_drained_task_is_excluded_at_the_next_rendezvous(
             assert state.strip() == "drain"
 
     decision = decisions / f"segment_health_check.{job_id}.2"
-    assert decision.read_text() == f"{PRODUCER_TAG} unavailable nodes: {node} drng ({REASON})\n"
+    assert decision.read_text() == (
+        f"{producer_tag('e2e')} unavailable nodes: {node} drng ({REASON})\n")
 
     drained = task_of(jobs, "2")
     assert drained.state == "FAILED" and drained.exit_code in ((1, 0), (143, 0)), drained.fields

@@ -2,13 +2,17 @@
 
 A two-task job array (``--no-requeue``, ``--exclusive``, 2 nodes each) of sleepers runs
 on the private 4-node cluster; each test changes one node's state and runs single
-passes of the producer, as an operator's cron job would. Every node is resumed in a
-``finally`` and the array is cancelled afterwards.
+passes of the producer, as an operator's cron job would (the counts of consecutive
+passes live in the producer's state file). ``no_respond`` is made real by stopping a
+node's slurmd (SIGSTOP) and making slurmctld ping it. Every node is resumed (and every
+slurmd continued) in a ``finally`` and the array is cancelled afterwards.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,14 +21,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvrx_seghealth.commands.publish_drained import PRODUCER_TAG
+from nvrx_seghealth.commands.publish_drained import producer_tag
+from nvrx_seghealth.hostlist import expand
 from tests.commands.runner import nvrx_seghealth
 from tests.support import wait_until
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
+
+TAG = producer_tag("t")
 
 
 @dataclass(frozen=True)
@@ -37,11 +44,12 @@ class Array:
     shc: Path
     audit: Path
 
-    def publish(self) -> str:
+    def publish(self, *options: str, producer: str = "t") -> str:
         """One pass of the producer; returns its stdout (the pass must succeed)."""
         done = nvrx_seghealth(
             "publish-drained", "--dir", str(self.shc), "--job-id", self.job_id, "--once",
-            "--slurm-timeout", "10", "--audit-log", str(self.audit), env=self.cluster.env)
+            "--slurm-timeout", "10", "--audit-log", str(self.audit), "--producer-id",
+            producer, *options, env=self.cluster.env)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -101,12 +109,12 @@ def node_state(cluster: SlurmCluster, node: str, state: str, reason: str) -> Ite
 def test_drain_publishes_only_the_affected_task_and_resume_clears_it(array: Array) -> None:
     node = array.nodes["1"][0]
     assert "0 published" in array.publish()
-    assert list(array.shc.iterdir()) == []
+    assert [p.name for p in array.shc.iterdir() if not p.name.startswith(".")] == []
     with node_state(array.cluster, node, "drain", "disk errors"):
         assert _node_state(array.cluster, node) == "drng"  # the task still runs there
         out = array.publish()
         text = array.decision("1").read_text()
-        assert text == f"{PRODUCER_TAG} unavailable nodes: {node} drng (disk errors)\n"
+        assert text == f"{TAG} unavailable nodes: {node} drng (disk errors)\n"
         assert not array.decision("0").exists()
         assert "1 published" in out
         before = array.decision("1").stat()
@@ -125,7 +133,7 @@ def test_a_failing_node_is_published(array: Array) -> None:
         assert _node_state(array.cluster, node) == "failg"  # the task still runs there
         array.publish()
         assert array.decision("0").read_text() == (
-            f"{PRODUCER_TAG} unavailable nodes: {node} failg (ecc errors)\n")
+            f"{TAG} unavailable nodes: {node} failg (ecc errors)\n")
         assert not array.decision("1").exists()
 
 
@@ -146,3 +154,71 @@ def test_down_ends_the_task_and_its_decision_is_kept(array: Array) -> None:
         assert array.decision("1").read_text() == published
         assert not array.decision("0").exists()
     assert array.events() == [("published", "1")]
+
+
+@contextmanager
+def not_responding(cluster: SlurmCluster, node: str) -> Iterator[None]:
+    """Stop ``node``'s slurmd and make slurmctld ping it, until the node reads ``*``.
+
+    slurmctld pings a node every SlurmdTimeout/3 (100 s by default); a resume pings it at
+    once, so the node is drained and resumed (no pass runs in between). Always continued.
+    """
+    pid = int((cluster.state_dir / "run" / f"slurmd-{node}.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        cluster.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=ping")
+        cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
+        wait_until(lambda: _node_state(cluster, node).endswith("*"))
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    wait_until(lambda: not _node_state(cluster, node).endswith("*"))
+
+
+def test_not_responding_counts_only_after_three_passes_and_clears_after_three(
+        array: Array) -> None:
+    """A node that stops responding for one pass (a slurmd restart, a blip) excludes
+    nothing; three passes in a row (the default ``no_respond=3``) publish its task, and
+    the decision is cleared only after three passes in a row without it."""
+    node = array.nodes["1"][0]
+    watch = ("--states", "no_respond")
+    with not_responding(array.cluster, node):
+        assert f"not counted yet: {node}" in array.publish(*watch)
+    assert "0 published" in array.publish(*watch)  # the blip is over: nothing published
+    assert not array.decision("1").exists()
+    with not_responding(array.cluster, node):
+        for _ in range(2):
+            array.publish(*watch)
+            assert not array.decision("1").exists()
+        assert "1 published" in array.publish(*watch)
+        published = array.decision("1").read_text()
+        assert published == f"{TAG} unavailable nodes: {node} {_node_state(array.cluster, node)}\n"
+    for _ in range(2):
+        array.publish(*watch)
+        assert array.decision("1").read_text() == published
+    assert "1 cleared" in array.publish(*watch)
+    assert array.decision("1").read_bytes() == b""
+    assert array.events() == [("published", "1"), ("cleared", "1")]
+
+
+def test_two_producers_never_clear_each_others_decisions(array: Array) -> None:
+    """Producer ``a`` watches drain, ``b`` every state (other ids, as two operators'
+    producers): neither clears or rewrites the other's decision."""
+    node = array.nodes["0"][0]
+    with node_state(array.cluster, node, "drain", "bad dimm"):
+        assert "1 published" in array.publish("--states", "drain", producer="a")
+        by_a = array.decision("0").read_text()
+        assert by_a.startswith(producer_tag("a"))
+        assert "0 published" in array.publish(producer="b")  # a's decision stands
+    assert "0 cleared" in array.publish(producer="b")  # not b's to clear
+    assert array.decision("0").read_text() == by_a
+    assert "1 cleared" in array.publish("--states", "drain", producer="a")
+    assert array.decision("0").read_bytes() == b""
+
+
+@pytest.mark.parametrize("hostlist", ["n[1-2]", "n[1-4]", "n1,n3", "n[1,3-4]", "n[01-03]",
+                                      "r[1-2]n[1,3]", "n[8-11]"])
+def test_host_lists_expand_as_slurm_expands_them(slurm_cluster: SlurmCluster,
+                                                 hostlist: str) -> None:
+    slurm = slurm_cluster.run("scontrol", "show", "hostnames", hostlist).stdout.split()
+    assert expand(hostlist) == slurm

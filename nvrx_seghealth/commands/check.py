@@ -5,8 +5,10 @@ The evaluation is the consumer's own (:func:`nvrx_seghealth.artifact.evaluate`, 
 consumer, ``check`` evaluates on every launcher, whatever ``SLURM_PROCID`` says: it
 answers an operator's question, it installs nothing.
 
-Exit codes: 0 the unit proceeds (healthy, or fail open), 1 it is excluded, 2 usage or
-configuration error. Standard library plus PyYAML.
+A missing decision in a directory that does not exist proceeds, as for the launcher, with
+a hint: a typo in ``--dir`` must not look like a healthy unit.
+
+Exit codes: :data:`~.output.EXIT_STATUSES` (``check``). Standard library plus PyYAML.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ import argparse
 from typing import Any
 
 from ..allocation import AllocationUnit, InvalidIdentityError
-from ..artifact import DEFAULT_STAT_TIMEOUT, Decision, artifact_path, evaluate
+from ..artifact import (
+    DEFAULT_STAT_TIMEOUT,
+    Decision,
+    Outcome,
+    artifact_path,
+    directory_problem,
+    evaluate,
+)
 from ..config import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of, slurm_id
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json, usage_error
@@ -37,8 +46,6 @@ def register(subparsers: Any) -> None:
         --task-id the unit comes from this process's Slurm environment
         (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID, else SLURM_JOB_ID), whatever its
         SLURM_PROCID.
-
-        exit status: 0 proceed (healthy or fail open), 1 excluded, 2 usage error
         """,
         """
         nvrx-seghealth check --dir /shared/job/shc --job-id 123 --task-id 7
@@ -72,32 +79,46 @@ def _unit_ids(args: argparse.Namespace) -> tuple[str, str]:
     return unit.job_id, unit.task_id
 
 
-def _report(decision: Decision, job_id: str, task_id: str) -> None:
+def _report(decision: Decision, job_id: str, task_id: str, hint: str | None) -> None:
     if not decision.proceed:
         verdict = paint("EXCLUDED", "red")
     elif decision.failed_open:
         verdict = paint("PROCEED (fail open)", "yellow")
     else:
         verdict = paint("PROCEED", "green")
-    print(f"{verdict}  job_id={job_id} task_id={task_id}: {decision.outcome.value} "
-          f"({decision.reason})")
+    print(f"{verdict}  job_id={job_id} task_id={task_id}: {decision.outcome.value}: "
+          f"{decision.reason}")
     print(f"  decision file: {decision.path}")
+    if hint:
+        print(f"  hint: {hint}")
+
+
+def _hint(decision: Decision, directory: str) -> str | None:
+    """Why an absent decision may not mean "healthy": the directory itself is missing."""
+    if decision.outcome is not Outcome.ABSENT:
+        return None
+    problem = directory_problem(directory, DEFAULT_STAT_TIMEOUT)
+    if problem is None:
+        return None
+    return (f"{problem}, so no producer can have written there: fix --dir (or "
+            "$NVRX_SEGMENT_HEALTH_CHECK_DIR), or create it where the producer writes")
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """Evaluate one unit's decision; print it; exit 0 proceed, 1 excluded, 2 usage."""
+    """Evaluate one unit's decision; print it; see :data:`~.output.EXIT_STATUSES`."""
     try:
         directory = directory_of(args)
         job_id, task_id = _unit_ids(args)
     except ConfigurationError as error:
         return usage_error(NAME, str(error))
     decision = evaluate(artifact_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
+    hint = _hint(decision, directory)
     if args.json:
         print_json({
             "path": decision.path, "job_id": job_id, "task_id": task_id,
             "outcome": decision.outcome.value, "reason": decision.reason,
-            "size": decision.size, "proceed": decision.proceed,
+            "size": decision.size, "proceed": decision.proceed, "hint": hint,
         })
     else:
-        _report(decision, job_id, task_id)
+        _report(decision, job_id, task_id, hint)
     return EXIT_OK if decision.proceed else EXIT_FAILURE

@@ -1,9 +1,8 @@
-"""Decision files as an operator tool sees them: listed by name, read with care.
+"""Decision files as an operator tool sees them: listed by name, within a time bound.
 
 The consumer never reads a decision; the operator commands may, to show the producer's
-diagnostic text. Reading is bounded in size and refuses anything that is not a regular
-file at the moment it is opened (the file is opened non-blocking, so a FIFO swapped in
-after a ``stat`` cannot block the reader).
+diagnostic text (:func:`nvrx_seghealth.boundedfs.read_current`: bounded in time and
+size, regular files only, non-blocking, so a FIFO cannot block the reader).
 
 Standard library only.
 """
@@ -12,17 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from dataclasses import dataclass
 
+from .. import boundedfs
 from ..artifact import ARTIFACT_PREFIX
 
-__all__ = ["DecisionFile", "first_line", "list_decisions", "read_head"]
+__all__ = ["DecisionFile", "first_line", "list_decisions", "list_directory"]
 
 _NAME = re.compile(rf"{re.escape(ARTIFACT_PREFIX)}\.([0-9]+)\.([0-9]+)")
-
-#: Bytes read at most from one decision file.
-READ_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -34,17 +30,16 @@ class DecisionFile:
     path: str
 
 
-def list_decisions(directory: str, job_id: str | None = None) -> list[DecisionFile]:
-    """Entries of ``directory`` named exactly like decision files, sorted by job and task.
+def list_decisions(names: list[str], directory: str,
+                   job_id: str | None = None) -> list[DecisionFile]:
+    """The entries among ``names`` (of ``directory``) named exactly like decision files,
+    sorted by job and task.
 
-    Temporary files of an atomic write (``.segment_health_check.*.tmp``) and every other
-    name are ignored. ``job_id`` keeps only that job's decisions.
-
-    Raises:
-        OSError: the directory cannot be listed.
+    Temporary files of an atomic write (``.segment_health_check.*.tmp``), the lock file
+    and every other name are ignored. ``job_id`` keeps only that job's decisions.
     """
     found = []
-    for name in os.listdir(directory):
+    for name in names:
         match = _NAME.fullmatch(name)
         if match and job_id in (None, match.group(1)):
             path = os.path.join(directory, name)
@@ -52,31 +47,13 @@ def list_decisions(directory: str, job_id: str | None = None) -> list[DecisionFi
     return sorted(found, key=lambda entry: (int(entry.job_id), int(entry.task_id)))
 
 
-def read_head(path: str, limit: int = READ_LIMIT) -> bytes | None:
-    """Up to ``limit`` bytes of the regular file at ``path``; ``None`` for anything else.
+def list_directory(directory: str, timeout: float) -> list[str]:
+    """The names in ``directory`` within ``timeout`` seconds.
 
-    Follows symlinks (as the consumer's ``stat`` does). Returns ``None`` when the path
-    is missing, unreadable, or not a regular file when opened.
+    Raises:
+        OSError, FilesystemTimeout: as :func:`nvrx_seghealth.boundedfs.list_names`.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except (OSError, ValueError):
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return boundedfs.list_names(directory, timeout)
 
 
 def first_line(data: bytes, width: int = 200) -> str:

@@ -9,8 +9,9 @@ requeue of an array task). ``--kill-on-bad-exit`` is invisible to the environmen
 is always given as a hint.
 
 Every finding is one line: ``ok``, ``info``, ``hint``, ``warn`` or ``FAIL``; each ``FAIL``
-says what to do. Exit codes: 0 no failure, 1 at least one ``FAIL``, 2 usage error.
-Standard library plus PyYAML.
+says what to do. Who else can write the decision directory (or a directory above it)
+without the sticky bit is a ``warn`` (:func:`~.fsproblems.permission_problems`).
+Exit codes: :data:`~.output.EXIT_STATUSES` (``doctor``). Standard library plus PyYAML.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..artifact import DEFAULT_STAT_TIMEOUT, Outcome, artifact_path, evaluate
 from ..boundedstat import StatTimeoutError, stat_within
 from ..config import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of
+from .fsproblems import permission_problems
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json
 
 __all__ = ["doctor_command", "register"]
@@ -48,10 +50,9 @@ def register(subparsers: Any) -> None:
         answers a stat quickly, a valid Slurm identity, whether this launcher is its
         unit's process 0, the decision file it will consult, and the launch shape
         (one launcher per node; --kill-on-bad-exit=1; --no-requeue for arrays).
-        Run it the way the launchers run, inside the job step.
-
-        exit status: 0 no problem found, 1 a problem (each FAIL line says the fix),
-        2 usage error
+        Run it the way the launchers run, inside the job step. Warns when users other
+        than the directory's owner can write in it (or above it) without the sticky bit:
+        any of them could exclude any unit.
         """,
         """
         srun --ntasks-per-node=1 nvrx-seghealth doctor --dir /shared/job/shc
@@ -164,6 +165,10 @@ def doctor_command(args: argparse.Namespace) -> int:
         found = _directory_finding(absolute)
         findings += [("ok", f"decision directory {absolute} is absolute"), found]
         directory = absolute if found[0] == "ok" else None
+        if directory is not None:
+            problems = permission_problems(directory, DEFAULT_STAT_TIMEOUT)
+            findings += [("warn", problem) for problem in problems] or [
+                ("ok", f"no other account can replace or remove another's decision in {directory}")]
     identity, unit = _identity_findings(environ)
     findings += identity
     if directory is not None and unit is not None:

@@ -1,10 +1,12 @@
 """``nvrx-seghealth mark`` and ``clear``: an operator writes one unit's decision by hand.
 
-Both go through the producer API (:func:`nvrx_seghealth.publish_decision`,
-:func:`nvrx_seghealth.clear_decision`): the file is replaced atomically, and no other
-file of the directory is touched.
+Both write as the producer API does (:mod:`nvrx_seghealth.decisionfs`): the file is
+replaced atomically under the directory's lock, so a producer's pass never overwrites a
+``mark`` that lands while it runs, and no other file of the directory is touched. Every
+call into the directory runs in a helper process bounded by ``--fs-timeout``: on a hung
+filesystem the command reports it and exits 1 instead of hanging.
 
-Exit codes: 0 written, 1 the write failed, 2 usage or configuration error.
+Exit codes: :data:`~.output.EXIT_STATUSES` (``mark``, ``clear``).
 Standard library plus PyYAML.
 """
 
@@ -14,9 +16,18 @@ import argparse
 import sys
 from typing import Any
 
-from ..artifact import clear_decision, publish_decision
+from .. import boundedfs
+from ..artifact import artifact_path
 from ..config import ConfigurationError
-from .arguments import add_command, add_directory_option, directory_of, slurm_id
+from ..decisionfs import LockBusyError
+from .arguments import (
+    add_command,
+    add_directory_option,
+    add_fs_timeout_option,
+    directory_of,
+    slurm_id,
+)
+from .fsproblems import write_problem
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
 
 __all__ = ["clear_command", "mark_command", "register"]
@@ -28,6 +39,7 @@ def _unit_options(parser: argparse.ArgumentParser) -> None:
                         help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)")
     parser.add_argument("--task-id", type=slurm_id, required=True, metavar="T",
                         help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)")
+    add_fs_timeout_option(parser)
 
 
 def register(subparsers: Any) -> None:
@@ -40,8 +52,8 @@ def register(subparsers: Any) -> None:
         Write the --reason text as the unit's decision file, atomically. The unit's
         process 0 is excluded at its next rendezvous. The text is diagnostic context for
         people (`nvrx-seghealth status` shows its first line); the launcher never reads it.
-
-        exit status: 0 written, 1 the write failed, 2 usage error
+        A mark replaces whatever decision the unit had (a producer's included); a
+        producer never clears it, as it is not the producer's own.
         """,
         """
         nvrx-seghealth mark --dir /shared/job/shc --job-id 123 --task-id 7 \\
@@ -59,9 +71,8 @@ def register(subparsers: Any) -> None:
         "mark one allocation unit healthy again (empty or remove its decision file)",
         """
         Replace the unit's decision file by an empty file, atomically (a zero-byte file
-        means healthy), or remove it with --remove. No other file is touched.
-
-        exit status: 0 cleared, 1 the write failed, 2 usage error
+        means healthy), or remove it with --remove. No other file is touched. A producer
+        that still sees the unit's nodes unavailable publishes it again at its next pass.
         """,
         """
         nvrx-seghealth clear --dir /shared/job/shc --job-id 123 --task-id 7
@@ -74,37 +85,46 @@ def register(subparsers: Any) -> None:
     clear.set_defaults(func=clear_command)
 
 
-def mark_command(args: argparse.Namespace) -> int:
-    """Publish ``--reason`` as the unit's decision; exit 0, 1 on a failed write, 2 usage."""
-    if not args.reason.strip():
-        return usage_error("mark", "--reason must not be empty: an empty file means healthy")
+def _write(command: str, args: argparse.Namespace, content: bytes | None) -> tuple[int, Any]:
+    """Write ``content`` (``None``: remove) as the unit's decision; exit code and result."""
     try:
         directory = directory_of(args)
     except ConfigurationError as error:
-        return usage_error("mark", str(error))
-    text = args.reason if args.reason.endswith("\n") else args.reason + "\n"
+        return usage_error(command, str(error)), None
+    path = artifact_path(directory, args.job_id, args.task_id)
     try:
-        path = publish_decision(directory, args.job_id, args.task_id, text)
-    except OSError as error:
-        print(f"nvrx-seghealth mark: cannot write the decision in {directory}: {error}",
+        result = boundedfs.replace(path, content, None, args.fs_timeout)
+    except (OSError, LockBusyError) as error:
+        print(f"nvrx-seghealth {command}: job_id={args.job_id} task_id={args.task_id} not "
+              f"written: {write_problem(error, directory, path, args.fs_timeout)}",
               file=sys.stderr)
-        return EXIT_FAILURE
-    print(f"marked job_id={args.job_id} task_id={args.task_id} unhealthy: {path}")
-    return EXIT_OK
+        return EXIT_FAILURE, None
+    for warning in result.warnings:
+        print(f"nvrx-seghealth {command}: warning: {warning}", file=sys.stderr)
+    return EXIT_OK, result
+
+
+def mark_command(args: argparse.Namespace) -> int:
+    """Publish ``--reason`` as the unit's decision; see :data:`~.output.EXIT_STATUSES`."""
+    if not args.reason.strip():
+        return usage_error("mark", "--reason must not be empty: an empty file means healthy")
+    text = args.reason if args.reason.endswith("\n") else args.reason + "\n"
+    code, result = _write("mark", args, text.encode())
+    if result is not None:
+        path = artifact_path(directory_of(args), args.job_id, args.task_id)
+        print(f"marked job_id={args.job_id} task_id={args.task_id} unhealthy: {path}")
+    return code
 
 
 def clear_command(args: argparse.Namespace) -> int:
-    """Empty (or remove) the unit's decision; exit 0, 1 on a failed write, 2 usage."""
-    try:
-        directory = directory_of(args)
-    except ConfigurationError as error:
-        return usage_error("clear", str(error))
-    try:
-        path = clear_decision(directory, args.job_id, args.task_id, remove=args.remove)
-    except OSError as error:
-        print(f"nvrx-seghealth clear: cannot clear the decision in {directory}: {error}",
-              file=sys.stderr)
-        return EXIT_FAILURE
-    done = "removed" if args.remove else "emptied"
-    print(f"cleared job_id={args.job_id} task_id={args.task_id} ({done}): {path}")
-    return EXIT_OK
+    """Empty (or remove) the unit's decision; see :data:`~.output.EXIT_STATUSES`."""
+    code, result = _write("clear", args, None if args.remove else b"")
+    if result is not None:
+        path = artifact_path(directory_of(args), args.job_id, args.task_id)
+        if args.remove and result.before.kind == "absent":
+            print(f"nothing to remove: job_id={args.job_id} task_id={args.task_id} has no "
+                  f"decision file ({path})")
+        else:
+            done = "removed" if args.remove else "emptied"
+            print(f"cleared job_id={args.job_id} task_id={args.task_id} ({done}): {path}")
+    return code

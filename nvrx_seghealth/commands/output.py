@@ -1,8 +1,11 @@
 """How the operator commands talk to people and to scripts.
 
-Exit codes shared by every command except ``run`` (which exits as torchrun does):
-``0`` success, ``1`` the thing asked about is not fine (excluded, a problem found, a
-failed pass or write), ``2`` a usage or configuration error (nothing was done).
+Exit codes: :data:`EXIT_STATUSES` is the one definition of every operator command's exit
+statuses; each command's ``--help`` shows its own (built from it by
+:func:`~.arguments.add_command`), and the README's table states the same. The codes
+follow one rule: ``0`` success, ``1`` the thing asked about is not fine (excluded, a
+problem found, a failed pass or write), ``2`` a usage or configuration error (nothing
+was done). ``run`` exits as torchrun does and is not listed.
 
 Colours only when the stream is a terminal and ``NO_COLOR`` is unset; tables are
 aligned on the uncoloured text. Standard library only.
@@ -19,7 +22,10 @@ from typing import Any, TextIO
 __all__ = [
     "EXIT_FAILURE",
     "EXIT_OK",
+    "EXIT_STATUSES",
     "EXIT_USAGE",
+    "ExitStatus",
+    "exit_status_text",
     "format_age",
     "paint",
     "print_json",
@@ -30,6 +36,57 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+
+#: One exit status of a command: (code, what it means).
+ExitStatus = tuple[int, str]
+
+_USAGE: ExitStatus = (EXIT_USAGE, "usage or configuration error; nothing was done")
+_NOT_WRITTEN = ("the directory is missing or not writable, another writer held the lock, "
+                "or the filesystem did not answer within --fs-timeout")
+
+#: Every operator command's exit statuses, by command name: the single source of the
+#: ``--help`` texts and of the README's table.
+EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
+    "check": (
+        (EXIT_OK, "the unit proceeds: healthy, or the decision cannot be judged (fail open)"),
+        (EXIT_FAILURE, "the unit is excluded"),
+        _USAGE,
+    ),
+    "mark": (
+        (EXIT_OK, "the decision is written"),
+        (EXIT_FAILURE, f"not written: {_NOT_WRITTEN}"),
+        _USAGE,
+    ),
+    "clear": (
+        (EXIT_OK, "the decision is cleared (or there was nothing to remove)"),
+        (EXIT_FAILURE, f"not cleared: {_NOT_WRITTEN}"),
+        _USAGE,
+    ),
+    "status": (
+        (EXIT_OK, "listed (also when there is no decision file)"),
+        (EXIT_FAILURE, "the directory cannot be listed, or did not answer within "
+                       "--fs-timeout"),
+        _USAGE,
+    ),
+    "doctor": (
+        (EXIT_OK, "no problem found"),
+        (EXIT_FAILURE, "at least one FAIL line (each says the fix)"),
+        _USAGE,
+    ),
+    "publish-drained": (
+        (EXIT_OK, "--once: the pass and all its writes succeeded; --interval: stopped by "
+                  "SIGINT or SIGTERM"),
+        (EXIT_FAILURE, "--once: a Slurm query failed (nothing written, the last decisions "
+                       "kept), or a write failed or did not answer"),
+        _USAGE,
+    ),
+}
+
+
+def exit_status_text(command: str) -> str:
+    """The ``exit status:`` block of ``command``'s help, from :data:`EXIT_STATUSES`."""
+    return "exit status:\n" + "\n".join(
+        f"  {code}  {meaning}" for code, meaning in EXIT_STATUSES[command])
 
 _COLOURS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
 

@@ -7,12 +7,16 @@ never as "all healthy".
 
 Commands used (Slurm 22.05 formats):
 
-* ``sinfo -N -h -o '%N|%t|%E'`` — one line per node and partition: name, compact state
-  (``drng``, ``drain``, ``down``, ``fail``, ``failg``, ``idle``, ... with a suffix such
-  as ``*`` for not responding), reason (``none`` when there is none; may contain ``|``).
-* ``squeue -j JOB -r -h -t R -o '%F|%K|%N'`` — running tasks of a job: array job id, array
-  task index (``N/A`` for a regular job), compressed hostlist.
-* ``scontrol show hostnames HOSTLIST`` — one host name per line.
+* ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'`` — running tasks of a job: array job id,
+  array task index (``N/A`` for a regular job), partition, compressed hostlist (expanded
+  here, :mod:`nvrx_seghealth.hostlist`, not by one ``scontrol`` per task).
+* ``sinfo -p PARTITIONS -N -h -o '%N|%t|%E'`` — one line per node of the job's partitions
+  (and per partition): name, compact state (``drng``, ``drain``, ``down``, ``fail``,
+  ``failg``, ``idle``, ... with a suffix such as ``*`` for not responding), reason
+  (``none`` when there is none; may contain ``|``).
+
+A command killed by a signal handler's exception (SIGTERM of the producer) is killed
+with its process group too.
 
 Standard library only.
 """
@@ -27,13 +31,14 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..hostlist import HostlistError, expand
+
 __all__ = [
     "NODE_STATES",
     "NodeState",
     "RunningTask",
     "SlurmClient",
     "SlurmError",
-    "parse_hostnames",
     "parse_nodes",
     "parse_running_tasks",
     "run_command",
@@ -50,8 +55,8 @@ NODE_STATES: dict[str, frozenset[str]] = {
 
 _NODE_LINE = re.compile(
     r"(?P<node>[^\s|]+)\|(?P<state>[a-z_]+)(?P<flags>[*~#!%$@^+-]*)\|(?P<reason>.*)")
-_TASK_LINE = re.compile(r"(?P<job>[0-9]+)\|(?P<task>[0-9]+|N/A)\|(?P<hostlist>[^\s|]+)")
-_HOST = re.compile(r"[^\s|,\[\]]+")
+_TASK_LINE = re.compile(
+    r"(?P<job>[0-9]+)\|(?P<task>[0-9]+|N/A)\|(?P<partition>[^\s|,]+)\|(?P<hostlist>[^\s|]+)")
 
 
 class SlurmError(RuntimeError):
@@ -69,10 +74,11 @@ class NodeState:
 
     def matches(self, states: Iterable[str]) -> bool:
         """Whether the node is in one of the ``states`` (keys of :data:`NODE_STATES`)."""
-        return any(
-            self.state in NODE_STATES[name] or (name == "no_respond" and "*" in self.flags)
-            for name in states
-        )
+        return any(self.is_in(name) for name in states)
+
+    def is_in(self, name: str) -> bool:
+        """Whether the node is in state ``name`` (a key of :data:`NODE_STATES`)."""
+        return self.state in NODE_STATES[name] or (name == "no_respond" and "*" in self.flags)
 
     def describe(self) -> str:
         """``n3 drng (disk errors)``: the node, its state as sinfo shows it, the reason."""
@@ -82,11 +88,12 @@ class NodeState:
 
 @dataclass(frozen=True)
 class RunningTask:
-    """A running allocation unit: ids as in its decision file name, compressed hostlist."""
+    """A running allocation unit: ids as in its decision file name, partition, hosts."""
 
     job_id: str
     task_id: str
-    hostlist: str
+    partition: str
+    hosts: tuple[str, ...]
 
 
 def run_command(argv: Sequence[str], timeout: float) -> str:
@@ -109,6 +116,11 @@ def run_command(argv: Sequence[str], timeout: float) -> str:
             os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         raise SlurmError(f"{' '.join(argv)}: no answer within {timeout:g} s (killed)") from None
+    except BaseException:  # a signal handler ended the wait: leave nothing running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
     if process.returncode != 0:
         detail = " ".join(err.split()) or "no error message"
         raise SlurmError(f"{' '.join(argv)}: exit status {process.returncode}: {detail}")
@@ -139,15 +151,17 @@ def parse_nodes(text: str) -> list[NodeState]:
 
 
 def parse_running_tasks(text: str, job_id: str) -> list[RunningTask]:
-    """Parse ``squeue -j JOB -r -h -t R -o '%F|%K|%N'`` for ``job_id``.
+    """Parse ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'`` for ``job_id``.
 
-    A regular job (task ``N/A``) is its own unit: task id = job id.
+    A regular job (task ``N/A``) is its own unit: task id = job id. Host lists are
+    expanded (:func:`nvrx_seghealth.hostlist.expand`).
 
     Raises:
-        SlurmError: a malformed line, or a task of another array (``job_id`` names one
-            task of an array instead of the array job).
+        SlurmError: a malformed line or host list, or a task of another array
+            (``job_id`` names one task of an array instead of the array job).
     """
     tasks = []
+    expanded: dict[str, tuple[str, ...]] = {}
     for line in _lines(text):
         match = _TASK_LINE.fullmatch(line.strip())
         if match is None:
@@ -158,39 +172,30 @@ def parse_running_tasks(text: str, job_id: str) -> list[RunningTask]:
                 f"(--job-id {match['job']})"
             )
         task = job_id if match["task"] == "N/A" else match["task"]
-        tasks.append(RunningTask(job_id, task, match["hostlist"]))
+        hostlist = match["hostlist"]
+        if hostlist not in expanded:
+            try:
+                expanded[hostlist] = tuple(expand(hostlist))
+            except HostlistError as error:
+                raise SlurmError(f"unexpected squeue line {line!r}: {error}") from None
+        tasks.append(RunningTask(job_id, task, match["partition"], expanded[hostlist]))
     return tasks
-
-
-def parse_hostnames(text: str, hostlist: str) -> list[str]:
-    """Parse ``scontrol show hostnames HOSTLIST``.
-
-    Raises:
-        SlurmError: no host, or a line that is not a host name.
-    """
-    hosts = [line.strip() for line in _lines(text)]
-    if not hosts or not all(_HOST.fullmatch(host) for host in hosts):
-        raise SlurmError(f"scontrol show hostnames {hostlist}: unexpected answer {text!r}")
-    return hosts
 
 
 @dataclass(frozen=True)
 class SlurmClient:
-    """The three queries, each bounded by ``timeout`` seconds."""
+    """The two queries, each bounded by ``timeout`` seconds."""
 
     timeout: float
 
-    def nodes(self) -> list[NodeState]:
-        """Every node with its state and reason."""
-        return parse_nodes(run_command(["sinfo", "-N", "-h", "-o", "%N|%t|%E"], self.timeout))
+    def nodes(self, partitions: Iterable[str]) -> list[NodeState]:
+        """Every node of ``partitions`` with its state and reason."""
+        out = run_command(["sinfo", "-p", ",".join(sorted(set(partitions))), "-N", "-h",
+                           "-o", "%N|%t|%E"], self.timeout)
+        return parse_nodes(out)
 
     def running_tasks(self, job_id: str) -> list[RunningTask]:
         """The running tasks of array job (or regular job) ``job_id``."""
         out = run_command(
-            ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%N"], self.timeout)
+            ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%P|%N"], self.timeout)
         return parse_running_tasks(out, job_id)
-
-    def hostnames(self, hostlist: str) -> list[str]:
-        """``hostlist`` expanded by Slurm itself."""
-        out = run_command(["scontrol", "show", "hostnames", hostlist], self.timeout)
-        return parse_hostnames(out, hostlist)

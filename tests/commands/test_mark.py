@@ -20,8 +20,12 @@ def shc(tmp_path):
     return directory
 
 
+LOCK = ".segment_health_check.lock"
+
+
 def snapshot(directory, skip):
-    return {p.name: p.read_bytes() for p in directory.iterdir() if p.name != skip}
+    """Every file but ``skip`` and the writers' (empty) lock file."""
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.name not in (skip, LOCK)}
 
 
 def unit(shc):
@@ -58,7 +62,9 @@ def test_clear_empties_then_remove_deletes(shc):
     done = nvrx_seghealth("clear", *unit(shc), "--remove")
     assert done.returncode == 0 and "(removed)" in done.stdout
     assert not path.exists()
-    assert nvrx_seghealth("clear", *unit(shc), "--remove").returncode == 0  # already gone
+    done = nvrx_seghealth("clear", *unit(shc), "--remove")  # already gone: fine, and said
+    assert done.returncode == 0
+    assert done.stdout == f"nothing to remove: job_id=12 task_id=3 has no decision file ({path})\n"
     assert snapshot(shc, path.name) == before
 
 
@@ -73,12 +79,71 @@ def test_mark_usage_errors_exit_2(shc, args, message):
     assert not (shc / "segment_health_check.12.3").exists()
 
 
-def test_a_failed_write_exits_1(tmp_path):
+def test_a_missing_directory_exits_1_with_the_fix_and_no_temporary_name(tmp_path):
     missing = tmp_path / "missing"
-    done = nvrx_seghealth("mark", "--dir", str(missing), "--job-id", "1", "--task-id", "2",
-                          "--reason", "bad")
-    assert done.returncode == 1
-    assert f"cannot write the decision in {missing}" in done.stderr
-    done = nvrx_seghealth("clear", "--dir", str(missing), "--job-id", "1", "--task-id", "2")
-    assert done.returncode == 1
+    for command in (["mark", "--reason", "bad"], ["clear"], ["clear", "--remove"]):
+        done = nvrx_seghealth(*command, "--dir", str(missing), "--job-id", "1", "--task-id", "2")
+        assert done.returncode == 1
+        assert done.stderr == (
+            f"nvrx-seghealth {command[0]}: job_id=1 task_id=2 not written: the decision "
+            f"directory {missing} does not exist: create it (mkdir -p {missing}) or fix --dir\n")
     assert not missing.exists()
+
+
+def test_a_directory_in_place_of_the_decision_names_the_fix(shc):
+    path = shc / "segment_health_check.12.3"
+    path.mkdir()
+    done = nvrx_seghealth("mark", *unit(shc), "--reason", "bad")
+    assert done.returncode == 1
+    assert f"{path} is a directory, not a decision: remove it (rmdir {path})" in done.stderr
+    assert ".tmp" not in done.stderr
+    assert [p.name for p in shc.iterdir() if p.name.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("job,task,hint", [
+    ("123_7", "7", "give --job-id 123 --task-id 7"),
+    ("12", "500_3", "give --job-id 500 --task-id 3"),
+])
+def test_squeue_style_ids_get_a_hint_to_split_them(shc, job, task, hint):
+    done = nvrx_seghealth("mark", "--dir", str(shc), "--job-id", job, "--task-id", task,
+                          "--reason", "x")
+    assert done.returncode == 2
+    assert "is squeue's <array job id>_<task id>: " + hint in done.stderr
+
+
+def test_mark_waits_for_a_writer_holding_the_lock_and_lands_after_it(shc):
+    """A writer inside its read-compare-rename holds the directory's lock; a mark waits
+    for it instead of racing it, and gives up (exit 1, the fix) when it is held too
+    long."""
+    import fcntl
+    import subprocess
+    import time
+
+    from .runner import COMMAND
+
+    path = shc / "segment_health_check.12.3"
+    fd = os.open(shc / LOCK, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        marking = subprocess.Popen([*COMMAND, "mark", *unit(shc), "--reason", "ops: psu"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert marking.poll() is None, "mark did not wait for the lock"
+        assert not path.exists()
+        path.write_text("what the lock holder wrote\n")
+    finally:
+        os.close(fd)  # releases the lock
+    out, err = marking.communicate(timeout=30)
+    assert marking.returncode == 0, err
+    assert path.read_text() == "ops: psu\n"
+
+    fd = os.open(shc / LOCK, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        done = nvrx_seghealth("clear", *unit(shc), "--fs-timeout", "1")
+    finally:
+        os.close(fd)
+    assert done.returncode == 1
+    assert f"another writer has held {shc / LOCK} for" in done.stderr
+    assert f"`fuser {shc / LOCK}`" in done.stderr
+    assert path.read_text() == "ops: psu\n"

@@ -1,30 +1,31 @@
 """``nvrx-seghealth publish-drained`` without a cluster: parsing, and passes against a fake Slurm.
 
-The fake Slurm is a directory of small shell scripts named ``sinfo``, ``squeue`` and
-``scontrol`` put first on PATH: they print canned answers, fail, or hang in a real
-``sleep``. That is the only way to make Slurm misbehave on demand; the real-cluster
-behaviour is covered by ``integration/slurm/test_publish_drained.py``.
+The fake Slurm is a directory of small shell scripts named ``sinfo`` and ``squeue`` put
+first on PATH: they print canned answers, fail, or hang in a real ``sleep``. That is the
+only way to make Slurm misbehave on demand; the real-cluster behaviour (drain, a stopped
+slurmd, two producers) is covered by ``integration/slurm/test_publish_drained.py``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 
 import pytest
 
-from nvrx_seghealth.commands.publish_drained import PRODUCER_TAG
+from nvrx_seghealth.commands.publish_drained import producer_tag
 from nvrx_seghealth.commands.slurm import (
     NodeState,
     SlurmError,
-    parse_hostnames,
     parse_nodes,
     parse_running_tasks,
 )
 
+from ..support import wait_until
 from .runner import COMMAND, nvrx_seghealth
 
 NODES = """n1|alloc|none
@@ -34,15 +35,10 @@ n4|alloc|none
 n3|drng|disk errors | smart
 n5|mix|none
 """
-TASKS = "500|0|n[1-2]\n500|1|n[3-4]\n500|2|n5\n"
-HOSTNAMES = """case "$3" in
-'n[1-2]') printf 'n1\\nn2\\n' ;;
-'n[3-4]') printf 'n3\\nn4\\n' ;;
-n5) echo n5 ;;
-*) echo "scontrol: error: bad hostlist $3" >&2; exit 1 ;;
-esac
-"""
-TASK1_TEXT = f"{PRODUCER_TAG} unavailable nodes: n3 drng (disk errors | smart)\n"
+TASKS = "500|0|gpu|n[1-2]\n500|1|gpu|n[3-4]\n500|2|cpu|n5\n"
+PRODUCER = "t1"
+TAG = producer_tag(PRODUCER)
+TASK1_TEXT = f"{TAG} unavailable nodes: n3 drng (disk errors | smart)\n"
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -74,32 +70,30 @@ def test_parse_nodes_refuses_malformed_or_empty_answers(text):
 
 
 def test_parse_running_tasks():
-    assert [(t.job_id, t.task_id, t.hostlist) for t in parse_running_tasks(TASKS, "500")] == [
-        ("500", "0", "n[1-2]"), ("500", "1", "n[3-4]"), ("500", "2", "n5")]
-    [regular] = parse_running_tasks("77|N/A|n[1-2]\n", "77")
+    assert [(t.job_id, t.task_id, t.partition, t.hosts)
+            for t in parse_running_tasks(TASKS, "500")] == [
+        ("500", "0", "gpu", ("n1", "n2")), ("500", "1", "gpu", ("n3", "n4")),
+        ("500", "2", "cpu", ("n5",))]
+    [regular] = parse_running_tasks("77|N/A|debug|n[1-2]\n", "77")
     assert (regular.job_id, regular.task_id) == ("77", "77")
     assert parse_running_tasks("", "500") == []
     with pytest.raises(SlurmError, match=r"job 501 belongs to array job 500: give the array "
                                          r"job id \(--job-id 500\)"):
-        parse_running_tasks("500|1|n[3-4]\n", "501")
-    for bad in ("500|1\n", "500|x|n1\n", "500|1|n1 n2\n"):
+        parse_running_tasks("500|1|gpu|n[3-4]\n", "501")
+    for bad in ("500|1|gpu\n", "500|x|gpu|n1\n", "500|1|gpu|n1 n2\n", "500|1|gpu|n[3-\n",
+                "500|1|gpu|n[4-3]\n", "500|1|n[3-4]\n"):
         with pytest.raises(SlurmError):
             parse_running_tasks(bad, "500")
-
-
-def test_parse_hostnames():
-    assert parse_hostnames("n3\nn4\n", "n[3-4]") == ["n3", "n4"]
-    for bad in ("", "n[3-4]\n", "n3 n4\n"):
-        with pytest.raises(SlurmError):
-            parse_hostnames(bad, "n[3-4]")
 
 
 # --- passes against a fake Slurm ---------------------------------------------------------
 
 class FakeSlurm:
-    """Shell scripts standing in for the Slurm client commands."""
+    """Shell scripts standing in for the Slurm client commands; ``sinfo`` records its
+    arguments in ``sinfo.args``."""
 
     def __init__(self, root):
+        self.root = root
         self.bin = root / "bin"
         self.bin.mkdir()
         self.shc = root / "shc"
@@ -107,11 +101,11 @@ class FakeSlurm:
         self.audit = root / "audit.jsonl"
         self.answer("sinfo", NODES)
         self.answer("squeue", TASKS)
-        self.script("scontrol", HOSTNAMES)
 
     def script(self, name, body):
         path = self.bin / name
-        path.write_text("#!/bin/sh\n" + body)
+        record = f'echo "$@" >> {self.root}/{name}.args\n'
+        path.write_text("#!/bin/sh\n" + record + body)
         path.chmod(0o755)
 
     def answer(self, name, text):
@@ -121,12 +115,13 @@ class FakeSlurm:
     def env(self):
         return {"PATH": f"{self.bin}:{os.environ['PATH']}"}
 
-    def args(self, *extra):
+    def args(self, *extra, producer=PRODUCER):
         return ["publish-drained", "--dir", str(self.shc), "--job-id", "500",
-                "--audit-log", str(self.audit), *extra]
+                "--audit-log", str(self.audit), "--producer-id", producer, *extra]
 
-    def run(self, *extra, timeout=60):
-        return nvrx_seghealth(*self.args(*extra), env=self.env, timeout=timeout)
+    def run(self, *extra, producer=PRODUCER, timeout=60):
+        return nvrx_seghealth(*self.args(*extra, producer=producer), env=self.env,
+                              timeout=timeout)
 
     def decision(self, task):
         return self.shc / f"segment_health_check.500.{task}"
@@ -137,8 +132,9 @@ class FakeSlurm:
         return [json.loads(line) for line in self.audit.read_text().splitlines()]
 
     def files(self):
+        """Every decision file (not the lock or state files) with content and identity."""
         return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
-                for p in self.shc.iterdir()}
+                for p in self.shc.iterdir() if not p.name.startswith(".")}
 
 
 @pytest.fixture
@@ -147,7 +143,7 @@ def slurm(tmp_path):
 
 
 def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
-    slurm.decision(0).write_text(f"{PRODUCER_TAG} unavailable nodes: n1 drain (old)\n")
+    slurm.decision(0).write_text(f"{TAG} unavailable nodes: n1 drain (old)\n")
     slurm.decision(2).write_text("ops: bad cable\n")  # an operator's mark: not ours
 
     done = slurm.run()
@@ -157,48 +153,108 @@ def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
     assert slurm.decision(2).read_text() == "ops: bad cable\n"
     assert f"task 0: cleared {slurm.decision(0)}" in done.stdout
     assert f"task 1: published {slurm.decision(1)}: {TASK1_TEXT.strip()}" in done.stdout
-    assert "pass done: unavailable nodes: n3 drng; 3 running tasks; 1 published, 0 updated, " \
-           "1 cleared, 0 write-failed, 1 unchanged" in done.stdout
+    assert "pass done: unavailable nodes: n3 drng (disk errors | smart); 3 running tasks; " \
+           "1 published, 0 updated, 1 cleared, 0 conflict, 0 write-failed, 1 unchanged" \
+           in done.stdout
     events = slurm.audit_events()
     assert [(e["event"], e["task_id"]) for e in events] == [("cleared", "0"), ("published", "1")]
     assert events[1]["text"] == TASK1_TEXT.strip() and events[1]["job_id"] == "500"
+    assert events[1]["producer_id"] == PRODUCER
     assert all(e["time"].endswith("+00:00") for e in events)
+    # sinfo is asked about the job's partitions only, after squeue named them
+    assert (slurm.root / "sinfo.args").read_text() == "-p cpu,gpu -N -h -o %N|%t|%E\n"
 
     before = slurm.files()
     done = slurm.run()  # nothing changed in Slurm: nothing is written, nothing audited
     assert done.returncode == 0
     assert slurm.files() == before
     assert len(slurm.audit_events()) == 2
-    assert "0 published, 0 updated, 0 cleared, 0 write-failed, 3 unchanged" in done.stdout
+    assert "0 published, 0 updated, 0 cleared, 0 conflict, 0 write-failed, 3 unchanged" \
+        in done.stdout
 
-    slurm.answer("sinfo", NODES.replace("n4|alloc|none", "n4|down*|Not responding"))
+    slurm.answer("sinfo", NODES.replace("n4|alloc|none", "n4|down|Not responding"))
+    slurm.run()  # down counts after 2 passes (the default): the first changes nothing
+    assert slurm.decision(1).read_text() == TASK1_TEXT
     done = slurm.run()
     assert done.returncode == 0
     assert slurm.decision(1).read_text() == (
-        f"{PRODUCER_TAG} unavailable nodes: n3 drng (disk errors | smart); "
-        "n4 down* (Not responding)\n")
+        f"{TAG} unavailable nodes: n3 drng (disk errors | smart); n4 down (Not responding)\n")
     assert slurm.audit_events()[-1]["event"] == "updated"
 
 
 def test_states_selects_what_counts_as_unavailable(slurm):
     slurm.answer("sinfo", NODES.replace("n5|mix|none", "n5|mix*|none"))
-    done = slurm.run("--states", "no_respond", "--once")
+    done = slurm.run("--states", "no_respond", "--passes", "no_respond=1", "--once")
     assert done.returncode == 0, done.stderr
     assert not slurm.decision(1).exists()
-    assert slurm.decision(2).read_text() == f"{PRODUCER_TAG} unavailable nodes: n5 mix*\n"
+    assert slurm.decision(2).read_text() == f"{TAG} unavailable nodes: n5 mix*\n"
+
+
+def test_a_blip_excludes_nothing_and_a_state_that_holds_counts(slurm):
+    """Not responding for one or two passes (a slurmd restart) publishes nothing; a
+    third pass in a row does (the default: no_respond=3). Clearing takes three clean
+    passes too. Each pass is its own process: the counts live in the state file."""
+    blip = NODES.replace("n5|mix|none", "n5|mix*|none")
+    for sinfo, expected in [(blip, None), (NODES, None), (blip, None), (blip, None),
+                            (blip, "n5 mix*"), (NODES, "n5 mix*"), (NODES, "n5 mix*"),
+                            (NODES, "")]:
+        slurm.answer("sinfo", sinfo)
+        done = slurm.run("--states", "no_respond")
+        assert done.returncode == 0, done.stderr
+        if expected is None:
+            assert not slurm.decision(2).exists()
+        elif expected:
+            assert slurm.decision(2).read_text() == f"{TAG} unavailable nodes: {expected}\n"
+        else:
+            assert slurm.decision(2).read_bytes() == b""
+    assert [e["event"] for e in slurm.audit_events()] == ["published", "cleared"]
+    assert "not counted yet" not in done.stdout
+
+
+def test_a_node_pending_keeps_the_decision_it_has(slurm):
+    """A task whose node is in a state that has not counted yet is neither published nor
+    cleared, even when the producer starts without counts."""
+    slurm.decision(2).write_text(f"{TAG} unavailable nodes: n5 mix*\n")
+    slurm.answer("sinfo", NODES.replace("n5|mix|none", "n5|mix*|none"))
+    done = slurm.run("--states", "no_respond")
+    assert done.returncode == 0, done.stderr
+    assert "not counted yet: n5" in done.stdout
+    assert slurm.decision(2).read_text() == f"{TAG} unavailable nodes: n5 mix*\n"
+
+
+def test_producers_never_clear_each_others_decisions(slurm):
+    first = slurm.run(producer="ops-a")
+    assert first.returncode == 0
+    text = slurm.decision(1).read_text()
+    assert text.startswith("nvrx-seghealth publish-drained[ops-a]: ")
+    slurm.answer("sinfo", NODES.replace("drng", "alloc"))  # all fine, for producer b
+    second = slurm.run(producer="ops-b")
+    assert second.returncode == 0
+    assert slurm.decision(1).read_text() == text  # not ops-b's: left alone
+    assert slurm.run(producer="ops-a").returncode == 0
+    assert slurm.decision(1).read_bytes() == b""  # ops-a clears its own
+
+
+def test_the_default_producer_id_is_the_account_and_the_states(slurm):
+    done = nvrx_seghealth("publish-drained", "--dir", str(slurm.shc), "--job-id", "500",
+                          "--states", "fail,drain", env=slurm.env)
+    assert done.returncode == 0, done.stderr
+    assert slurm.decision(1).read_text().startswith(
+        "nvrx-seghealth publish-drained[root-drain+fail]: unavailable nodes: n3 drng")
+    assert (slurm.shc / ".publish-drained.root-drain+fail.500.json").exists()
 
 
 @pytest.mark.parametrize("command,body", [
     ("squeue", "exec sleep 30\n"),                       # hangs
-    ("scontrol", "sleep 30\necho n3\n"),                 # hangs; its child holds the pipe
+    ("sinfo", "sleep 30\necho n3\n"),                    # hangs; its child holds the pipe
     ("sinfo", "echo 'n1 alloc none'\n"),                 # malformed
     ("sinfo", "true\n"),                                 # no nodes at all
     ("sinfo", "echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1\n"),
-    ("squeue", "echo '499|1|n[3-4]'\n"),                 # another array's task
-    ("scontrol", "true\n"),                              # no host names
+    ("squeue", "echo '499|1|gpu|n[3-4]'\n"),             # another array's task
+    ("squeue", "echo '500|1|gpu|n[3-'\n"),               # a host list cut short
 ])
 def test_a_failed_pass_writes_nothing_and_keeps_the_last_decisions(slurm, command, body):
-    slurm.decision(0).write_text(f"{PRODUCER_TAG} unavailable nodes: n1 drain (old)\n")
+    slurm.decision(0).write_text(f"{TAG} unavailable nodes: n1 drain (old)\n")
     before = slurm.files()  # a good pass would clear task 0 and publish task 1
     slurm.script(command, body)
 
@@ -206,23 +262,57 @@ def test_a_failed_pass_writes_nothing_and_keeps_the_last_decisions(slurm, comman
     done = slurm.run("--slurm-timeout", "1")
     assert time.monotonic() - started < 15
     assert done.returncode == 1
-    assert "pass failed, nothing written, last decisions kept: " in done.stderr
+    assert "pass failed, nothing written, last decisions kept (passes failing since " \
+           in done.stderr
     assert done.stdout == ""
     assert slurm.files() == before
     [event] = slurm.audit_events()
     assert event["event"] == "pass-failed" and event["job_id"] == "500" and event["error"]
 
 
-def test_one_failed_write_does_not_stop_the_others(slurm):
-    slurm.answer("sinfo", NODES.replace("n5|mix|none", "n5|fail|psu"))
-    slurm.decision(1).mkdir()  # a directory cannot be replaced by a file
-    done = slurm.run()
+def test_failing_passes_keep_decisions_status_says_since_when_and_an_opt_in_window_clears(
+        slurm):
+    assert slurm.run().returncode == 0
+    assert slurm.decision(1).read_text() == TASK1_TEXT
+    slurm.script("sinfo", "exit 1\n")
+    for _ in range(2):
+        assert slurm.run().returncode == 1
+    assert slurm.decision(1).read_text() == TASK1_TEXT  # never a false clean
+    status = nvrx_seghealth("status", "--dir", str(slurm.shc))
+    assert re.search(rf"producer {PRODUCER} \(job 500\): FAILING since \S+Z \(\d+s, 2 passes; "
+                     r"last good pass \d+s ago\); its decisions are kept", status.stdout), \
+        status.stdout
+    report = json.loads(nvrx_seghealth("status", "--dir", str(slurm.shc), "--json").stdout)
+    [producer] = report["producers"]
+    assert producer["failed_passes"] == 2 and producer["failing_since"] > 0
+
+    done = slurm.run("--clear-after-failing", "0.001")
     assert done.returncode == 1
-    assert "task 1: published failed: [Errno 21] Is a directory" in done.stderr
-    assert slurm.decision(2).read_text() == f"{PRODUCER_TAG} unavailable nodes: n5 fail (psu)\n"
+    assert slurm.decision(1).read_bytes() == b""  # its own decision, cleared: fail open
+    assert slurm.decision(0).exists() is False
+    assert f"task 1: stale-cleared {slurm.decision(1)}" in done.stdout
+    assert [e["event"] for e in slurm.audit_events()][-2:] == ["pass-failed", "stale-cleared"]
+    slurm.answer("sinfo", NODES)
+    assert slurm.run().returncode == 0  # Slurm is back: the drain counts again at once
+    assert slurm.decision(1).read_text() == TASK1_TEXT
+    status = nvrx_seghealth("status", "--dir", str(slurm.shc))
+    assert re.search(rf"producer {PRODUCER} \(job 500\): last pass \d+s ago, ok", status.stdout)
+
+
+def test_what_cannot_be_read_is_left_alone_once_warned_and_the_others_are_written(slurm):
+    slurm.answer("sinfo", NODES.replace("n5|mix|none", "n5|fail|psu"))
+    slurm.decision(1).mkdir()  # not a decision this producer can read: not its own
+    done = slurm.run()
+    assert done.returncode == 0, done.stderr
+    assert f"warning: task 1: {slurm.decision(1)} cannot be read (not a regular file: " \
+           "directory): it is someone else's decision and is left alone" in done.stderr
+    assert slurm.decision(1).is_dir()
+    assert slurm.decision(2).read_text() == f"{TAG} unavailable nodes: n5 fail (psu)\n"
     assert [(e["event"], e["task_id"]) for e in slurm.audit_events()] == [
-        ("write-failed", "1"), ("published", "2")]
+        ("unreadable", "1"), ("published", "2")]
     assert [p.name for p in slurm.shc.iterdir() if p.name.endswith(".tmp")] == []
+    done = slurm.run()  # warned once: not again while it stays so
+    assert "warning" not in done.stderr and len(slurm.audit_events()) == 2
 
 
 def test_interval_runs_passes_until_sigterm(slurm):
@@ -241,12 +331,40 @@ def test_interval_runs_passes_until_sigterm(slurm):
     assert [e["event"] for e in slurm.audit_events()] == ["published"]
 
 
+def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
+    """A pass waiting for a Slurm command that hangs (its timeout 60 s) is ended by
+    SIGTERM at once; the hanging command is killed with it."""
+    started_flag = slurm.root / "squeue.started"
+    slurm.script("squeue", f"touch {started_flag}\nexec sleep 120\n")
+    process = subprocess.Popen(
+        [*COMMAND, *slurm.args("--interval", "5", "--slurm-timeout", "60")],
+        env={**os.environ, **slurm.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        wait_until(started_flag.exists, timeout=30)
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+        assert time.monotonic() - sent < 5
+    finally:
+        process.kill()
+        out, err = process.communicate()
+    assert "stopped by SIGTERM during a pass" in err
+    assert list(slurm.files()) == []
+
+
 @pytest.mark.parametrize("args,message", [
     (["--states", "drain,bogus"], "unknown state(s) bogus; choose from drain, down, fail, "
                                   "no_respond"),
     (["--once", "--interval", "5"], "not allowed with argument"),
     (["--interval", "0"], "'0' is not a positive number of seconds"),
     (["--slurm-timeout", "inf"], "'inf' is not a positive number of seconds"),
+    (["--passes", "no_respond=0"], "'no_respond=0' is not STATE=N"),
+    (["--passes", "flaky=2"], "'flaky=2' is not STATE=N"),
+    (["--producer-id", "a/b"], "'a/b' is not a producer id"),
+    (["--fs-timeout", "0"], "'0' is not a number of seconds in 0 < s <= 600"),
+    (["--job-id", "500_3"], "'500_3' is one task of array job 500: give the array job id "
+                            "(--job-id 500)"),
 ])
 def test_usage_errors_exit_2(slurm, args, message):
     done = slurm.run(*args)
@@ -258,4 +376,4 @@ def test_usage_errors_exit_2(slurm, args, message):
 def test_the_directory_must_exist(tmp_path):
     done = nvrx_seghealth("publish-drained", "--dir", str(tmp_path / "no"), "--job-id", "5")
     assert done.returncode == 2
-    assert "is not an existing directory: create it first" in done.stderr
+    assert f"{tmp_path / 'no'} does not exist: create it first (mkdir -p " in done.stderr

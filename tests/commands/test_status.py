@@ -81,6 +81,8 @@ def test_empty_missing_and_relative_directories(tmp_path):
     done = nvrx_seghealth("status", "--dir", str(tmp_path))
     assert (done.returncode, done.stdout) == (0, f"no decision files in {tmp_path}\n")
     done = nvrx_seghealth("status", "--dir", str(tmp_path / "missing"))
-    assert done.returncode == 1 and "cannot list" in done.stderr
+    assert done.returncode == 1
+    assert f"the decision directory {tmp_path / 'missing'} does not exist: fix --dir" \
+        in done.stderr
     done = nvrx_seghealth("status", "--dir", "shc")
     assert done.returncode == 2 and "--dir must be an absolute path" in done.stderr

@@ -1,0 +1,165 @@
+"""Whose decision is it: the producer never destroys a decision that is not its own.
+
+* the read-vs-rename race, with the window held open: a ``mark`` (the real command)
+  that lands between the producer's read of a decision and its write survives;
+* a decision the producer cannot read, for real: the producer runs as user ``nobody``
+  and the decision belongs to root, mode 0600. It is never overwritten nor cleared.
+
+Slurm is the fake of ``test_publish_drained.py`` (shell scripts on PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+import nvrx_seghealth as package
+from nvrx_seghealth.commands.publish_drained import DrainedPublisher, producer_tag
+from nvrx_seghealth.commands.slurm import SlurmClient
+
+from .runner import nvrx_seghealth
+from .test_publish_drained import NODES, FakeSlurm
+
+TAG = producer_tag("t1")
+MARK = "ops: bad psu (ticket 7)\n"
+
+
+@pytest.fixture
+def slurm(tmp_path, monkeypatch):
+    fake = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", fake.env["PATH"])
+    return fake
+
+
+def publisher(slurm, before_write):
+    return DrainedPublisher(str(slurm.shc), "500", ("drain",), SlurmClient(10.0),
+                            producer_id="t1", before_write=before_write)
+
+
+def mark_in_the_window(slurm, task):
+    """A ``before_write`` hook: while the producer waits between its read and its
+    write of ``task``'s decision, run a real ``nvrx-seghealth mark`` to its end."""
+    held = []
+
+    def hook(path):
+        if path == str(slurm.decision(task)):
+            done = nvrx_seghealth("mark", "--dir", str(slurm.shc), "--job-id", "500",
+                                  "--task-id", str(task), "--reason", MARK.strip())
+            assert done.returncode == 0, done.stderr
+            held.append(path)
+
+    return hook, held
+
+
+@pytest.mark.parametrize("before,sinfo,intended", [
+    (None, NODES, "published"),                                        # absent -> publish
+    (f"{TAG} unavailable nodes: n3 drng (old)\n", NODES, "updated"),  # ours -> rewrite
+    (f"{TAG} unavailable nodes: n3 drng (x)\n", NODES.replace("drng", "alloc"), "cleared"),
+])
+def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, intended):
+    if before is not None:
+        slurm.decision(1).write_text(before)
+    slurm.answer("sinfo", sinfo)
+    hook, held = mark_in_the_window(slurm, 1)
+    result = publisher(slurm, hook).run_pass()
+    assert held, "the window was not reached"
+    assert slurm.decision(1).read_text() == MARK
+    [event] = [e for e in result.events if e["task_id"] == "1"]
+    assert (event["event"], event["intended"], event["found"]) == (
+        "conflict", intended, MARK.strip())
+    assert result.ok
+    # the next pass sees the operator's decision and leaves it alone
+    again = publisher(slurm, None).run_pass()
+    assert slurm.decision(1).read_text() == MARK
+    assert [e for e in again.events if e["task_id"] == "1"] == []
+
+
+def _public_copy(root):
+    """The package and PyYAML where user nobody can read them."""
+    lib = os.path.join(root, "lib")
+    shutil.copytree(os.path.dirname(package.__file__),
+                    os.path.join(lib, "nvrx_seghealth"))
+    shutil.copytree(os.path.dirname(yaml.__file__), os.path.join(lib, "yaml"))
+    return lib
+
+
+CLI = "import sys; from nvrx_seghealth.cli import main; sys.exit(main())"
+
+
+def as_nobody(lib, *args, env):
+    command = [os.path.realpath(sys.executable), "-s", "-c", CLI, *args]
+    command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60,
+                          env={**env, "PYTHONPATH": lib}, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def public():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the producer as user nobody")  # CI runs as root
+    root = tempfile.mkdtemp(prefix="nvrx-ownership-")  # not under pytest's 0700 tmp dir
+    os.chmod(root, 0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def test_a_decision_the_producer_cannot_read_is_never_overwritten_nor_cleared(public):
+    lib = _public_copy(public)
+    root = Path(public) / "slurm"
+    root.mkdir()
+    fake = FakeSlurm(root)
+    os.chmod(root, 0o777)  # for the audit log and the fake Slurm's argument records
+    os.chmod(fake.shc, 0o777)  # everyone may write here (no sticky bit): only reading fails
+    hidden = fake.decision(1)
+    hidden.write_text("ops: bad psu, not yours\n")
+    os.chmod(hidden, 0o600)
+    args = ["publish-drained", "--dir", str(fake.shc), "--job-id", "500", "--producer-id",
+            "robot", "--audit-log", str(fake.audit)]
+    env = {"PATH": fake.env["PATH"], "LANG": "C.UTF-8"}
+
+    done = as_nobody(lib, *args, env=env)  # task 1's node is drained
+    assert done.returncode == 0, done.stderr
+    assert hidden.read_text() == "ops: bad psu, not yours\n"
+    assert (os.stat(hidden).st_uid, os.stat(hidden).st_mode & 0o777) == (0, 0o600)
+    warnings = [line for line in done.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1 and f"{hidden} cannot be read (EACCES" in warnings[0]
+    assert "someone else's decision and is left alone" in warnings[0]
+    events = [json.loads(line) for line in fake.audit.read_text().splitlines()]
+    assert [(e["event"], e["task_id"]) for e in events] == [("unreadable", "1")]
+    assert "EACCES" in events[0]["error"]
+
+    fake.answer("sinfo", NODES.replace("drng", "alloc"))  # all healthy again
+    for _ in range(2):
+        done = as_nobody(lib, *args, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "warning" not in done.stderr  # warned once, at the first meeting
+    assert hidden.read_text() == "ops: bad psu, not yours\n"
+    assert len(fake.audit.read_text().splitlines()) == 1
+
+
+def test_in_a_sticky_directory_another_accounts_decision_cannot_be_replaced(public):
+    lib = _public_copy(public)
+    shc = os.path.join(public, "shc")
+    os.mkdir(shc)
+    os.chmod(shc, 0o1777)
+    path = os.path.join(shc, "segment_health_check.12.3")
+    with open(path, "w") as handle:
+        handle.write("root's decision\n")
+    done = as_nobody(lib, "clear", "--dir", shc, "--job-id", "12", "--task-id", "3",
+                     env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 1
+    assert f"{path} belongs to another account (owner root, mode 0644) and {shc} has the " \
+           "sticky bit: only that account (or root) can replace or remove it" in done.stderr
+    assert open(path).read() == "root's decision\n"
+    done = as_nobody(lib, "status", "--dir", shc, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 0 and "warning" not in done.stderr  # 1777 is a sound setup
