@@ -21,7 +21,7 @@ from ..boundedfs import FilesystemTimeout
 from ..boundedstat import stat_within
 from ..decisionfs import LockBusyError, StepError
 
-__all__ = ["permission_problems", "write_problem"]
+__all__ = ["hung_problem", "permission_problems", "write_problem"]
 
 
 def _account(uid: int) -> str:
@@ -39,16 +39,24 @@ def _owner_and_mode(path: str, timeout: float) -> str:
     return f" (owner {_account(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})"
 
 
+def hung_problem(error: FilesystemTimeout, directory: str, timeout: float, *,
+                 wrote: bool) -> str:
+    """One sentence for a call into ``directory`` that did not answer; ``wrote``: the call
+    was a write, whose outcome is then unknown."""
+    if error.earlier:
+        return (f"{directory} is still not answering ({error}); nothing was sent: wait "
+                "until the filesystem answers")
+    outcome = ("whether the decision was written is unknown; look with `nvrx-seghealth "
+               f"status --dir {directory}` once it answers" if wrote else
+               "nothing was changed")
+    return (f"{directory} did not answer within {timeout:g} s (a hung shared filesystem?): "
+            f"{outcome}, or give a longer --fs-timeout")
+
+
 def write_problem(error: BaseException, directory: str, path: str, timeout: float) -> str:
     """One sentence for a failed write of ``path`` in ``directory``: the problem, the fix."""
     if isinstance(error, FilesystemTimeout):
-        if error.earlier:
-            return (f"{directory} is still not answering ({error}); nothing was sent: wait "
-                    "until the filesystem answers")
-        return (f"{directory} did not answer within {timeout:g} s (a hung shared "
-                "filesystem?): whether the decision was written is unknown; look with "
-                f"`nvrx-seghealth status --dir {directory}` once it answers, or give a "
-                "longer --fs-timeout")
+        return hung_problem(error, directory, timeout, wrote=True)
     if isinstance(error, LockBusyError):
         return (f"another writer has held {error.lock_path} for {error.waited:.1f} s; retry, "
                 f"or find it with `fuser {error.lock_path}`")

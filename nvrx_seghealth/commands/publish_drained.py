@@ -77,7 +77,7 @@ from .arguments import (
 )
 from .debounce import DEFAULT_PASSES, Debouncer
 from .decisions import first_line
-from .fsproblems import write_problem
+from .fsproblems import hung_problem, write_problem
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
 from .slurm import NODE_STATES, RunningTask, SlurmClient, SlurmError
 
@@ -266,6 +266,10 @@ class PassResult:
             event["event"] == "write-failed" for event in self.events)
 
 
+class _Hung(Exception):
+    """A call into the decision directory did not answer: the pass stops touching it."""
+
+
 class DrainedPublisher:
     """Publishes the decisions of one job from Slurm's node states; see the module doc.
 
@@ -307,7 +311,11 @@ class DrainedPublisher:
         """Read the state file of an earlier run; a warning when it cannot be used."""
         try:
             current = boundedfs.read_current(self.state_path, self.fs_timeout)
-        except (OSError, FilesystemTimeout) as error:
+        except FilesystemTimeout as error:
+            return (f"the state file is not read: "
+                    f"{hung_problem(error, self.directory, self.fs_timeout, wrote=False)}; "
+                    "counting anew")
+        except OSError as error:
             return f"cannot read the state file {self.state_path} ({error}); counting anew"
         if current.kind == "absent":
             return None
@@ -353,7 +361,11 @@ class DrainedPublisher:
             self.before_write(path)
         try:
             written = boundedfs.replace(path, content, current, self.fs_timeout)
-        except (OSError, LockBusyError, FilesystemTimeout) as error:
+        except FilesystemTimeout as error:
+            self._record(result, "write-failed", task_id, path, intended=event,
+                         error=write_problem(error, self.directory, path, self.fs_timeout))
+            raise _Hung from None
+        except (OSError, LockBusyError) as error:
             self._record(result, "write-failed", task_id, path, intended=event,
                          error=write_problem(error, self.directory, path, self.fs_timeout))
             return
@@ -369,7 +381,12 @@ class DrainedPublisher:
         path = artifact_path(self.directory, self.job_id, task_id)
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
-        except (OSError, FilesystemTimeout) as error:
+        except FilesystemTimeout as error:
+            self._record(result, "write-failed", task_id, path, intended="read",
+                         error=hung_problem(error, self.directory, self.fs_timeout,
+                                            wrote=False))
+            raise _Hung from None
+        except OSError as error:
             self._record(result, "write-failed", task_id, path, intended="read",
                          error=write_problem(error, self.directory, path, self.fs_timeout))
             return
@@ -428,9 +445,14 @@ class DrainedPublisher:
         result.running = len(tasks)
         result.unavailable = sorted(self.debouncer.unavailable().values())
         result.pending = sorted(self.debouncer.pending() & hosts)
-        for task_id, desired in sorted(self._desired(tasks).items(),
-                                       key=lambda item: int(item[0])):
-            self._apply(task_id, desired, result)
+        try:
+            for task_id, desired in sorted(self._desired(tasks).items(),
+                                           key=lambda item: int(item[0])):
+                self._apply(task_id, desired, result)
+        except _Hung:
+            result.warnings.append("the decision directory does not answer: the rest of "
+                                   "this pass was skipped")
+            return result
         self._save_state(result, now)
         return result
 
@@ -515,6 +537,12 @@ def _report(result: PassResult, publisher: DrainedPublisher) -> None:
           + f", {result.unchanged} unchanged")
 
 
+def _warn_state(publisher: DrainedPublisher) -> None:
+    warning = publisher.load_state()
+    if warning:
+        print(f"{_iso(_now())} warning: {warning}", file=sys.stderr)
+
+
 class _Stopped(BaseException):
     """SIGINT or SIGTERM during a pass of ``--interval``."""
 
@@ -544,39 +572,37 @@ def publish_drained_command(args: argparse.Namespace) -> int:
         directory, args.job_id, args.states, SlurmClient(args.slurm_timeout),
         producer_id=args.producer_id or default_producer_id(args.states), passes=args.passes,
         fs_timeout=args.fs_timeout, clear_after_failing=args.clear_after_failing)
-    warning = publisher.load_state()
-    if warning:
-        print(f"{_iso(_now())} warning: {warning}", file=sys.stderr)
     if args.interval is None:
+        _warn_state(publisher)
         result = publisher.run_pass()
         _audit(args.audit_log, result.events, args.fs_timeout)
         _report(result, publisher)
         return EXIT_OK if result.ok else EXIT_FAILURE
     stop = threading.Event()
-    in_pass = [False]
+    busy = [True]  # loading the state, or in a pass: a signal ends it at once
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop.set()
-        if in_pass[0]:
-            in_pass[0] = False
+        if busy[0]:
+            busy[0] = False
             raise _Stopped(signum)
 
     handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        _warn_state(publisher)
         while not stop.is_set():
-            in_pass[0] = True
-            try:
-                result = publisher.run_pass()
-            finally:
-                in_pass[0] = False
+            busy[0] = True
+            result = publisher.run_pass()
             _audit(args.audit_log, result.events, args.fs_timeout)
             _report(result, publisher)
             sys.stdout.flush()
+            busy[0] = False
             stop.wait(args.interval)
     except _Stopped as stopped:
         print(f"{_iso(_now())} stopped by {signal.Signals(stopped.args[0]).name} during a pass; "
               "the decisions written before it stand", file=sys.stderr)
     finally:
+        busy[0] = False
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
     return EXIT_OK

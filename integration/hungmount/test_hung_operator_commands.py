@@ -1,0 +1,138 @@
+"""The operators' commands on a real hung mount: each gives up within its bound, says so,
+and exits; ``publish-drained --interval`` stops on SIGTERM even in the middle of a pass.
+
+The ``hung_mount`` fixture's mount point answers a ``stat``; every name below it hangs
+in the kernel (as on a hung Lustre or NFS client), so ``--dir <mount>/shc`` hangs at its
+first lookup, and ``--dir <mount>`` at the first decision file, lock or state file. Each
+run is bounded (:func:`test_hung_mount.run_bounded`): a command that does not exit in
+time fails its test, and the output is read through pipes, so a helper left stuck in the
+mount that still held them would hold the run too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from test_hung_mount import _kill_session, _pipe_holders, run_bounded
+
+from tests.commands.test_publish_drained import FakeSlurm
+
+if TYPE_CHECKING:
+    from conftest import HungMount
+
+pytestmark = pytest.mark.hungmount
+
+CLI = str(Path(sys.executable).with_name("nvrx-seghealth"))
+UNIT = ["--job-id", "500", "--task-id", "1"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", [
+    ["mark", *UNIT, "--reason", "n3: ECC"],
+    ["clear", *UNIT],
+    ["clear", *UNIT, "--remove"],
+    ["status"],
+    ["status", "--json"],
+])
+def test_a_command_on_a_hung_directory_gives_up_says_so_and_exits_1(
+        hung_mount: HungMount, command: list[str]) -> None:
+    shc = hung_mount.path / "shc"
+    read_end, write_end = os.pipe()  # a stdin of its own, to look for afterwards
+    stdin_pipe = os.fstat(read_end).st_ino
+    try:
+        done = run_bounded([CLI, *command, "--dir", str(shc), "--fs-timeout", "1"],
+                           hung_mount, 15.0, stdin=read_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert done.returncode == 1, done.stderr
+    assert f"{shc}: no answer after 1.0 s (a hung shared filesystem?)" in done.stderr \
+        or f"{shc} did not answer within 1 s (a hung shared filesystem?)" in done.stderr, \
+        done.stderr
+    if command[0] != "status":
+        assert "whether the decision was written is unknown" in done.stderr
+    assert 1.0 <= done.seconds < 10
+    assert _pipe_holders(stdin_pipe) == []
+
+
+@pytest.mark.timeout(120)
+def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_and_stops(
+        hung_mount: HungMount, tmp_path: Path) -> None:
+    """Passes every 0.3 s with a 1 s bound: the first read (the producer's state file)
+    does not answer and is reported; later calls are refused at once (one stuck helper,
+    not one per pass) and each pass then skips the directory; SIGTERM stops the loop and
+    the process exits."""
+    slurm = FakeSlurm(tmp_path)
+    command = [CLI, "publish-drained", "--dir", str(hung_mount.path), "--job-id", "500",
+               "--producer-id", "t1", "--interval", "0.3", "--fs-timeout", "1",
+               "--audit-log", str(tmp_path / "audit.jsonl")]
+    process = subprocess.Popen(command, env={**os.environ, **slurm.env}, text=True,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        time.sleep(6)
+        helpers = _fs_helpers(process.pid)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=10)
+    except BaseException:
+        hung_mount.abort()
+        _kill_session(process)
+        process.communicate(timeout=30)
+        raise
+    assert process.returncode == 0, err
+    assert err.count("did not answer within 1 s") >= 1, err
+    assert "is still not answering" in err, err  # later passes: refused, not sent
+    assert "the rest of this pass was skipped" in err  # one line a pass, not one a task
+    assert len(helpers) <= 2, helpers  # at most the stuck one and a spare
+    assert out.count("pass done") >= 3, out
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_stops_publish_drained_while_a_call_hangs(hung_mount: HungMount,
+                                                          tmp_path: Path) -> None:
+    """With the default 10 s bound, SIGTERM while the first read into the directory (the
+    producer's state file) hangs ends the producer at once."""
+    slurm = FakeSlurm(tmp_path)
+    command = [CLI, "publish-drained", "--dir", str(hung_mount.path), "--job-id", "500",
+               "--producer-id", "t1", "--interval", "30"]
+    process = subprocess.Popen(command, env={**os.environ, **slurm.env}, text=True,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        time.sleep(3)  # started, and in the read of its state file (10 s bound)
+        assert process.poll() is None and not (tmp_path / "squeue.args").exists()
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=8)
+        stopped = time.monotonic() - sent
+    except BaseException:
+        hung_mount.abort()
+        _kill_session(process)
+        process.communicate(timeout=30)
+        raise
+    assert process.returncode == 0, err
+    assert "stopped by SIGTERM during a pass" in err
+    assert stopped < 3
+
+
+def _fs_helpers(pid: int) -> list[int]:
+    """Children of ``pid`` that are filesystem helpers (by their tag)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat_fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat_fields[1]) == pid and b"nvrx-seghealth-fs-helper" in cmdline:
+            found.append(int(proc.name))
+    return found
