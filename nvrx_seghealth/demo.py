@@ -5,11 +5,19 @@ Runs a small simulated Slurm job array on this machine: real torchrun agents on
 every task, srun --kill-on-bad-exit=1 per task, and decision files for the marked
 tasks. It shows progress, then a report, and exits 0 only when the outcome matches the
 contract: marked tasks absent from the final world, healthy tasks in it, job completed.
+
+With --compare it runs the same job twice, ungated (plain c10d: nothing reads the
+decision files) and gated (segment-health), the marked tasks' nodes failing as a
+drained node's would, and shows what the gate saves: rounds, time to a healthy world,
+who trained in which round, and each launcher's timeline. The exit code is still the
+gated run's: 0 only when its outcome matches the contract.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import shutil
 import sys
@@ -19,8 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from .simulation import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
+from .simulation.comparison import Comparison, Variant
+from .simulation.report import render_decisions, render_timeline
+from .simulation.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 
-__all__ = ["check_outcome", "demo_spec", "register", "run"]
+__all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run"]
 
 #: Bound for the whole simulated job (a default demo takes 20-40 s on two cores).
 JOB_TIMEOUT = 300.0
@@ -62,6 +73,13 @@ def register(subparsers: Any) -> None:
         help="keep logs, decisions and worker records in DIR (new or empty); by default "
         "they go to a temporary directory, removed when the outcome is as expected",
     )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="run the job ungated (plain c10d) and gated (segment-health), the marked "
+        "tasks' nodes failing, and show what the gate saves (about a minute and a half; "
+        "with --keep-logs, DIR/comparison.json holds the numbers)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -94,6 +112,39 @@ def demo_spec(tasks: int, nodes_per_task: int, marked: set[int], spares: int) ->
             for unit in range(tasks)
             for procid in range(1, nodes_per_task)
         },
+    )
+
+
+def compare_spec(spec: JobSpec) -> JobSpec:
+    """The demo's job as ``--compare`` runs it, on either backend.
+
+    Ungated, a marked task is a task that went bad while the job ran: it is in the
+    first round (the spare tasks, the last unmarked ones, start once the last marked
+    task's last launcher is about to join, or is gone), and right after its process
+    group forms its node goes down (its worker kills its agent; srun ends the task).
+    The healthy launchers then restart once (``max_restarts=1``) into a round with a
+    spare. Gated, the decision files keep the marked tasks out before the first round.
+    Every launcher records its TorchElastic events and metrics.
+    """
+    spare_count = spec.tasks - spec.nnodes[1] // spec.nodes_per_task
+    unmarked = sorted(set(spec.units) - spec.marked)
+    spares = unmarked[len(unmarked) - spare_count :] if spare_count else []
+    start_after = dict(spec.start_after)
+    if spec.marked:
+        # The last launcher of the last marked task (it starts after its process 0).
+        last = StartAfter(
+            spec.label(max(spec.marked), spec.nodes_per_task - 1), _JOINING, or_gone=True
+        )
+        start_after |= {spec.label(unit, 0): last for unit in spares}
+    return dataclasses.replace(
+        spec,
+        max_restarts=1,
+        start_after=start_after,
+        agent_env={
+            BROKEN_TASKS_ENV: ",".join(str(unit) for unit in sorted(spec.marked)),
+            BROKEN_HOW_ENV: "node",
+        },
+        record_telemetry=True,
     )
 
 
@@ -136,13 +187,16 @@ class _Elapsed(logging.Formatter):
         return f"[{record.created - self.start:6.1f} s] {record.getMessage()}"
 
 
-def _show_progress() -> None:
+def _show_progress() -> _Elapsed:
+    """Print the harness's progress; returns the formatter (its ``start`` can be reset)."""
+    formatter = _Elapsed()
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(_Elapsed())
+    handler.setFormatter(formatter)
     logger = logging.getLogger("nvrx_seghealth.simulation")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    return formatter
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
     workdir = args.keep_logs or Path(tempfile.mkdtemp(prefix="nvrx-seghealth-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     marked = ", ".join(f"task {u}" for u in sorted(spec.marked)) or "none"
+    if args.compare:
+        return _compare(compare_spec(spec), workdir, marked, keep=args.keep_logs is not None)
     print(
         f"Simulated job array: {spec.tasks} tasks x {spec.nodes_per_task} nodes; the job "
         f"needs {spec.tasks - args.spares} tasks (--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). "
@@ -190,6 +246,54 @@ def run(args: argparse.Namespace) -> int:
             f"Logs: {result.paths.logs} (one per launcher); decisions: "
             f"{result.paths.decisions}; worker records: {result.paths.results}"
         )
+    else:
+        shutil.rmtree(workdir)
+        print("Logs: removed (use --keep-logs DIR to keep them)")
+    return 1 if problems else 0
+
+
+#: The two runs of ``--compare``: folder name, backend, title.
+_VARIANTS = (
+    ("ungated", "c10d", "ungated: plain c10d"),
+    ("gated", "segment-health", "gated: segment-health"),
+)
+
+
+def _compare(spec: JobSpec, workdir: Path, marked: str, *, keep: bool) -> int:
+    """``--compare``: both runs, their timelines, the comparison; the gated run's code."""
+    print(
+        f"Simulated job array: {spec.tasks} tasks x {spec.nodes_per_task} nodes; the job "
+        f"needs {spec.nnodes[1] // spec.nodes_per_task} tasks "
+        f"(--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). Marked unhealthy: {marked}, whose "
+        "nodes fail right after they join a world.\n"
+        "The same job runs twice with real torchrun agents on 127.0.0.1: ungated (plain "
+        "c10d, nothing reads the decision files), then gated (segment-health). About a "
+        "minute and a half on two cores."
+    )
+    progress = _show_progress()
+    variants = []
+    for folder, backend, title in _VARIANTS:
+        print(f"\n== {title} ==")
+        progress.start = time.time()
+        (workdir / folder).mkdir()
+        with SimulatedJob(dataclasses.replace(spec, backend=backend), workdir / folder) as job:
+            variants.append(Variant(title, job.wait(timeout=JOB_TIMEOUT)))
+    comparison = Comparison(*variants)
+    for variant in variants:
+        print(f"\nTimeline, {variant.title} (seconds from launch)")
+        print(render_timeline(variant.result))
+    print(f"\n{render_decisions(comparison.gated.result)}")
+    print(f"\nWhat the gate saves (same job, same decision files)\n{comparison.render()}\n")
+    problems = check_outcome(comparison.gated.result)
+    if problems:
+        print("Outcome of the gated run: not as the contract requires:\n"
+              + "\n".join(f"  - {p}" for p in problems))
+    else:
+        print("Outcome of the gated run: as the contract requires.")
+    if keep or problems:
+        (workdir / "comparison.json").write_text(json.dumps(comparison.as_dict(), indent=2))
+        print(f"Logs, decisions, worker records and telemetry: {workdir}/{{ungated,gated}}; "
+              f"the numbers: {workdir / 'comparison.json'}")
     else:
         shutil.rmtree(workdir)
         print("Logs: removed (use --keep-logs DIR to keep them)")

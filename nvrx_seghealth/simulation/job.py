@@ -320,6 +320,11 @@ class SimulatedJob:
         other = self.launchers[after.label]
         if after.pattern is None:
             return other.ended_at is not None
+        if after.or_gone and (
+            other.ended_at is not None
+            or (other.started_at is None and self._steps[after.label].ended)
+        ):
+            return True
         return other.log_has(after.pattern)
 
     def _log_progress(self) -> None:

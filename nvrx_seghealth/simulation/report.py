@@ -5,11 +5,21 @@ Standard library only.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
+import signal
+from collections.abc import Sequence
 
 from .outcome import JobResult, LauncherOutcome, Round
 
-__all__ = ["describe_exit", "render_report"]
+__all__ = [
+    "describe_exit",
+    "render_decisions",
+    "render_report",
+    "render_table",
+    "render_timeline",
+]
 
 # How the segment-health wrapper reports an exclusion (nvrx_seghealth.handler).
 _EXIT_REASONS = (
@@ -18,6 +28,8 @@ _EXIT_REASONS = (
     (r"is excluded \(after joining\)", "left after joining: its task was marked"),
     (r"RendezvousClosedError", "the rendezvous was closed"),
     (r"RendezvousTimeoutError", "the rendezvous join timed out"),
+    # How the simulation's worker takes a broken node down (simulation.worker).
+    (r"broken node \(", "its node failed"),
 )
 
 
@@ -25,15 +37,19 @@ def describe_exit(outcome: LauncherOutcome) -> str:
     """How and why one launcher ended, in a few words."""
     if not outcome.started:
         return "never started"
-    if outcome.returncode == 0:
+    code = outcome.returncode
+    if code == 0:
         return "exit 0"
+    if code is None:
+        return "still running"
     if outcome.killed_by_srun:
-        return f"terminated by srun (exit {outcome.returncode})"
+        return f"terminated by srun (exit {code})"
+    how = f"exit {code}" if code > 0 else f"killed by {signal.Signals(-code).name}"
     text = outcome.log()
     for pattern, reason in _EXIT_REASONS:
         if re.search(pattern, text):
-            return f"exit {outcome.returncode}, {reason}"
-    return f"exit {outcome.returncode}"
+            return f"{how}, {reason}"
+    return how
 
 
 def _unit_line(result: JobResult, unit: int) -> str:
@@ -109,4 +125,77 @@ def render_report(result: JobResult) -> str:
         + f" (job ended after {result.duration:.1f} s"
         + (", stopped by the harness at its time limit)" if result.timed_out else ")"),
     ]
+    return "\n".join(lines)
+
+
+def render_table(
+    rows: Sequence[Sequence[str]], left: Sequence[int] = (0,), indent: str = "  "
+) -> str:
+    """``rows`` (the first is the header) in aligned columns: the columns numbered in
+    ``left`` (negative: from the end) left-aligned, the others right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lefts = {i % len(widths) for i in left}
+
+    def cell(i: int, text: str) -> str:
+        return text.ljust(widths[i]) if i in lefts else text.rjust(widths[i])
+
+    return "\n".join(
+        (indent + "  ".join(cell(i, text) for i, text in enumerate(row))).rstrip()
+        for row in rows
+    )
+
+
+def render_timeline(result: JobResult) -> str:
+    """One line per launcher, in seconds from the job's launch.
+
+    Columns: when it started; for each round, when its worker started in it (its
+    node trained in that round, from the worker records; ``-``: not in it); when it
+    was excluded and by what (from its recorded ``nvrx_seghealth.excluded`` event, a
+    column shown when a segment-health job recorded telemetry); when and how it ended.
+    """
+    numbers = [r.number for r in result.rounds]
+    spec = result.spec
+    telemetry = spec.record_telemetry and spec.backend == "segment-health"
+    header = ["launcher", "started", *(f"round {n}" for n in numbers)]
+    header += ["excluded"] * telemetry + ["ended", "how"]
+    rows = [header]
+
+    def at(when: float | None) -> str:
+        return "-" if when is None else f"{when - result.started_at:.1f}"
+
+    for label, outcome in result.launchers.items():
+        joined: dict[int, float] = {}
+        for worker in result.workers:
+            if worker.launcher == label:
+                joined[worker.round] = min(joined.get(worker.round, worker.started_at),
+                                           worker.started_at)
+        row = [label, at(outcome.started_at) if outcome.started else "never"]
+        row += [at(joined.get(n)) for n in numbers]
+        if telemetry:
+            exclusion = next((e for e in outcome.events() if e.decision == "excluded"), None)
+            row.append(
+                "-" if exclusion is None else f"{at(exclusion.time)} ({exclusion.fields['by']})"
+            )
+        row += [at(outcome.ended_at), describe_exit(outcome)]
+        rows.append(row)
+    return render_table(rows, left=(0, -1))
+
+
+def render_decisions(result: JobResult) -> str:
+    """The segment-health decisions the launchers recorded as TorchElastic events:
+    how many of each, and the first exclusion as it was recorded."""
+    events = [e for o in result.launchers.values() for e in o.events() if e.ours]
+    if not events:
+        return "No segment-health event was recorded."
+    counts: dict[str, int] = {}
+    for event in events:
+        counts[event.decision] = counts.get(event.decision, 0) + 1
+    lines = [
+        f"Segment-health decisions recorded as TorchElastic events ({len(events)}): "
+        + ", ".join(f"{name} {count}" for name, count in counts.items())
+    ]
+    exclusion = next((e for e in events if e.decision == "excluded"), None)
+    if exclusion is not None:
+        recorded = json.dumps(dataclasses.asdict(exclusion))
+        lines.append(f"The first exclusion, as recorded: {recorded}")
     return "\n".join(lines)

@@ -32,10 +32,13 @@ class StartAfter:
         label: the launcher to wait for, e.g. ``"task1.proc0"``.
         pattern: a regular expression to find in that launcher's log; ``None`` waits
             until that launcher has exited.
+        or_gone: also start once that launcher is gone before reaching ``pattern``:
+            it exited, or srun ended its step before it started.
     """
 
     label: str
     pattern: str | None = None
+    or_gone: bool = False
 
 
 @dataclass(frozen=True)
