@@ -92,3 +92,16 @@ def test_json(tmp_path):
         "message": "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute "
                    f"path that every launcher can reach, got 'rel'; pass e.g. "
                    f"{os.path.abspath('rel')!r}"}
+
+
+def test_a_directory_everyone_can_write_is_a_warning_with_the_fix(tmp_path):
+    tmp_path.chmod(0o777)
+    done = doctor("--dir", str(tmp_path), env={**slurm_env(task=4, array_job=500), **STEP})
+    assert done.returncode == 0, done.stdout  # a warning, not a failure
+    assert f"warn  decision directory {tmp_path} (owner root, mode 0777) is writable by " \
+           "its group and every user without the sticky bit" in done.stdout
+    tmp_path.chmod(0o1777)
+    done = doctor("--dir", str(tmp_path), env={**slurm_env(task=4, array_job=500), **STEP})
+    assert "sticky" not in done.stdout
+    assert f"ok    no other account can replace or remove another's decision in {tmp_path}" \
+        in done.stdout

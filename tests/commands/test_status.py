@@ -86,3 +86,31 @@ def test_empty_missing_and_relative_directories(tmp_path):
         in done.stderr
     done = nvrx_seghealth("status", "--dir", "shc")
     assert done.returncode == 2 and "--dir must be an absolute path" in done.stderr
+
+
+@pytest.mark.parametrize("mode,warned", [(0o755, False), (0o1777, False), (0o777, True),
+                                         (0o775, True)])
+def test_a_directory_others_can_write_without_the_sticky_bit_is_warned_about(
+        tmp_path, mode, warned):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    shc.chmod(mode)
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert done.returncode == 0
+    assert ("without the sticky bit" in done.stderr) is warned, done.stderr
+    if warned:
+        assert f"chmod 0755 {shc}" in done.stderr and "or chmod 1777" in done.stderr
+    report = json.loads(nvrx_seghealth("status", "--dir", str(shc), "--json").stdout)
+    assert bool(report["warnings"]) is warned
+
+
+def test_a_parent_others_can_write_is_warned_about_too(tmp_path):
+    parent = tmp_path / "open"
+    parent.mkdir()
+    parent.chmod(0o777)
+    (parent / "shc").mkdir()
+    done = nvrx_seghealth("status", "--dir", str(parent / "shc"))
+    assert done.returncode == 0
+    assert f"{parent}, above the decision directory (owner root, mode 0777), is writable" \
+        in done.stderr
+    assert "rename the decision directory away" in done.stderr
