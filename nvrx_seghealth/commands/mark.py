@@ -19,7 +19,7 @@ from typing import Any
 from .. import boundedfs
 from ..artifact import artifact_path
 from ..config import ConfigurationError
-from ..decisionfs import LockBusyError
+from ..decisionfs import LockBusyError, Result
 from .arguments import (
     add_command,
     add_directory_option,
@@ -85,12 +85,16 @@ def register(subparsers: Any) -> None:
     clear.set_defaults(func=clear_command)
 
 
-def _write(command: str, args: argparse.Namespace, content: bytes | None) -> tuple[int, Any]:
-    """Write ``content`` (``None``: remove) as the unit's decision; exit code and result."""
+def _write(command: str, args: argparse.Namespace,
+           content: bytes | None) -> tuple[int, Result | None, str]:
+    """Write ``content`` (``None``: remove) as the unit's decision.
+
+    Returns the exit code, the result (``None`` when nothing was written) and the path.
+    """
     try:
         directory = directory_of(args)
     except ConfigurationError as error:
-        return usage_error(command, str(error)), None
+        return usage_error(command, str(error)), None, ""
     path = artifact_path(directory, args.job_id, args.task_id)
     try:
         result = boundedfs.replace(path, content, None, args.fs_timeout)
@@ -98,10 +102,10 @@ def _write(command: str, args: argparse.Namespace, content: bytes | None) -> tup
         print(f"nvrx-seghealth {command}: job_id={args.job_id} task_id={args.task_id} not "
               f"written: {write_problem(error, directory, path, args.fs_timeout)}",
               file=sys.stderr)
-        return EXIT_FAILURE, None
+        return EXIT_FAILURE, None, path
     for warning in result.warnings:
         print(f"nvrx-seghealth {command}: warning: {warning}", file=sys.stderr)
-    return EXIT_OK, result
+    return EXIT_OK, result, path
 
 
 def mark_command(args: argparse.Namespace) -> int:
@@ -109,18 +113,16 @@ def mark_command(args: argparse.Namespace) -> int:
     if not args.reason.strip():
         return usage_error("mark", "--reason must not be empty: an empty file means healthy")
     text = args.reason if args.reason.endswith("\n") else args.reason + "\n"
-    code, result = _write("mark", args, text.encode())
+    code, result, path = _write("mark", args, text.encode())
     if result is not None:
-        path = artifact_path(directory_of(args), args.job_id, args.task_id)
         print(f"marked job_id={args.job_id} task_id={args.task_id} unhealthy: {path}")
     return code
 
 
 def clear_command(args: argparse.Namespace) -> int:
     """Empty (or remove) the unit's decision; see :data:`~.output.EXIT_STATUSES`."""
-    code, result = _write("clear", args, None if args.remove else b"")
+    code, result, path = _write("clear", args, None if args.remove else b"")
     if result is not None:
-        path = artifact_path(directory_of(args), args.job_id, args.task_id)
         if args.remove and result.before.kind == "absent":
             print(f"nothing to remove: job_id={args.job_id} task_id={args.task_id} has no "
                   f"decision file ({path})")
