@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
         "--compare",
         action="store_true",
         help="run the job ungated (plain c10d) and gated (segment-health), the marked "
-        "tasks' nodes failing, and show what the gate saves (about a minute and a half; "
+        "tasks' nodes failing, and show what the gate saves (about a minute on two cores; "
         "with --keep-logs, DIR/comparison.json holds the numbers)",
     )
     parser.set_defaults(func=run)
@@ -267,8 +267,8 @@ def _compare(spec: JobSpec, workdir: Path, marked: str, *, keep: bool) -> int:
         f"(--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). Marked unhealthy: {marked}, whose "
         "nodes fail right after they join a world.\n"
         "The same job runs twice with real torchrun agents on 127.0.0.1: ungated (plain "
-        "c10d, nothing reads the decision files), then gated (segment-health). About a "
-        "minute and a half on two cores."
+        "c10d, nothing reads the decision files), then gated (segment-health): about a "
+        "minute on two cores."
     )
     progress = _show_progress()
     variants = []
