@@ -22,6 +22,12 @@ Faults injected through the job (:meth:`SimulatedJob.kill_worker`,
 one's recovery (:meth:`JobResult.recovery`); :mod:`.faults` holds the fault matrix that
 the integration tests and the benchmarks share.
 
+A job with :attr:`JobSpec.record_telemetry` routes each agent's TorchElastic
+rendezvous events and ``nvrx_seghealth`` metrics to files (:mod:`.telemetry`), read
+back through :meth:`LauncherOutcome.events` and :meth:`LauncherOutcome.metrics`;
+:mod:`.comparison` sets one job's ungated and gated runs side by side
+(``nvrx-seghealth demo --compare``).
+
 The harness needs only the standard library; torch runs in the child processes.
 """
 
