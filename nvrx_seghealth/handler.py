@@ -436,7 +436,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             )
         )
         waited = time.monotonic() - started
-        self._events.verdict_waited(verdict and verdict.value, request, waited)
+        self._events.verdict_waited(None if verdict is None else verdict.value, request, waited)
         if verdict is None:
             log.warning(
                 "Segment health check: no verdict from process 0 of array task %s_%s within "
