@@ -280,13 +280,16 @@ class DrainedPublisher:
         slurm: the Slurm client. fs_timeout: bound of each call into the directory.
         clear_after_failing: seconds of failed passes after which the producer's own
             decisions are cleared; ``None``: never.
+        interval: seconds between passes (``None``: single passes), recorded in the
+            state file so that ``status`` can tell a producer that stopped.
         before_write: called with the decision path between the pass's read of a
             decision and its conditional write (a test can hold the window open).
     """
 
     def __init__(self, directory: str, job_id: str, states: tuple[str, ...],
-                 slurm: SlurmClient, *, producer_id: str, passes: Mapping[str, int] = {},
-                 fs_timeout: float = 10.0, clear_after_failing: float | None = None,
+                 slurm: SlurmClient, *, producer_id: str,
+                 passes: Mapping[str, int] | None = None, fs_timeout: float = 10.0,
+                 clear_after_failing: float | None = None, interval: float | None = None,
                  before_write: Callable[[str], None] | None = None) -> None:
         self.directory = directory
         self.job_id = job_id
@@ -296,7 +299,8 @@ class DrainedPublisher:
         self.fs_timeout = fs_timeout
         self.clear_after_failing = clear_after_failing
         self.before_write = before_write
-        self.debouncer = Debouncer({s: passes.get(s, DEFAULT_PASSES[s]) for s in states})
+        self.interval = interval
+        self.debouncer = Debouncer({s: (passes or {}).get(s, DEFAULT_PASSES[s]) for s in states})
         self.state_path = os.path.join(directory, state_file_name(producer_id, job_id))
         self.last_ok: float | None = None
         self.failing_since: float | None = None
@@ -336,7 +340,9 @@ class DrainedPublisher:
     def _save_state(self, result: PassResult, now: float) -> None:
         state = {
             "version": 1, "producer_id": self.producer_id, "job_id": self.job_id,
-            "passes": self.debouncer.passes, "last_pass": now, "last_ok": self.last_ok,
+            "passes": self.debouncer.passes, "interval": self.interval,
+            "clear_after_failing": self.clear_after_failing,
+            "last_pass": now, "last_ok": self.last_ok,
             "failing_since": self.failing_since, "failed_passes": self.failed_passes,
             "last_error": self.last_error, "stale_cleared": self.stale_cleared,
             "unreadable": sorted(self.unreadable), "nodes": self.debouncer.to_json(),
@@ -487,7 +493,12 @@ class DrainedPublisher:
             except (OSError, FilesystemTimeout):
                 continue
             if current.kind == "content" and current.data.startswith(self.tag):
-                self._write(result, "stale-cleared", task_id, path, b"", current, "")
+                try:
+                    self._write(result, "stale-cleared", task_id, path, b"", current, "")
+                except _Hung:
+                    result.warnings.append("the decision directory does not answer: stale "
+                                           "decisions are cleared at a later pass")
+                    return
         self.stale_cleared = True
         self.debouncer.records.clear()
 
@@ -571,7 +582,8 @@ def publish_drained_command(args: argparse.Namespace) -> int:
     publisher = DrainedPublisher(
         directory, args.job_id, args.states, SlurmClient(args.slurm_timeout),
         producer_id=args.producer_id or default_producer_id(args.states), passes=args.passes,
-        fs_timeout=args.fs_timeout, clear_after_failing=args.clear_after_failing)
+        fs_timeout=args.fs_timeout, clear_after_failing=args.clear_after_failing,
+        interval=args.interval)
     if args.interval is None:
         _warn_state(publisher)
         result = publisher.run_pass()

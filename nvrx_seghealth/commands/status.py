@@ -111,6 +111,7 @@ def _producers(names: list[str], directory: str, job_id: str | None,
             state = json.loads(boundedfs.read_current(f"{directory}/{name}", timeout).data)
             row.update({key: state[key] for key in (
                 "last_pass", "last_ok", "failing_since", "failed_passes", "last_error")})
+            row["interval"] = state.get("interval")
         except (OSError, FilesystemTimeout, ValueError, KeyError, TypeError) as error:
             row["unreadable"] = str(error) or type(error).__name__
         producers.append(row)
@@ -121,15 +122,21 @@ def _producer_line(row: dict[str, Any], now: float) -> str:
     who = f"producer {row['producer_id']} (job {row['job_id']})"
     if "unreadable" in row:
         return f"{who}: state file unreadable ({row['unreadable']})"
-    last = f"last pass {format_age(now - row['last_pass'])} ago"
+    quiet = now - row["last_pass"]
     if row["failing_since"] is None:
-        return f"{who}: {last}, ok"
-    good = ("never" if row["last_ok"] is None
-            else f"{format_age(now - row['last_ok'])} ago")
-    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["failing_since"]))
-    return (f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
-            f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
-            f"kept as they were: {row['last_error']}")
+        line = f"{who}: last pass {format_age(quiet)} ago, ok"
+    else:
+        good = ("never" if row["last_ok"] is None
+                else f"{format_age(now - row['last_ok'])} ago")
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["failing_since"]))
+        line = (f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
+                f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
+                f"kept as they were: {row['last_error']}")
+    interval = row["interval"]
+    if interval and quiet > max(3 * interval, interval + 60):
+        line += (f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
+                 f"{interval:g} s: its decisions are not kept up to date, restart it")
+    return line
 
 
 def status_command(args: argparse.Namespace) -> int:

@@ -114,3 +114,23 @@ def test_a_parent_others_can_write_is_warned_about_too(tmp_path):
     assert f"{parent}, above the decision directory (owner root, mode 0777), is writable" \
         in done.stderr
     assert "rename the decision directory away" in done.stderr
+
+
+def test_a_producer_that_stopped_is_told_apart(tmp_path):
+    """The producer's state file says it runs a pass every 30 s; its last pass is an hour
+    old: status says it may have stopped."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    last = time.time() - 3600
+    (shc / ".publish-drained.ops-a.12.json").write_text(json.dumps({
+        "last_pass": last, "last_ok": last, "failing_since": None, "failed_passes": 0,
+        "last_error": None, "interval": 30.0}))
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert done.returncode == 0
+    assert "producer ops-a (job 12): last pass 1h00m ago, ok; STOPPED? no pass for 1h00m " \
+           "though it runs one every 30 s: its decisions are not kept up to date, restart it" \
+        in done.stdout
+    (shc / ".publish-drained.ops-b.12.json").write_text("{not json")
+    done = nvrx_seghealth("status", "--dir", str(shc), "--json")
+    assert [p["producer_id"] for p in json.loads(done.stdout)["producers"]] == ["ops-a", "ops-b"]
+    assert "unreadable" in json.loads(done.stdout)["producers"][1]
