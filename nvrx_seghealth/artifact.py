@@ -117,16 +117,33 @@ def require_absolute_directory(directory: str, *, what: str = "directory") -> st
     return directory
 
 
-def artifact_path(directory: str, job_id: str, task_id: str) -> str:
+def unit_id(name: str, value: str | int) -> str:
+    """``value`` as a decision-file id: a string of decimal digits, or a non-negative int.
+
+    Raises:
+        TypeError: ``value`` is neither a ``str`` nor an ``int`` (``bool`` is refused).
+        InvalidIdentityError: a string that is not decimal digits, or a negative int.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(
+            f"{name} must be a str of decimal digits or an int, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    return validate_id(name, str(value))
+
+
+def artifact_path(directory: str, job_id: str | int, task_id: str | int) -> str:
     """Return ``<directory>/segment_health_check.<job_id>.<task_id>``.
+
+    Ids are strings of decimal digits or ints (:func:`unit_id`).
 
     Raises:
         ValueError: ``directory`` is not absolute, or an id is not decimal digits.
+        TypeError: an id is neither a ``str`` nor an ``int``.
     """
     require_absolute_directory(directory)
-    validate_id("job_id", job_id)
-    validate_id("task_id", task_id)
-    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job_id}.{task_id}")
+    job, task = unit_id("job_id", job_id), unit_id("task_id", task_id)
+    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job}.{task}")
 
 
 _FILE_TYPES = (
@@ -204,21 +221,6 @@ def directory_problem(directory: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT
     return None
 
 
-def unit_id(name: str, value: str | int) -> str:
-    """``value`` as a decision-file id: a string of decimal digits, or a non-negative int.
-
-    Raises:
-        TypeError: ``value`` is neither a ``str`` nor an ``int`` (``bool`` is refused).
-        InvalidIdentityError: a string that is not decimal digits, or a negative int.
-    """
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        raise TypeError(
-            f"{name} must be a str of decimal digits or an int, got "
-            f"{type(value).__name__} {value!r}"
-        )
-    return validate_id(name, str(value))
-
-
 def _write(path: str, content: bytes | None, expect: Current | None) -> Result:
     result = decisionfs.replace(path, content, expect)
     for warning in result.warnings:
@@ -252,7 +254,7 @@ def publish_decision(
     """
     if not text:
         raise ValueError("a decision needs non-empty text; an empty file means healthy")
-    path = artifact_path(directory, unit_id("job_id", job_id), unit_id("task_id", task_id))
+    path = artifact_path(directory, job_id, task_id)
     result = _write(path, text.encode(), expect)
     if result.status == "conflict":
         raise DecisionConflict(path, result.before)
@@ -274,7 +276,7 @@ def clear_decision(
         DecisionConflict: the file no longer holds ``expect``.
         OSError: the directory cannot be written.
     """
-    path = artifact_path(directory, unit_id("job_id", job_id), unit_id("task_id", task_id))
+    path = artifact_path(directory, job_id, task_id)
     result = _write(path, None if remove else b"", expect)
     if result.status == "conflict":
         raise DecisionConflict(path, result.before)

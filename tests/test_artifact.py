@@ -290,3 +290,10 @@ def test_clear_truncates_or_removes_only_its_own_file(tmp_path):
     assert open(other).read() == "also bad"
     assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock",
                                             os.path.basename(other)]
+
+
+def test_integer_ids_make_the_same_path_and_other_types_are_a_type_error():
+    assert artifact_path("/shared/job", 123, 7) == artifact_path("/shared/job", "123", "7")
+    with pytest.raises(TypeError, match="task_id must be a str of decimal digits or an int, "
+                                        "got float 7.0"):
+        artifact_path("/shared/job", 123, 7.0)
