@@ -129,10 +129,11 @@ def register(subparsers: Any) -> None:
         an unavailable node, then writes a decision for each affected task (text: the
         nodes, their states and reasons) and empties the decisions it wrote earlier for
         tasks that are healthy again. A node state counts only after it has held for
-        --passes consecutive passes (default {defaults}), and clears only after it has
-        been gone as long. A pass with any failed, hung or unexpected Slurm answer
-        writes nothing. Only changed decisions are written; only its own are cleared
-        (its decisions carry its --producer-id); a decision it cannot read is left alone.
+        --passes consecutive passes, and clears only after it has been gone as long
+        (default counts: {defaults}).
+        A pass with any failed, hung or unexpected Slurm answer writes nothing. Only
+        changed decisions are written; only its own are cleared (its decisions carry
+        its --producer-id); a decision it cannot read is left alone.
         """,
         """
         nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --once
