@@ -70,8 +70,8 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
     ),
     "doctor": (
         (EXIT_OK, "no problem found"),
-        (EXIT_FAILURE, "at least one FAIL line (each says the fix)"),
-        _USAGE,
+        (EXIT_FAILURE, "at least one FAIL line (each says the fix; a bad --dir is one)"),
+        (EXIT_USAGE, "usage error (an unknown or malformed option); nothing was done"),
     ),
     "publish-drained": (
         (EXIT_OK, "--once: the pass and all its writes succeeded; --interval: stopped by "
