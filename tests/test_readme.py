@@ -14,6 +14,7 @@ import contextlib
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -196,9 +197,13 @@ def test_install_lines(tmp_path):
     assert all(re.search(rf"^{extra} = \[", pyproject, re.M) for extra in extras)
     # Build the wheel as written (into a temporary folder), then check what it installs.
     assert wheel[:5] == ["pip", "wheel", "--no-deps", "-w", "dist"] and wheel[5] == "."
+    # setuptools builds inside the source tree (build/, *.egg-info): build from a copy.
+    source = tmp_path / "checkout"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache"))
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w",
-         str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True, timeout=300)
+         str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-3000:]
     assert install[:2] == ["pip", "install"]
     wheel_file = tmp_path / install[2]
