@@ -80,6 +80,11 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
                        "kept), or a write failed or did not answer"),
         _USAGE,
     ),
+    "store-host": (
+        (EXIT_OK, "stopped by SIGINT or SIGTERM"),
+        (EXIT_USAGE, "usage error, or the port cannot be bound (in use, not permitted); "
+                     "nothing was served"),
+    ),
 }
 
 

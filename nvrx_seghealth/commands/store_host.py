@@ -44,8 +44,6 @@ def register(subparsers: Any) -> None:
         down, and start every launcher with --rdzv-endpoint=HOST:PORT (this host) and
         --rdzv-conf is_host=false. Give every run a new --rdzv-id: a finished run
         leaves its rendezvous closed in the store.
-
-        exit status: 0 stopped by SIGINT/SIGTERM, 2 the port cannot be bound
         """,
         """
         nvrx-seghealth store-host --host 0.0.0.0 --port 29400   # on a service node
