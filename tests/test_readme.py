@@ -11,6 +11,7 @@ are limited to what a test must change: a free port for 29400, a temporary folde
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shlex
@@ -100,6 +101,10 @@ def clean_environment() -> dict[str, str]:
 #: (heading, language) of every README block, and the test that checks it.
 CHECKED = {
     ("Quick start", "bash"): "test_quick_start",
+    ("Quick start", "text"): "test_captured_outputs_are_what_the_code_prints",
+    ("Events and metrics", "python"): "test_events_launcher_script",
+    ("Events and metrics", "bash"): "test_events_launcher_script",
+    ("Events and metrics", "text"): "test_captured_outputs_are_what_the_code_prints",
     ("Try it on one machine", "bash"): "test_try_it_on_one_machine",
     ("Run it on a cluster", "bash"): "test_cluster_recipe_submits_the_tested_job_script",
     ("Install", "bash"): "test_install_lines",
@@ -124,24 +129,38 @@ def test_every_example_is_checked():
     assert names <= set(globals()), names - set(globals())
 
 
+#: Demo command lines that tests/commands/test_demo.py runs (there with a log folder).
+DEMO_RUNS = {(): 'nvrx_seghealth("demo", "--keep-logs"',
+             ("--compare",): 'nvrx_seghealth("demo", "--compare", "--keep-logs"'}
+
+
 def test_quick_start(tmp_path):
     lines = [argv for e in examples_under("Quick start") for argv in commands(e.text)]
     assert [argv[:2] for argv in lines] == [["./dev", "demo"], ["./dev", "test"],
-                                            ["./dev", "demo"]]
+                                            ["./dev", "demo"], ["./dev", "demo"]]
     assert "./dev test" in CI_RUN.read_text().splitlines()  # what CI itself runs
-    # ./dev demo with no options is the default demo that tests/commands/test_demo.py runs;
-    # the example with options is run here, as written (its log folder made temporary).
-    plain, _, shaped = lines
-    assert plain == ["./dev", "demo"]
-    options = shaped[2:]
-    build_parser().parse_args(["demo", *options])
-    logs = options.index("--keep-logs") + 1
-    options[logs] = str(tmp_path / Path(options[logs]).name)
-    demo = subprocess.run(
-        [sys.executable, "-m", "nvrx_seghealth", "demo", *options], env=clean_environment(),
-        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
-    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
-    assert any((tmp_path / Path(options[logs]).name).iterdir())
+    demo_tests = (ROOT / "tests" / "commands" / "test_demo.py").read_text()
+    ran = 0
+    for argv in lines:
+        if argv[1] != "demo":
+            continue
+        options = argv[2:]
+        build_parser().parse_args(["demo", *options])
+        if tuple(options) in DEMO_RUNS:
+            assert DEMO_RUNS[tuple(options)] in demo_tests
+            continue
+        # Any other shape runs here as written, its log folder made temporary.
+        logs = options.index("--keep-logs") + 1
+        folder = tmp_path / Path(options[logs]).name
+        options[logs] = str(folder)
+        demo = subprocess.run(
+            [sys.executable, "-m", "nvrx_seghealth", "demo", *options],
+            env=clean_environment(), stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, timeout=300)
+        assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+        assert any(folder.iterdir())
+        ran += 1
+    assert ran == 1
 
 
 def test_try_it_on_one_machine(tmp_path):
@@ -274,6 +293,61 @@ def test_composition_example(tcp_store):
     assert handler.check is None  # not under Slurm here: nothing installed
 
 
+def test_events_launcher_script(tmp_path, tcp_store):
+    """The script as written, with its folder made temporary, launching an excluded unit."""
+    (script,) = examples_under("Events and metrics", "python")
+    name = script.text.split(":", 1)[0].removeprefix("# ")
+    (line,) = [without_srun(argv) for e in examples_under("Events and metrics")
+               for argv in commands(e.text)]
+    assert line[:2] == ["python", name]
+    folder = tmp_path / "events"
+    folder.mkdir()
+    (tmp_path / name).write_text(script.text.replace("/shared/job/events", str(folder)))
+    decisions = tmp_path / "decisions"
+    decisions.mkdir()
+    (decisions / f"{ARTIFACT_PREFIX}.123.7").write_text("node17: ECC errors\n")
+    options = [arg.replace("store-host:29400", f"127.0.0.1:{tcp_store.port}")
+               .replace('"$SLURM_ARRAY_JOB_ID"', "events-1")
+               .replace("/shared/job/segment-health-check", str(decisions))
+               .replace("--nnodes=2:8", "--nnodes=1").replace("--nproc-per-node=8",
+                                                              "--nproc-per-node=1")
+               for arg in line[2:]]
+    options[-1] = str(ROOT / "examples" / "train.py")
+    env = {**clean_environment(), "SLURM_ARRAY_JOB_ID": "123", "SLURM_ARRAY_TASK_ID": "7",
+           "SLURM_JOB_ID": "130", "SLURM_PROCID": "0"}
+    done = subprocess.run([sys.executable, str(tmp_path / name), *options], cwd=tmp_path,
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]  # excluded
+    (events,) = folder.glob("rdzv.*.jsonl")
+    recorded = [json.loads(line)["event"] for line in events.read_text().splitlines()]
+    excluded = [e for e in recorded if e["name"] == "nvrx_seghealth.excluded"]
+    assert len(excluded) == 1 and excluded[0]["node_state"] == "FAILED"
+    assert "by=decision-file" in excluded[0]["message"]
+    (metrics,) = folder.glob("metrics.*.jsonl")
+    values = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert {"name": "nvrx_seghealth.excluded", "value": 1}.items() <= next(
+        v for v in values if v["name"] == "nvrx_seghealth.excluded").items()
+
+
+def test_captured_outputs_are_what_the_code_prints():
+    """A captured output's headings and names are still the code's (not a run: see the
+    tests of the demo and of the events for that)."""
+    source = "\n".join(p.read_text() for p in (ROOT / "nvrx_seghealth").rglob("*.py"))
+    (demo,) = examples_under("Quick start", "text")
+    for heading in ("Timeline, ", "(seconds from launch)", "What the gate saves",
+                    "rounds to the final world", "time to a healthy world"):
+        assert heading in demo.text and heading in source, heading
+    (captured,) = examples_under("Events and metrics", "text")
+    event, *metrics = [json.loads(line) for line in captured.text.splitlines()]
+    documented = re.findall(r"^\| `(nvrx_seghealth\.[a-z_]+)` \|", README.read_text(), re.M)
+    assert event["event"]["name"] in documented and event["event"]["name"] in source
+    fields = {"name", "run_id", "hostname", "pid", "local_id", "rank", "node_state", "message"}
+    assert fields <= set(event["event"])
+    for metric in metrics:
+        assert metric["name"].removeprefix("nvrx_seghealth.").split(".")[0] in source
+
+
 def test_decision_file_name():
     (example,) = examples_under("The decision file", "")
     assert example.text.strip() == f"<directory>/{ARTIFACT_PREFIX}.<job_id>.<task_id>"
@@ -297,7 +371,8 @@ _INLINE = re.compile(r"`((?:srun [^`]*?)?nvrx-seghealth (?!run)[a-z-]+ --[^`]*)`
 
 
 def test_inline_operator_commands_parse():
-    spans = [" ".join(span.split()) for span in _INLINE.findall(README.read_text())]
+    spans = [" ".join(span.replace("[", "").replace("]", "").split())  # [--optional]
+             for span in _INLINE.findall(README.read_text())]
     assert len(spans) >= 8, spans
     for span in spans:
         argv = without_srun(shlex.split(span))
@@ -306,3 +381,21 @@ def test_inline_operator_commands_parse():
             build_parser().parse_args(argv[1:])
         except SystemExit as error:  # argparse refused it
             pytest.fail(f"README's `{span}` does not parse: exit {error.code}")
+
+
+def test_exit_code_table_is_the_code_s():
+    """README's exit codes are :data:`EXIT_STATUSES`, the source of every ``--help``."""
+    from nvrx_seghealth.commands.output import EXIT_STATUSES
+
+    text = README.read_text()
+    table = text[text.index("| command | 0 | 1 | 2 |"):].split("\n\n", 1)[0].splitlines()[2:]
+    rows = {}
+    for row in table:
+        command, *cells = [cell.strip().replace("`", "") for cell in row.strip("|").split("|")]
+        rows[command] = cells
+    expected = {command: [dict(statuses).get(code, "—") for code in (0, 1, 2)]
+                for command, statuses in EXIT_STATUSES.items()}
+    assert rows == expected
+    subcommands = set(build_parser()._subparsers._group_actions[0].choices)
+    assert set(rows) == subcommands - {"run", "demo"}  # run exits as torchrun does; the demo: Quick start
+
