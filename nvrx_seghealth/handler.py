@@ -57,7 +57,11 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from torch.distributed import Store
-from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousHandler,
+    RendezvousInfo,
+)
 
 from .allocation import AllocationUnit, InvalidIdentityError
 from .artifact import Decision, require_absolute_directory
@@ -136,6 +140,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._handoff: VerdictHandoff | None = None
         self._exclusion: UnhealthyNodeException | None = None
         self._left = False
+        self._joined = False  # a round of the inner rendezvous was joined
         # Process 0: the lock orders stat, marker and verdict between the agent's
         # thread and the responder; the rest is what the responder answers with.
         self._lock = threading.Lock()
@@ -243,9 +248,18 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             self._refuse_if_marked("before joining")
         try:
             info = self._inner.next_rendezvous()
+        except RendezvousClosedError:
+            if not self._joined:  # torch says only "closed"; say why that happens
+                log.error(
+                    "Rendezvous run_id=%s is already closed before this launcher joined "
+                    "it: the job it belongs to has ended, or an earlier run with the same "
+                    "--rdzv-id has in the same store; give every run a new --rdzv-id",
+                    self._inner.get_run_id())
+            raise
         finally:
             if self._check is not None:
                 self._settle()
+        self._joined = True
         self._events.rank = info.rank
         if not judged:
             self._refuse_if_marked("after joining")

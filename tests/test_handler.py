@@ -42,15 +42,22 @@ RUN = "run-1"
 ARRAY = 1000
 
 
-def dynamic_handler(store, min_nodes, max_nodes, *, run_id=RUN, join=30):
-    """A real c10d-backed dynamic handler, with short timeouts for a test."""
+def dynamic_handler(store, min_nodes, max_nodes, *, run_id=RUN, join=30, keep_alive_attempts=2):
+    """A real c10d-backed dynamic handler, with short timeouts for a test.
+
+    A node's heartbeat is last written when it joins; its first keep-alive comes one
+    interval after the round completes, up to ``last_call`` later. With two attempts of
+    one second, the first node to join can count as dead at the other's first keep-alive
+    (measured: about half the time); a test that keeps a round longer than a moment
+    raises ``keep_alive_attempts``.
+    """
     return DynamicRendezvousHandler.from_backend(
         run_id, store, C10dRendezvousBackend(store, run_id), min_nodes, max_nodes,
         local_addr="127.0.0.1",
         timeout=RendezvousTimeout(join=datetime.timedelta(seconds=join),
                                   last_call=datetime.timedelta(seconds=1),
                                   close=datetime.timedelta(seconds=10)),
-        keep_alive_interval=1, keep_alive_max_attempt=2,
+        keep_alive_interval=1, keep_alive_max_attempt=keep_alive_attempts,
     )
 
 
@@ -636,8 +643,8 @@ def test_the_responder_records_its_answers_never_its_looks(tcp_store, shc):
     """Between rounds process 0 looks for requests every 0.2 s: only an answer is a
     decision, recorded once, with the rank of the round process 0 trains in."""
     with captured() as seen:
-        process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2)
-                             for p in (0, 1))
+        process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2,
+                                      keep_alive_attempts=30) for p in (0, 1))
         joined = join_all([process0, sibling])
         time.sleep(10 * RESPONDER_INTERVAL)  # ten looks, no request
         quiet = seen.names()
@@ -661,3 +668,16 @@ def test_without_a_directory_nothing_is_recorded(tcp_store, shc):
         handler.next_rendezvous()
     assert seen.ours() == [] and seen.metrics == []
     assert any(e.name.endswith("next_rendezvous") for e in seen.events)  # torch's own went
+
+
+def test_a_closed_rendezvous_met_before_joining_says_to_use_a_new_run_id(tcp_store, caplog):
+    """torch raises a bare RendezvousClosedError; the wrapper passes it on and says why."""
+    earlier = dynamic_handler(tcp_client(tcp_store), 1, 1)
+    earlier.set_closed()  # as a finished run leaves it
+    handler = launcher(tcp_store, None, {}, min_nodes=1, max_nodes=1)
+    caplog.set_level(logging.ERROR, logger="nvrx_seghealth")
+    with pytest.raises(RendezvousClosedError):
+        handler.next_rendezvous()
+    (said,) = our_records(caplog, logging.ERROR)
+    assert RUN in said and "--rdzv-id" in said
+
