@@ -58,8 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m bench`` (``bench/run``, ``./dev bench``)."""
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions and sizes")
-    parser.add_argument("--rows", type=_row_keys, default=list(ROWS),
-                        help="which rows, comma-separated (default: all)")
+    parser.add_argument(
+        "--rows",
+        type=_row_keys,
+        default=list(ROWS),
+        help="which rows, comma-separated (default: all)",
+    )
     return parser
 
 

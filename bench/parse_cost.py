@@ -87,8 +87,9 @@ def _parse(squeue: str, sinfo: str) -> float:
     debouncer = Debouncer({state: DEFAULT_PASSES[state] for state in NODE_STATES})
     debouncer.observe(node for node in nodes if node.node in hosts)
     unavailable = debouncer.unavailable()
-    affected = {task.task_id: [unavailable[h] for h in task.hosts if h in unavailable]
-                for task in tasks}
+    affected = {
+        task.task_id: [unavailable[h] for h in task.hosts if h in unavailable] for task in tasks
+    }
     elapsed = time.perf_counter() - started
     assert sum(map(bool, affected.values())) == 40, "40 drained nodes, one per task"
     return elapsed
@@ -99,8 +100,7 @@ def rows(quick: bool) -> list[Row]:
     squeue, sinfo = recorded_squeue(), recorded_sinfo()
     with tempfile.TemporaryDirectory() as directory:
         slurm: SlurmClient = RecordedSlurm(squeue, sinfo)  # type: ignore[assignment]
-        publisher = DrainedPublisher(directory, JOB, tuple(NODE_STATES), slurm,
-                                     producer_id="bench")
+        publisher = DrainedPublisher(directory, JOB, tuple(NODE_STATES), slurm, producer_id="bench")
         publisher.run_pass()  # the helper process starts; the drained tasks are published
 
         def whole_pass() -> float:
@@ -109,13 +109,18 @@ def rows(quick: bool) -> list[Row]:
             assert result.ok and result.running == TASKS, result
             return time.perf_counter() - started
 
-        medians = interleaved({"parse": lambda: _parse(squeue, sinfo), "pass": whole_pass},
-                              repetitions)
+        medians = interleaved(
+            {"parse": lambda: _parse(squeue, sinfo), "pass": whole_pass}, repetitions
+        )
     parse = medians["parse"]
-    return [Row(
-        f"one publish-drained pass, {NODES:,} nodes / {TASKS} tasks: parse (seconds)",
-        parse, f"< {TARGET_S:g} s", parse < TARGET_S,
-        f"squeue {len(squeue) // 1024} KiB + sinfo {len(sinfo) // 1024} KiB parsed, host "
-        f"lists expanded, states counted, mapped to tasks; the whole pass with {TASKS} "
-        f"bounded decision reads (no Slurm processes): {medians['pass']:.3f} s",
-    )]
+    return [
+        Row(
+            f"one publish-drained pass, {NODES:,} nodes / {TASKS} tasks: parse (seconds)",
+            parse,
+            f"< {TARGET_S:g} s",
+            parse < TARGET_S,
+            f"squeue {len(squeue) // 1024} KiB + sinfo {len(sinfo) // 1024} KiB parsed, host "
+            f"lists expanded, states counted, mapped to tasks; the whole pass with {TASKS} "
+            f"bounded decision reads (no Slurm processes): {medians['pass']:.3f} s",
+        )
+    ]

@@ -43,9 +43,8 @@ def _describe(backend: str, samples: list[tuple[float | None, Path | None]]) -> 
     median = median_or_none(seconds)
     runs = ", ".join("never" if s is None else f"{s:.1f}" for s in seconds)
     kept = [str(path) for _, path in samples if path is not None]
-    return (
-        f"{backend} {'n/a' if median is None else f'{median:.1f} s'} ({runs})"
-        + (f", files of runs that did not recover: {', '.join(kept)}" if kept else "")
+    return f"{backend} {'n/a' if median is None else f'{median:.1f} s'} ({runs})" + (
+        f", files of runs that did not recover: {', '.join(kept)}" if kept else ""
     )
 
 

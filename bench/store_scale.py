@@ -220,26 +220,35 @@ def _inner_side_by_side() -> dict[str, float]:
 
     count = INNER_TASKS * INNER_NODES
     timeout = datetime.timedelta(seconds=120)
-    master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                           timeout=timeout)
+    master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timeout)
     wrapper_calls: list[collections.Counter[str]] = []
     inner_calls: list[collections.Counter[str]] = []
     handlers = []
     with tempfile.TemporaryDirectory() as directory:
         for task in range(INNER_TASKS):
             for procid in range(INNER_NODES):
-                client = dist.TCPStore("127.0.0.1", master.port, is_master=False,
-                                       timeout=timeout)
+                client = dist.TCPStore("127.0.0.1", master.port, is_master=False, timeout=timeout)
                 ours, theirs = CountingStore(client), CountingStore(client)
                 inner = DynamicRendezvousHandler.from_backend(
-                    "side-by-side", client, C10dRendezvousBackend(theirs, "side-by-side"),
-                    count, count, local_addr="127.0.0.1",
+                    "side-by-side",
+                    client,
+                    C10dRendezvousBackend(theirs, "side-by-side"),
+                    count,
+                    count,
+                    local_addr="127.0.0.1",
                     timeout=RendezvousTimeout(last_call=datetime.timedelta(seconds=1)),
                 )
-                env = {"SLURM_ARRAY_JOB_ID": "900", "SLURM_ARRAY_TASK_ID": str(task),
-                       "SLURM_JOB_ID": str(1000 + task), "SLURM_PROCID": str(procid)}
-                handlers.append(SegmentHealthRendezvousHandler(
-                    inner, store=ours, directory=directory, environ=env))
+                env = {
+                    "SLURM_ARRAY_JOB_ID": "900",
+                    "SLURM_ARRAY_TASK_ID": str(task),
+                    "SLURM_JOB_ID": str(1000 + task),
+                    "SLURM_PROCID": str(procid),
+                }
+                handlers.append(
+                    SegmentHealthRendezvousHandler(
+                        inner, store=ours, directory=directory, environ=env
+                    )
+                )
                 wrapper_calls.append(ours.calls)
                 inner_calls.append(theirs.calls)
         errors: list[BaseException] = []
@@ -247,7 +256,7 @@ def _inner_side_by_side() -> dict[str, float]:
         def join(handler) -> None:
             try:
                 handler.next_rendezvous()
-            except BaseException as error:  # reported below
+            except BaseException as error:  # noqa: BLE001  (reported below)
                 errors.append(error)
 
         threads = [threading.Thread(target=join, args=(h,)) for h in handlers]

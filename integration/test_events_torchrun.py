@@ -94,8 +94,9 @@ def test_each_decision_is_one_torch_event_with_its_metrics(request, tmp_path) ->
         "task2.proc0": [check, ("nvrx_seghealth", "fail_open.not-a-regular-file")],
         "task2.proc1": [wait],
     }
-    values = {(label, m.name): m.value for label, o in result.launchers.items()
-              for m in o.metrics()}
+    values = {
+        (label, m.name): m.value for label, o in result.launchers.items() for m in o.metrics()
+    }
     assert values[("task1.proc0", "excluded")] == values[("task1.proc1", "excluded")] == 1
     assert values[("task2.proc0", "fail_open.not-a-regular-file")] == 1
     for label, decision in (("task0.proc0", "proceed"), ("task2.proc0", "fail_open")):

@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 
-
 def __getattr__(name: str) -> Any:
     if name == "SegmentHealthRendezvousHandler":
         from .handler import SegmentHealthRendezvousHandler

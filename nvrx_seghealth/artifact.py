@@ -229,8 +229,12 @@ def _write(path: str, content: bytes | None, expect: Current | None) -> Result:
 
 
 def publish_decision(
-    directory: str, job_id: str | int, task_id: str | int, text: str,
-    *, expect: Current | None = None,
+    directory: str,
+    job_id: str | int,
+    task_id: str | int,
+    text: str,
+    *,
+    expect: Current | None = None,
 ) -> str:
     """Mark a unit unhealthy: atomically write ``text`` as its decision; return the path.
 
@@ -262,7 +266,11 @@ def publish_decision(
 
 
 def clear_decision(
-    directory: str, job_id: str | int, task_id: str | int, *, remove: bool = False,
+    directory: str,
+    job_id: str | int,
+    task_id: str | int,
+    *,
+    remove: bool = False,
     expect: Current | None = None,
 ) -> str:
     """Mark a unit healthy again; return the path. Touches no other file.
@@ -291,7 +299,9 @@ class DecisionConflict(RuntimeError):
     """
 
     def __init__(self, path: str, current: Current) -> None:
-        super().__init__(f"{path} changed since it was read (now {current.kind}, "
-                         f"{current.size} bytes); nothing written")
+        super().__init__(
+            f"{path} changed since it was read (now {current.kind}, "
+            f"{current.size} bytes); nothing written"
+        )
         self.path = path
         self.current = current

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         RendezvousHandlerRegistry,
         RendezvousParameters,
     )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 
     from .handler import SegmentHealthRendezvousHandler
 
@@ -52,16 +53,21 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
                 "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
                 "(the package's etcd extra: pip install '.[etcd]' from a checkout)"
             ) from None
-        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+        from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
+
+        backend: RendezvousBackend
+        backend, store = etcd_rendezvous_backend.create_backend(params)
     else:
-        from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+        from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 
         if not params.get_as_bool("is_host", True):
             # torch waits for the store without a word until its timeout (minutes)
             log.info(
                 "Connecting to the rendezvous store at %s; with is_host=false it must already "
-                "be served there (e.g. by nvrx-seghealth store-host)", params.endpoint)
-    backend, store = create_backend(params)
+                "be served there (e.g. by nvrx-seghealth store-host)",
+                params.endpoint,
+            )
+        backend, store = c10d_rendezvous_backend.create_backend(params)
     return create_handler(store, backend, params), store
 
 

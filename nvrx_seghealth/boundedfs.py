@@ -33,8 +33,14 @@ from . import decisionfs
 from .boundedstat import StatHelperError, _interpreters
 from .decisionfs import Current, LockBusyError, Result, StepError
 
-__all__ = ["HELPER_TAG", "FilesystemTimeout", "append_text", "list_names", "read_current",
-           "replace"]
+__all__ = [
+    "HELPER_TAG",
+    "FilesystemTimeout",
+    "append_text",
+    "list_names",
+    "read_current",
+    "replace",
+]
 
 #: The helper's last command-line argument, to recognise it (``ps``, ``/proc``).
 HELPER_TAG = "nvrx-seghealth-fs-helper"
@@ -51,8 +57,7 @@ class FilesystemTimeout(TimeoutError):
     """
 
     def __init__(self, directory: str, waited: float, *, earlier: bool = False) -> None:
-        what = ("an earlier call there is still stuck after" if earlier
-                else "no answer after")
+        what = "an earlier call there is still stuck after" if earlier else "no answer after"
         super().__init__(f"{directory}: {what} {waited:.1f} s (a hung shared filesystem?)")
         self.directory = directory
         self.waited = waited
@@ -66,14 +71,19 @@ class _Helper:
             try:
                 self.process = subprocess.Popen(
                     [interpreter, "-I", "-S", decisionfs.__file__, HELPER_TAG],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                    close_fds=True, bufsize=0)
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    close_fds=True,
+                    bufsize=0,
+                )
                 break
             except OSError as error:
                 errors.append(f"{interpreter}: {error.strerror or error}")
         else:
-            raise StatHelperError(0, "the filesystem helper process cannot be started ("
-                                     + "; ".join(errors) + ")")
+            raise StatHelperError(
+                0, "the filesystem helper process cannot be started (" + "; ".join(errors) + ")"
+            )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.unread = b""
 
@@ -142,17 +152,22 @@ def read_current(path: str, timeout: float) -> Current:
     return Current.from_wire(_call("read", os.path.dirname(path), timeout, {"path": path}))
 
 
-def replace(path: str, content: bytes | None, expect: Current | None, timeout: float, *,
-            lock: bool = True) -> Result:
+def replace(
+    path: str, content: bytes | None, expect: Current | None, timeout: float, *, lock: bool = True
+) -> Result:
     """:func:`decisionfs.replace` within ``timeout`` seconds (half of it for the lock).
 
     Raises:
         FilesystemTimeout: no answer in time; whether the write happened is unknown.
         LockBusyError, StepError, OSError: as :func:`decisionfs.replace`.
     """
-    args = {"path": path, "content": None if content is None else base64.b64encode(
-        content).decode(), "expect": None if expect is None else expect.to_wire(),
-        "lock_wait": timeout / 2, "lock": lock}
+    args = {
+        "path": path,
+        "content": None if content is None else base64.b64encode(content).decode(),
+        "expect": None if expect is None else expect.to_wire(),
+        "lock_wait": timeout / 2,
+        "lock": lock,
+    }
     return Result.from_wire(_call("replace", os.path.dirname(path), timeout, args))
 
 

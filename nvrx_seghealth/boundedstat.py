@@ -225,7 +225,9 @@ def stat_within(path: str, timeout: float) -> os.stat_result:
             _helper = None
             _stuck[path] = (helper, started)
             threading.Thread(
-                target=_reap_when_done, args=(path, helper), name="nvrx-seghealth-reaper",
+                target=_reap_when_done,
+                args=(path, helper),
+                name="nvrx-seghealth-reaper",
                 daemon=True,
             ).start()
             raise StatTimeoutError(path, time.monotonic() - started)

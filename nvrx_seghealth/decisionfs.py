@@ -61,8 +61,13 @@ LOCK_NAME = ".segment_health_check.lock"
 READ_LIMIT = 64 * 1024
 
 _UNSUPPORTED_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF}
-_FILE_TYPES = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-               (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+_FILE_TYPES = (
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
 
 
 class StepError(OSError):
@@ -109,8 +114,12 @@ class Current:
         return self.kind == "absent" or (self.kind == "content" and self.size == 0)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"kind": self.kind, "data": base64.b64encode(self.data).decode(),
-                "size": self.size, "error": self.error}
+        return {
+            "kind": self.kind,
+            "data": base64.b64encode(self.data).decode(),
+            "size": self.size,
+            "error": self.error,
+        }
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> Current:
@@ -133,8 +142,7 @@ class Result:
     warnings: list[str] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"status": self.status, "before": self.before.to_wire(),
-                "warnings": self.warnings}
+        return {"status": self.status, "before": self.before.to_wire(), "warnings": self.warnings}
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> Result:
@@ -197,8 +205,10 @@ def _lock(directory: str, wait: float) -> tuple[int, str | None]:
             if error.errno not in _UNSUPPORTED_LOCK:
                 os.close(fd)
                 raise StepError("lock", error) from None
-            return fd, (f"{lock_path} cannot be locked ({_describe(error)}): concurrent "
-                        "writers are not serialised on this filesystem")
+            return fd, (
+                f"{lock_path} cannot be locked ({_describe(error)}): concurrent "
+                "writers are not serialised on this filesystem"
+            )
 
 
 def _sync_directory(directory: str) -> str | None:
@@ -210,8 +220,10 @@ def _sync_directory(directory: str) -> str | None:
         finally:
             os.close(fd)
     except OSError as error:
-        return (f"the decision was replaced, but syncing {directory} failed "
-                f"({_describe(error)}): a crash of the file server now could lose it")
+        return (
+            f"the decision was replaced, but syncing {directory} failed "
+            f"({_describe(error)}): a crash of the file server now could lose it"
+        )
     return None
 
 
@@ -238,8 +250,14 @@ def _write(path: str, content: bytes) -> None:
         raise StepError(step, error) from None
 
 
-def replace(path: str, content: bytes | None, expect: Current | None = None, *,
-            lock_wait: float = 5.0, lock: bool = True) -> Result:
+def replace(
+    path: str,
+    content: bytes | None,
+    expect: Current | None = None,
+    *,
+    lock_wait: float = 5.0,
+    lock: bool = True,
+) -> Result:
     """Atomically write ``content`` at ``path`` (``None``: remove it), if it holds ``expect``.
 
     Under the directory's lock (unless ``lock=False``, for files only one writer owns)
@@ -298,6 +316,7 @@ def append_text(path: str, text: str) -> None:
 
 # --- the helper process ------------------------------------------------------------------
 
+
 def _op_read(args: dict[str, Any]) -> Any:
     return read_current(args["path"]).to_wire()
 
@@ -305,8 +324,9 @@ def _op_read(args: dict[str, Any]) -> Any:
 def _op_replace(args: dict[str, Any]) -> Any:
     content = None if args["content"] is None else base64.b64decode(args["content"])
     expect = None if args["expect"] is None else Current.from_wire(args["expect"])
-    return replace(args["path"], content, expect, lock_wait=args["lock_wait"],
-                   lock=args["lock"]).to_wire()
+    return replace(
+        args["path"], content, expect, lock_wait=args["lock_wait"], lock=args["lock"]
+    ).to_wire()
 
 
 def _op_list(args: dict[str, Any]) -> Any:
@@ -327,8 +347,12 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     except LockBusyError as error:
         return {"busy": error.waited, "lock": error.lock_path}
     except OSError as error:
-        return {"errno": error.errno or 0, "strerror": error.strerror or str(error),
-                "filename": error.filename, "step": getattr(error, "step", None)}
+        return {
+            "errno": error.errno or 0,
+            "strerror": error.strerror or str(error),
+            "filename": error.filename,
+            "step": getattr(error, "step", None),
+        }
 
 
 def serve() -> None:

@@ -206,8 +206,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"nvrx-seghealth demo: {error}", file=sys.stderr)
         return 2
-    if args.keep_logs is not None and args.keep_logs.exists() and (
-        not args.keep_logs.is_dir() or any(args.keep_logs.iterdir())
+    if (
+        args.keep_logs is not None
+        and args.keep_logs.exists()
+        and (not args.keep_logs.is_dir() or any(args.keep_logs.iterdir()))
     ):
         print(
             f"nvrx-seghealth demo: --keep-logs {args.keep_logs} is not an empty folder: a "
@@ -286,14 +288,18 @@ def _compare(spec: JobSpec, workdir: Path, marked: str, *, keep: bool) -> int:
     print(f"\nWhat the gate saves (same job, same decision files)\n{comparison.render()}\n")
     problems = check_outcome(comparison.gated.result)
     if problems:
-        print("Outcome of the gated run: not as the contract requires:\n"
-              + "\n".join(f"  - {p}" for p in problems))
+        print(
+            "Outcome of the gated run: not as the contract requires:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
     else:
         print("Outcome of the gated run: as the contract requires.")
     if keep or problems:
         (workdir / "comparison.json").write_text(json.dumps(comparison.as_dict(), indent=2))
-        print(f"Logs, decisions, worker records and telemetry: {workdir}/{{ungated,gated}}; "
-              f"the numbers: {workdir / 'comparison.json'}")
+        print(
+            f"Logs, decisions, worker records and telemetry: {workdir}/{{ungated,gated}}; "
+            f"the numbers: {workdir / 'comparison.json'}"
+        )
     else:
         shutil.rmtree(workdir)
         print("Logs: removed (use --keep-logs DIR to keep them)")

@@ -66,6 +66,7 @@ EVENT_DESTINATION = "dynamic_rendezvous"
 #: The ``put_metric`` group of every metric here (``torchelastic`` is torch's own).
 METRIC_GROUP = "nvrx_seghealth"
 
+
 class EventName(str, enum.Enum):
     """The ``name`` of each recorded event: one per decision."""
 
@@ -134,6 +135,7 @@ class MetricName(str, enum.Enum):
 #: How the stat that led to a decision came about (``trigger``).
 ATTEMPT = "attempt"  # process 0 about to join a round
 REQUEST = "request"  # a sibling's request, between process 0's rounds
+
 
 class DecisionRecorder:
     """Records one launcher's decisions as events and metrics; never raises.
@@ -228,7 +230,7 @@ class DecisionRecorder:
     # -- recording -----------------------------------------------------------------
 
     def _event(
-        self, name: EventName, state: NodeState = NodeState.RUNNING, **fields: FieldValue
+        self, name: EventName, state: NodeState = NodeState.RUNNING, /, **fields: FieldValue
     ) -> None:
         try:
             if isinstance(torch_events.get_logging_handler(EVENT_DESTINATION), logging.NullHandler):
@@ -250,13 +252,13 @@ class DecisionRecorder:
                     local_id=local_id,
                 )
             )
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  (recording never raises into torchrun)
             self._recording_failed(f"event {name.value}", error)
 
     def _metric(self, name: str, value: int) -> None:
         try:
             torch_metrics.put_metric(name, value, METRIC_GROUP)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  (recording never raises into torchrun)
             self._recording_failed(f"metric {METRIC_GROUP}.{name}", error)
 
     def _node_fields(self) -> tuple[str, str, int, int | None]:

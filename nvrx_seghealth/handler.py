@@ -254,7 +254,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                     "Rendezvous run_id=%s is already closed before this launcher joined "
                     "it: the job it belongs to has ended, or an earlier run with the same "
                     "--rdzv-id has in the same store; give every run a new --rdzv-id",
-                    self._inner.get_run_id())
+                    self._inner.get_run_id(),
+                )
             raise
         finally:
             if self._check is not None:
@@ -334,7 +335,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 return
             try:
                 requested, _ = handoff.read()
-            except Exception as error:  # one WARNING per streak, not one per look
+            except Exception as error:  # noqa: BLE001  (fail open; one WARNING per streak)
                 if not self._responder_failing:
                     self._responder_failing = True
                     self._warn("read-requests", "look for the siblings' verdict requests", error)
@@ -364,9 +365,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             return Verdict.EXCLUDED
         return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
 
-    def _publish(
-        self, answer: Answer, *, trigger: str | None, covered: int | None = None
-    ) -> None:
+    def _publish(self, answer: Answer, *, trigger: str | None, covered: int | None = None) -> None:
         """Publish process 0's answer (lock held) and remember the requests answered.
 
         Those are ``covered`` when given. A standing answer, and the one that settles
@@ -378,7 +377,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             return
         try:
             requested = self._handoff.publish(answer)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  (fail open: do no harm)
             self._warn(
                 "publish-verdict",
                 f"publish process 0's answer ({answer.verdict and answer.verdict.value}); "
@@ -412,8 +411,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             )
             published = self._fail_open(
                 "publish-marker",
-                "publish the unhealthy marker; the task's other launchers are stopped "
-                "only by srun",
+                "publish the unhealthy marker; the task's other launchers are stopped only by srun",
                 self._markers.publish,
                 unit.task_id,
                 detail,
@@ -510,7 +508,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         """
         try:
             return call(*args)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  (fail open: do no harm)
             self._warn(token, action, error)
             return None
 
@@ -592,7 +590,7 @@ class _Responder:
 
     def __init__(self, answer: Callable[[], None]) -> None:
         self._stopped = threading.Event()
-        self._answer = weakref.WeakMethod(answer)  # type: ignore[arg-type]
+        self._answer = weakref.WeakMethod(answer)
         threading.Thread(target=self._run, name="nvrx-seghealth-verdicts", daemon=True).start()
 
     def _run(self) -> None:

@@ -86,8 +86,9 @@ def expand(hostlist: str) -> list[str]:
                 raise HostlistError(f"bad host name part {text!r} in {hostlist!r}")
         if not "".join(texts[0::2]) and len(texts) == 1:
             raise HostlistError(f"empty entry in host list {hostlist!r}")
-        choices = [[text] if i % 2 == 0 else _numbers(text, hostlist)
-                   for i, text in enumerate(texts)]
+        choices = [
+            [text] if i % 2 == 0 else _numbers(text, hostlist) for i, text in enumerate(texts)
+        ]
         count = 1
         for choice in choices:
             count *= len(choice)

@@ -35,7 +35,7 @@ __all__ = ["ReplacementGroupMarkers", "StoreLike"]
 class StoreLike(Protocol):
     """The subset of ``torch.distributed.Store`` that markers use."""
 
-    def set(self, key: str, value: str | bytes) -> None: ...
+    def set(self, key: str, value: str) -> None: ...
 
     def get(self, key: str) -> bytes: ...
 
@@ -88,7 +88,7 @@ class ReplacementGroupMarkers:
         key = self._group_key(group)
         if self.store.check([key]):
             return False
-        self.store.set(key, detail.encode())
+        self.store.set(key, detail)  # the store keeps its UTF-8 bytes
         slot = f"{self.prefix}slot/{self.store.add(self.prefix + 'count', 1)}"
         self.store.set(slot, group)
         # A round trip after the writes: some stores answer ``set`` with no reply, and

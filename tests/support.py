@@ -7,8 +7,9 @@ import threading
 import time
 
 
-def slurm_env(task: int | None = None, procid: int = 0, *, array_job: int = 1000,
-              job: int | None = None) -> dict[str, str]:
+def slurm_env(
+    task: int | None = None, procid: int = 0, *, array_job: int = 1000, job: int | None = None
+) -> dict[str, str]:
     """A Slurm-like environment: an array task when ``task`` is given, else a regular job."""
     env = {"SLURM_PROCID": str(procid)}
     if task is None:
@@ -24,8 +25,9 @@ def tcp_client(master) -> object:
     """A new client connection to ``master``'s TCPStore server."""
     from torch.distributed import TCPStore
 
-    return TCPStore("127.0.0.1", master.port, is_master=False,
-                    timeout=datetime.timedelta(seconds=30))
+    return TCPStore(
+        "127.0.0.1", master.port, is_master=False, timeout=datetime.timedelta(seconds=30)
+    )
 
 
 class Join:
@@ -41,7 +43,7 @@ class Join:
     def _run(self):
         try:
             self.result = self.handler.next_rendezvous()
-        except BaseException as error:  # inspected by the test
+        except BaseException as error:  # noqa: BLE001  (inspected by the test)
             self.error = error
 
     def wait(self, timeout=60):
@@ -79,7 +81,7 @@ def publish_concurrently(store_for_thread, run_id: str, array_job_id: str, group
             markers = ReplacementGroupMarkers(store_for_thread(), run_id, array_job_id)
             barrier.wait(timeout=60)
             markers.publish(group, f"detail {group}")
-        except Exception as error:  # returned to the test
+        except Exception as error:  # noqa: BLE001  (returned to the test)
             errors.append(error)
 
     threads = [threading.Thread(target=publish, args=(g,)) for g in groups]

@@ -46,7 +46,8 @@ class Telemetry:
     def ours(self, task: str | None = None) -> list[RdzvEvent]:
         """This package's events (of array task ``task`` when given), in order."""
         return [
-            e for e in self.events
+            e
+            for e in self.events
             if e.name.startswith("nvrx_seghealth.")
             and (task is None or parse_fields(e.message).get("task_id") == task)
         ]
@@ -56,8 +57,9 @@ class Telemetry:
 
     def fields(self, name: str, task: str | None = None) -> list[dict[str, str]]:
         """The fields of every ``nvrx_seghealth.<name>`` event."""
-        return [parse_fields(e.message) for e in self.ours(task)
-                if e.name == f"nvrx_seghealth.{name}"]
+        return [
+            parse_fields(e.message) for e in self.ours(task) if e.name == f"nvrx_seghealth.{name}"
+        ]
 
     def values(self, name: str) -> list[object]:
         """The values put for metric ``name`` of this package's group."""
@@ -65,9 +67,7 @@ class Telemetry:
 
 
 @contextmanager
-def routed(
-    events: logging.Handler, metrics: torch_metrics.MetricHandler
-) -> Iterator[None]:
+def routed(events: logging.Handler, metrics: torch_metrics.MetricHandler) -> Iterator[None]:
     """torch's rendezvous events to ``events``, this package's metrics to ``metrics``."""
     original = handlers._log_handlers[EVENT_DESTINATION]
     torch_events._events_loggers.pop(EVENT_DESTINATION, None)

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,9 +41,13 @@ def recorded_opens(target):
     active = [True]
 
     def hook(event, args):
-        if active[0] and event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
-            if os.fsdecode(args[0]) == target:
-                opened.append(args)
+        if (
+            active[0]
+            and event == "open"
+            and isinstance(args[0], (str, bytes, os.PathLike))
+            and os.fsdecode(args[0]) == target
+        ):
+            opened.append(args)
 
     sys.addaudithook(hook)  # audit hooks cannot be removed: this one goes inert after
     try:
@@ -66,7 +71,9 @@ def test_directory_message_names_the_setting_and_a_fix():
         require_absolute_directory("shc", what="--my-flag")
 
 
-@pytest.mark.parametrize("job_id,task_id", [("../x", "1"), ("1", "../../etc/passwd"), ("1", "2/..")])
+@pytest.mark.parametrize(
+    "job_id,task_id", [("../x", "1"), ("1", "../../etc/passwd"), ("1", "2/..")]
+)
 def test_ids_cannot_escape_the_directory(job_id, task_id):
     with pytest.raises(ValueError, match="decimal"):
         artifact_path("/shared", job_id, task_id)
@@ -205,17 +212,29 @@ def test_permission_denied_fails_open():
         visible = artifact_path(public, "1", "2")  # control: reachable, and missing
         # The artifact layer is standard-library only: a copy of the package and the base
         # interpreter are all the unprivileged user needs, wherever the checkout lives.
-        shutil.copytree(os.path.dirname(nvrx_seghealth.__file__),
-                        os.path.join(public, "lib", "nvrx_seghealth"))
-        command = [os.path.realpath(sys.executable), "-s", "-c", _EVALUATE_AS_NOBODY,
-                   visible, hidden]
+        shutil.copytree(
+            os.path.dirname(nvrx_seghealth.__file__), os.path.join(public, "lib", "nvrx_seghealth")
+        )
+        command = [
+            os.path.realpath(sys.executable),
+            "-s",
+            "-c",
+            _EVALUATE_AS_NOBODY,
+            visible,
+            hidden,
+        ]
         if os.geteuid() == 0:
-            command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
-                       *command]
+            command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
         else:
             os.chmod(private, 0o000)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "PYTHONPATH": os.path.join(public, "lib")})
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": os.path.join(public, "lib")},
+            check=False,
+        )
     finally:
         os.chmod(os.path.join(public, "private"), 0o700)
         shutil.rmtree(public)
@@ -245,10 +264,9 @@ def test_eio_fails_open(path, monkeypatch):
 def test_publish_is_atomic_and_leaves_no_temporary(tmp_path):
     path = publish_decision(str(tmp_path), "5", "3", "drained: n7")
     assert evaluate(path).outcome is Outcome.UNHEALTHY
-    assert open(path).read() == "drained: n7"
+    assert Path(path).read_text() == "drained: n7"
     assert oct(os.stat(path).st_mode & 0o777) == oct(0o644)
-    assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock",
-                                            os.path.basename(path)]
+    assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock", os.path.basename(path)]
 
 
 def test_publish_never_shows_a_partial_or_empty_file(tmp_path):
@@ -287,13 +305,13 @@ def test_clear_truncates_or_removes_only_its_own_file(tmp_path):
     clear_decision(directory, "5", "3", remove=True)
     assert evaluate(mine).outcome is Outcome.ABSENT
     clear_decision(directory, "5", "3", remove=True)  # already gone: fine
-    assert open(other).read() == "also bad"
-    assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock",
-                                            os.path.basename(other)]
+    assert Path(other).read_text() == "also bad"
+    assert sorted(os.listdir(tmp_path)) == [".segment_health_check.lock", os.path.basename(other)]
 
 
 def test_integer_ids_make_the_same_path_and_other_types_are_a_type_error():
     assert artifact_path("/shared/job", 123, 7) == artifact_path("/shared/job", "123", "7")
-    with pytest.raises(TypeError, match="task_id must be a str of decimal digits or an int, "
-                                        "got float 7.0"):
+    with pytest.raises(
+        TypeError, match="task_id must be a str of decimal digits or an int, got float 7.0"
+    ):
         artifact_path("/shared/job", 123, 7.0)

@@ -29,8 +29,14 @@ def free_port() -> int:
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
 
 
 def test_entry_point_is_found_by_torchs_registry_in_a_fresh_interpreter(tmp_path):
@@ -48,8 +54,12 @@ print(json.dumps({{"type": type(handler).__name__, "backend": handler.get_backen
     done = run_python(code, slurm_env(task=3))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {
-        "type": "SegmentHealthRendezvousHandler", "backend": "segment-health",
-        "inner": "c10d", "check": True, "markers": True}
+        "type": "SegmentHealthRendezvousHandler",
+        "backend": "segment-health",
+        "inner": "c10d",
+        "check": True,
+        "markers": True,
+    }
     assert "Exception while registering out of tree plugin" not in done.stderr
 
 
@@ -60,24 +70,36 @@ def test_register_into_a_launchers_own_registry_under_any_name(tmp_path):
     register(registry, name="my-health")
     register(registry, name="my-health")  # idempotent
     register()  # torch's registry already holds it from the entry point: no error
-    handler = registry.create_handler(RendezvousParameters(
-        "my-health", f"127.0.0.1:{free_port()}", "run", 1, 1, is_host="true"))
+    handler = registry.create_handler(
+        RendezvousParameters("my-health", f"127.0.0.1:{free_port()}", "run", 1, 1, is_host="true")
+    )
     assert handler.get_backend() == "my-health"
     assert handler.check is None  # no directory: pure pass-through
     handler.shutdown()
 
 
-@pytest.mark.parametrize("conf,expected", [({}, True),
-                                           ({"segment_health_check_handoff_timeout": "0"}, False)])
-def test_the_handoff_is_on_by_default_and_the_key_turns_it_off(tmp_path, monkeypatch, conf,
-                                                                expected):
+@pytest.mark.parametrize(
+    "conf,expected", [({}, True), ({"segment_health_check_handoff_timeout": "0"}, False)]
+)
+def test_the_handoff_is_on_by_default_and_the_key_turns_it_off(
+    tmp_path, monkeypatch, conf, expected
+):
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     for key, value in slurm_env(task=3, procid=1).items():
         monkeypatch.setenv(key, value)
-    handler = create_segment_health_handler(RendezvousParameters(
-        BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1, is_host="true",
-        segment_health_check_dir=str(tmp_path), **conf))
+    handler = create_segment_health_handler(
+        RendezvousParameters(
+            BACKEND_NAME,
+            f"127.0.0.1:{free_port()}",
+            "run",
+            1,
+            1,
+            is_host="true",
+            segment_health_check_dir=str(tmp_path),
+            **conf,
+        )
+    )
     assert (handler.handoff is not None) is expected
     handler.shutdown()
 
@@ -86,9 +108,16 @@ def test_bad_configuration_fails_before_any_rendezvous():
     """No store is reached: the endpoint has no server and would time out if dialled."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-    params = RendezvousParameters(BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1,
-                                  is_host="false", read_timeout="60",
-                                  segment_health_check_dir="relative/shc")
+    params = RendezvousParameters(
+        BACKEND_NAME,
+        f"127.0.0.1:{free_port()}",
+        "run",
+        1,
+        1,
+        is_host="false",
+        read_timeout="60",
+        segment_health_check_dir="relative/shc",
+    )
     started = time.monotonic()
     with pytest.raises(ValueError, match="segment_health_check_dir must be an absolute path"):
         create_segment_health_handler(params)
@@ -101,8 +130,9 @@ def test_a_store_client_says_where_it_waits_for_the_store(tcp_store, caplog):
 
     endpoint = f"127.0.0.1:{tcp_store.port}"
     caplog.set_level(logging.INFO, logger="nvrx_seghealth.backend")
-    handler = create_segment_health_handler(RendezvousParameters(
-        BACKEND_NAME, endpoint, "run", 1, 1, is_host="false"))
+    handler = create_segment_health_handler(
+        RendezvousParameters(BACKEND_NAME, endpoint, "run", 1, 1, is_host="false")
+    )
     (said,) = [r for r in caplog.records if r.name == "nvrx_seghealth.backend"]
     assert endpoint in said.getMessage() and "store-host" in said.getMessage()
     handler.shutdown()
@@ -112,23 +142,38 @@ def torchrun(tmp_path, env, conf: str, *, nproc: int = 1):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-               f"--nproc-per-node={nproc}", "--rdzv-backend=segment-health",
-               f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-conf={conf}", str(worker)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=180,
-                          env={**clean, **env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=segment-health",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-conf={conf}",
+        str(worker),
+    ]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**clean, **env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        check=False,
+    )
 
 
 def test_under_torchrun_the_install_line_and_the_exclusion_reach_stderr(tmp_path):
     shc = tmp_path / "shc"
     shc.mkdir()
     path = publish_decision(str(shc), "41", "2", "drained")
-    done = torchrun(tmp_path, slurm_env(task=2, array_job=41),
-                    f"segment_health_check_dir={shc}")
+    done = torchrun(tmp_path, slurm_env(task=2, array_job=41), f"segment_health_check_dir={shc}")
     assert done.returncode not in (0, 93)
     assert f"Segment health check installed directory={shc} job_id=41 task_id=2" in done.stderr
-    assert f"UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded: " \
-           f"decision file {path} is non-empty (7 bytes)" in done.stderr
+    assert (
+        f"UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded: "
+        f"decision file {path} is non-empty (7 bytes)" in done.stderr
+    )
     assert "worker rank" not in done.stdout
 
 
@@ -136,8 +181,9 @@ def test_under_torchrun_a_fail_open_warning_reaches_stderr_and_training_runs(tmp
     shc = tmp_path / "shc"
     shc.mkdir()
     os.mkfifo(shc / "segment_health_check.41.2")
-    done = torchrun(tmp_path, slurm_env(task=2, array_job=41),
-                    f"segment_health_check_dir={shc}", nproc=2)
+    done = torchrun(
+        tmp_path, slurm_env(task=2, array_job=41), f"segment_health_check_dir={shc}", nproc=2
+    )
     assert done.returncode == 0, done.stderr
     assert "cannot judge" in done.stderr and "not a regular file: FIFO" in done.stderr
     assert sorted(done.stdout.split("\n")[:2]) == ["worker rank 0", "worker rank 1"]
@@ -147,8 +193,9 @@ def test_under_torchrun_the_environment_variable_configures_the_directory(tmp_pa
     shc = tmp_path / "shc"
     shc.mkdir()
     publish_decision(str(shc), "9", "9", "bad")
-    done = torchrun(tmp_path, {**slurm_env(job=9), "NVRX_SEGMENT_HEALTH_CHECK_DIR": str(shc)},
-                    "join_timeout=30")
+    done = torchrun(
+        tmp_path, {**slurm_env(job=9), "NVRX_SEGMENT_HEALTH_CHECK_DIR": str(shc)}, "join_timeout=30"
+    )
     assert done.returncode not in (0, 93)
     assert "job_id=9 task_id=9 is excluded" in done.stderr
 

@@ -66,7 +66,10 @@ def test_results_match_os_stat(tmp_path):
     target.write_bytes(b"abc")
     got, want = stat_within(str(target), 5), os.stat(target)
     assert (got.st_size, got.st_mode, got.st_ino, got.st_dev) == (
-        3, want.st_mode, want.st_ino, want.st_dev
+        3,
+        want.st_mode,
+        want.st_ino,
+        want.st_dev,
     )
     assert got.st_mtime == want.st_mtime and stat.S_ISREG(got.st_mode)
     with pytest.raises(FileNotFoundError):
@@ -89,6 +92,7 @@ def test_one_helper_serves_every_call():
 
 def test_the_helper_holds_none_of_the_callers_standard_streams():
     pid = only_helper()
+
     def identity(st):
         return st.st_dev, st.st_ino
 
@@ -107,9 +111,7 @@ def test_a_stat_that_does_not_answer_fails_open_within_the_bound(stopped_helper,
     assert time.monotonic() - started < 3
 
 
-def test_a_stuck_path_is_refused_at_once_and_served_again_once_it_answers(
-    stopped_helper, tmp_path
-):
+def test_a_stuck_path_is_refused_at_once_and_served_again_once_it_answers(stopped_helper, tmp_path):
     path = str(tmp_path / "segment_health_check.1.2")
     with pytest.raises(StatTimeoutError):
         stat_within(path, 0.2)

@@ -19,8 +19,11 @@ def installs(caplog):
 
 
 def warnings_(caplog):
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
-            and r.name.startswith("nvrx_seghealth")]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name.startswith("nvrx_seghealth")
+    ]
 
 
 def test_process_zero_of_an_array_task_installs_and_logs_the_exact_line(tmp_path, caplog):

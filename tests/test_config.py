@@ -19,9 +19,15 @@ def test_defaults_disable_the_check_and_wrap_c10d():
 
 
 def test_our_keys_do_not_reach_the_inner_backend():
-    s = settings({"segment_health_check_dir": "/shc", "segment_health_check_stat_timeout": "2.5",
-                  "segment_health_check_handoff_timeout": "0",
-                  "inner_backend": "etcd-v2", "join_timeout": "60"})
+    s = settings(
+        {
+            "segment_health_check_dir": "/shc",
+            "segment_health_check_stat_timeout": "2.5",
+            "segment_health_check_handoff_timeout": "0",
+            "inner_backend": "etcd-v2",
+            "join_timeout": "60",
+        }
+    )
     assert (s.directory, s.stat_timeout, s.inner_backend) == ("/shc", 2.5, "etcd-v2")
     assert s.handoff_timeout == 0.0
     assert s.inner_config == {"join_timeout": "60"}
@@ -37,23 +43,56 @@ def test_rdzv_conf_beats_environment_and_environment_is_the_fallback():
 @pytest.mark.parametrize(
     "config,env,message",
     [
-        ({"segment_health_check_dir": "rel/shc"}, {},
-         r"rdzv-conf segment_health_check_dir must be an absolute path .* pass e\.g\."),
-        ({"segment_health_check_dir": ""}, {},
-         "segment_health_check_dir is empty; give the absolute decision directory, or omit"),
+        (
+            {"segment_health_check_dir": "rel/shc"},
+            {},
+            r"rdzv-conf segment_health_check_dir must be an absolute path .* pass e\.g\.",
+        ),
+        (
+            {"segment_health_check_dir": ""},
+            {},
+            "segment_health_check_dir is empty; give the absolute decision directory, or omit",
+        ),
         ({}, {DIRECTORY_ENV: "rel"}, f"environment variable {DIRECTORY_ENV} must be an absolute"),
         ({"segment_health_check_stat_timeout": "0"}, {}, "segment_health_check_stat_timeout='0'"),
-        ({"segment_health_check_stat_timeout": "soon"}, {}, "segment_health_check_stat_timeout='soon'"),
-        ({"segment_health_check_stat_timeout": "inf"}, {}, "segment_health_check_stat_timeout='inf'"),
-        ({"segment_health_check_stat_timeout": "1e10"}, {}, "segment_health_check_stat_timeout='1e10'"),
+        (
+            {"segment_health_check_stat_timeout": "soon"},
+            {},
+            "segment_health_check_stat_timeout='soon'",
+        ),
+        (
+            {"segment_health_check_stat_timeout": "inf"},
+            {},
+            "segment_health_check_stat_timeout='inf'",
+        ),
+        (
+            {"segment_health_check_stat_timeout": "1e10"},
+            {},
+            "segment_health_check_stat_timeout='1e10'",
+        ),
         ({"segment_health_check_handoff_timeout": "-1"}, {}, "handoff_timeout='-1'"),
         ({"segment_health_check_handoff_timeout": "nan"}, {}, "handoff_timeout='nan'"),
         ({"segment_health_check_handoff_timeout": "later"}, {}, "handoff_timeout='later'"),
-        ({"inner_backend": "static"}, {}, "inner_backend='static' is not supported; use one of c10d, etcd-v2"),
-        ({"segment_health_chek_dir": "/shc"}, {}, "segment_health_chek_dir .*segment_health_check_dir"),
-        ({"segment_health_check_stat_timout": "5"}, {},
-         "segment_health_check_stat_timout .*segment_health_check_stat_timeout"),
-        ({"segment_health_directory": "/shc"}, {}, "segment_health_directory .*segment_health_check_dir"),
+        (
+            {"inner_backend": "static"},
+            {},
+            "inner_backend='static' is not supported; use one of c10d, etcd-v2",
+        ),
+        (
+            {"segment_health_chek_dir": "/shc"},
+            {},
+            "segment_health_chek_dir .*segment_health_check_dir",
+        ),
+        (
+            {"segment_health_check_stat_timout": "5"},
+            {},
+            "segment_health_check_stat_timout .*segment_health_check_stat_timeout",
+        ),
+        (
+            {"segment_health_directory": "/shc"},
+            {},
+            "segment_health_directory .*segment_health_check_dir",
+        ),
         ({"inner_backed": "c10d"}, {}, "inner_backed .*inner_backend"),
         ({"inner_backend": "segment-health"}, {}, "not supported"),
     ],
@@ -64,9 +103,23 @@ def test_bad_values_name_the_setting_and_the_fix(config, env, message):
 
 
 def test_the_inner_backends_own_keys_are_not_taken_for_typos():
-    torch_keys = ["join_timeout", "last_call_timeout", "close_timeout", "heartbeat",
-                  "keep_alive_interval", "keep_alive_max_attempt", "is_host", "timeout",
-                  "read_timeout", "store_type", "use_libuv", "protocol", "ca_cert", "ssl_cert",
-                  "ssl_cert_key", "local_addr"]
+    torch_keys = [
+        "join_timeout",
+        "last_call_timeout",
+        "close_timeout",
+        "heartbeat",
+        "keep_alive_interval",
+        "keep_alive_max_attempt",
+        "is_host",
+        "timeout",
+        "read_timeout",
+        "store_type",
+        "use_libuv",
+        "protocol",
+        "ca_cert",
+        "ssl_cert",
+        "ssl_cert_key",
+        "local_addr",
+    ]
     s = settings(dict.fromkeys(torch_keys, "1"))
     assert sorted(s.inner_config) == sorted(torch_keys)

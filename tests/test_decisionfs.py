@@ -8,6 +8,7 @@ import logging
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -28,8 +29,7 @@ def test_read_current_tells_absent_content_and_unreadable(tmp_path, path):
     assert decisionfs.read_current(path) == Current("content", b"bad\n", 4)
     os.unlink(path)
     os.mkfifo(path)  # no writer: a blocking open would hang
-    assert decisionfs.read_current(path) == Current("unreadable",
-                                                    error="not a regular file: FIFO")
+    assert decisionfs.read_current(path) == Current("unreadable", error="not a regular file: FIFO")
     os.unlink(path)
     os.symlink(path, path)
     current = decisionfs.read_current(path)
@@ -40,7 +40,7 @@ def test_a_write_expecting_what_was_read_happens(path):
     before = decisionfs.read_current(path)
     result = decisionfs.replace(path, b"mine\n", before)
     assert (result.status, result.before, result.warnings) == ("done", before, [])
-    assert open(path, "rb").read() == b"mine\n"
+    assert Path(path).read_bytes() == b"mine\n"
 
 
 def test_a_write_whose_file_changed_since_the_read_writes_nothing(path):
@@ -50,10 +50,10 @@ def test_a_write_whose_file_changed_since_the_read_writes_nothing(path):
     result = decisionfs.replace(path, b"", before)
     assert result.status == "conflict"
     assert result.before == Current("content", b"ops: psu\n", 9)
-    assert open(path).read() == "ops: psu\n"
+    assert Path(path).read_text() == "ops: psu\n"
     with pytest.raises(DecisionConflict, match="changed since it was read"):
         clear_decision(os.path.dirname(path), "5", "3", expect=before)
-    assert open(path).read() == "ops: psu\n"
+    assert Path(path).read_text() == "ops: psu\n"
 
 
 def test_the_compare_and_the_rename_hold_the_directory_lock(tmp_path, path):
@@ -61,14 +61,15 @@ def test_the_compare_and_the_rename_hold_the_directory_lock(tmp_path, path):
     fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     done = []
-    writer = threading.Thread(target=lambda: done.append(
-        decisionfs.replace(path, b"second\n", None, lock_wait=30)))
+    writer = threading.Thread(
+        target=lambda: done.append(decisionfs.replace(path, b"second\n", None, lock_wait=30))
+    )
     writer.start()
     time.sleep(0.5)
     assert not done and not os.path.exists(path)
     os.close(fd)
     writer.join(timeout=30)
-    assert done[0].status == "done" and open(path).read() == "second\n"
+    assert done[0].status == "done" and Path(path).read_text() == "second\n"
 
 
 def test_a_lock_held_too_long_is_busy(tmp_path, path):
@@ -83,7 +84,8 @@ def test_a_lock_held_too_long_is_busy(tmp_path, path):
 
 
 def test_a_failed_directory_sync_after_the_rename_is_a_warning_not_a_failure(
-        tmp_path, path, monkeypatch, caplog):
+    tmp_path, path, monkeypatch, caplog
+):
     """The rename happened: the write is done and reported so, with a WARNING. (A failing
     fsync of a directory cannot be made real here: injected.)"""
     real_fsync = os.fsync
@@ -97,11 +99,12 @@ def test_a_failed_directory_sync_after_the_rename_is_a_warning_not_a_failure(
     result = decisionfs.replace(path, b"bad\n")
     assert result.status == "done"
     assert len(result.warnings) == 1
-    assert result.warnings[0].startswith(f"the decision was replaced, but syncing {tmp_path} "
-                                         "failed (EIO")
+    assert result.warnings[0].startswith(
+        f"the decision was replaced, but syncing {tmp_path} failed (EIO"
+    )
     caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
     assert publish_decision(str(tmp_path), "5", "3", "worse") == path
-    assert open(path).read() == "worse"
+    assert Path(path).read_text() == "worse"
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "syncing" in caplog.records[0].getMessage()
 
@@ -130,4 +133,4 @@ def test_the_library_api_takes_an_expectation(tmp_path):
     path = publish_decision(directory, "5", "3", "bad\n", expect=before)
     with pytest.raises(DecisionConflict):
         publish_decision(directory, "5", "3", "other\n", expect=before)
-    assert open(path).read() == "bad\n"
+    assert Path(path).read_text() == "bad\n"

@@ -19,8 +19,15 @@ DEV = ROOT / "dev"
 
 
 def dev(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(DEV), *args], cwd=ROOT, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
+    return subprocess.run(
+        [str(DEV), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("args", [(), ("deploy",)])

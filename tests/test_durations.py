@@ -49,8 +49,15 @@ def test_zero_turns_the_handoff_off_and_the_default_follows_the_stat_bound():
     assert default_handoff_timeout(10.0) == 30.0
 
 
-@pytest.mark.parametrize("kwargs", [{"stat_timeout": float("inf")}, {"stat_timeout": 1e10},
-                                    {"handoff_timeout": -1}, {"handoff_timeout": float("nan")}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"stat_timeout": float("inf")},
+        {"stat_timeout": 1e10},
+        {"handoff_timeout": -1},
+        {"handoff_timeout": float("nan")},
+    ],
+)
 def test_the_composition_api_refuses_before_any_rendezvous(kwargs, tmp_path):
     """Refused at construction, on every launcher, not later inside process 0's check."""
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (

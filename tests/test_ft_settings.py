@@ -14,25 +14,34 @@ def yaml_file(tmp_path, text):
     return str(path)
 
 
-@pytest.mark.parametrize("field", ["segment_health_chek_dir", "segment_health_check_directory",
-                                   "segment_health_dir"])
+@pytest.mark.parametrize(
+    "field", ["segment_health_chek_dir", "segment_health_check_directory", "segment_health_dir"]
+)
 def test_a_misspelt_field_is_refused_with_the_right_name(tmp_path, field):
     path = yaml_file(tmp_path, f"fault_tolerance:\n  {field}: /shared/shc\n")
-    with pytest.raises(ConfigurationError, match=f"fault_tolerance.{field} .*segment_health_check_dir"):
+    with pytest.raises(
+        ConfigurationError, match=f"fault_tolerance.{field} .*segment_health_check_dir"
+    ):
         directory_from_yaml(path)
 
 
 def test_the_other_fault_tolerance_settings_are_left_alone(tmp_path):
-    path = yaml_file(tmp_path, "fault_tolerance:\n  rank_heartbeat_timeout: 30\n"
-                               "  segment_health_check_dir: /shared/shc\n  workload_check_interval: 5\n")
+    path = yaml_file(
+        tmp_path,
+        "fault_tolerance:\n  rank_heartbeat_timeout: 30\n"
+        "  segment_health_check_dir: /shared/shc\n  workload_check_interval: 5\n",
+    )
     assert directory_from_yaml(path) == "/shared/shc"
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("a: &x [*x]\n", None),
-    ("a: &x [*x]\nfault_tolerance:\n  segment_health_check_dir: /shc\n", "/shc"),
-    ("a: &x {b: *x, c: [*x, *x]}\nd: [*x]\n", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("a: &x [*x]\n", None),
+        ("a: &x [*x]\nfault_tolerance:\n  segment_health_check_dir: /shc\n", "/shc"),
+        ("a: &x {b: *x, c: [*x, *x]}\nd: [*x]\n", None),
+    ],
+)
 def test_a_document_that_refers_to_itself_is_walked_once_per_node(tmp_path, text, expected):
     cfg = tmp_path / "ft.yaml"
     cfg.write_text(text)

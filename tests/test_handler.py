@@ -27,10 +27,9 @@ from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,
     UnhealthyNodeException,
+    artifact,
     publish_decision,
 )
-
-from nvrx_seghealth import artifact
 from nvrx_seghealth.events import parse_fields
 from nvrx_seghealth.handler import RESPONDER_INTERVAL
 from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
@@ -52,12 +51,19 @@ def dynamic_handler(store, min_nodes, max_nodes, *, run_id=RUN, join=30, keep_al
     raises ``keep_alive_attempts``.
     """
     return DynamicRendezvousHandler.from_backend(
-        run_id, store, C10dRendezvousBackend(store, run_id), min_nodes, max_nodes,
+        run_id,
+        store,
+        C10dRendezvousBackend(store, run_id),
+        min_nodes,
+        max_nodes,
         local_addr="127.0.0.1",
-        timeout=RendezvousTimeout(join=datetime.timedelta(seconds=join),
-                                  last_call=datetime.timedelta(seconds=1),
-                                  close=datetime.timedelta(seconds=10)),
-        keep_alive_interval=1, keep_alive_max_attempt=keep_alive_attempts,
+        timeout=RendezvousTimeout(
+            join=datetime.timedelta(seconds=join),
+            last_call=datetime.timedelta(seconds=1),
+            close=datetime.timedelta(seconds=10),
+        ),
+        keep_alive_interval=1,
+        keep_alive_max_attempt=keep_alive_attempts,
     )
 
 
@@ -65,7 +71,10 @@ def launcher(master, directory, env, min_nodes=2, max_nodes=3, handoff_timeout=N
     store = tcp_client(master)
     return SegmentHealthRendezvousHandler(
         dynamic_handler(store, min_nodes, max_nodes, **kwargs),
-        store=store, directory=directory, environ=env, handoff_timeout=handoff_timeout,
+        store=store,
+        directory=directory,
+        environ=env,
+        handoff_timeout=handoff_timeout,
     )
 
 
@@ -78,8 +87,11 @@ def participants(master, run_id=RUN):
 def our_records(caplog, level):
     """This package's log messages at ``level`` (torch's keep-alive timers of handlers
     from earlier tests may log at any time)."""
-    return [r.getMessage() for r in caplog.records
-            if r.levelno == level and r.name.startswith("nvrx_seghealth")]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == level and r.name.startswith("nvrx_seghealth")
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -182,20 +194,20 @@ def test_slow_healthy_process_zero_holds_its_sibling_until_the_verdict(tcp_store
 
 def test_without_a_verdict_the_sibling_joins_after_the_bound(tcp_store, shc, caplog):
     """Fail open: a missing process 0 holds its sibling only for the hand-off bound."""
-    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2,
-                            handoff_timeout=1.0))
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2, handoff_timeout=1.0))
     wait_until(lambda: participants(tcp_store) == 1, timeout=10)
     task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
     assert sibling.wait().result.world_size == task0.wait().result.world_size == 2
     warnings = our_records(caplog, logging.WARNING)
-    assert len(warnings) == 1 and "no verdict from process 0 of array task 1000_1 within 1 s" \
-        in warnings[0]
+    assert (
+        len(warnings) == 1
+        and "no verdict from process 0 of array task 1000_1 within 1 s" in warnings[0]
+    )
 
 
 def test_sibling_that_joined_without_a_verdict_is_excluded_right_after_the_round(tcp_store, shc):
     """Process 0 publishes while its sibling, past the bound, waits inside the rendezvous."""
-    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 3, 3,
-                            handoff_timeout=0.5))
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 3, 3, handoff_timeout=0.5))
     task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 3, 3))
     wait_until(lambda: participants(tcp_store) == 2)  # both are inside the inner round
     publish_decision(shc, str(ARRAY), "1", "bad")
@@ -263,8 +275,10 @@ def test_an_excluded_verdict_refuses_even_without_a_marker(tcp_store, shc):
 
 
 def test_handoff_timeout_zero_turns_the_handoff_off(tcp_store, shc):
-    handlers = [launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, handoff_timeout=0)
-                for p in (1, 0)]
+    handlers = [
+        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, handoff_timeout=0)
+        for p in (1, 0)
+    ]
     assert [h.handoff for h in handlers] == [None, None]
     assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
     assert not waiting_for_a_verdict(tcp_store, 1)
@@ -332,8 +346,10 @@ def test_other_launchers_never_stat_the_artifact(tcp_store, shc, monkeypatch):
         return real_stat_within(target, timeout)
 
     monkeypatch.setattr(artifact, "stat_within", counting_stat)
-    others = [launcher(tcp_store, shc, env, 2, 2, handoff_timeout=0)
-              for env in (slurm_env(task=1, procid=1), slurm_env(task=1, procid=2))]
+    others = [
+        launcher(tcp_store, shc, env, 2, 2, handoff_timeout=0)
+        for env in (slurm_env(task=1, procid=1), slurm_env(task=1, procid=2))
+    ]
     assert all(h.check is None for h in others)
     assert [j.result.world_size for j in join_all(others)] == [2, 2]
     assert stats == []
@@ -355,7 +371,8 @@ def test_without_a_store_process_zero_still_excludes_and_says_so_once(tcp_store,
     publish_decision(shc, str(ARRAY), "1", "bad")
     store = tcp_client(tcp_store)
     handler = SegmentHealthRendezvousHandler(
-        dynamic_handler(store, 1, 1), store=None, directory=shc, environ=slurm_env(task=1))
+        dynamic_handler(store, 1, 1), store=None, directory=shc, environ=slurm_env(task=1)
+    )
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
     warnings = our_records(caplog, logging.WARNING)
@@ -365,8 +382,9 @@ def test_without_a_store_process_zero_still_excludes_and_says_so_once(tcp_store,
 def _dead_store():
     """A TCPStore client whose server is gone: every operation fails for real."""
     master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    client = dist.TCPStore("127.0.0.1", master.port, is_master=False,
-                           timeout=datetime.timedelta(seconds=5))
+    client = dist.TCPStore(
+        "127.0.0.1", master.port, is_master=False, timeout=datetime.timedelta(seconds=5)
+    )
     del master
     return client
 
@@ -374,8 +392,11 @@ def _dead_store():
 def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc, caplog):
     publish_decision(shc, str(ARRAY), "1", "bad")
     handler = SegmentHealthRendezvousHandler(
-        dynamic_handler(tcp_client(tcp_store), 1, 1), store=_dead_store(), directory=shc,
-        environ=slurm_env(task=1))
+        dynamic_handler(tcp_client(tcp_store), 1, 1),
+        store=_dead_store(),
+        directory=shc,
+        environ=slurm_env(task=1),
+    )
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
     warnings = our_records(caplog, logging.WARNING)
@@ -384,8 +405,11 @@ def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc
 
 def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
     handler = SegmentHealthRendezvousHandler(
-        dynamic_handler(tcp_client(tcp_store), 1, 1), store=_dead_store(), directory=shc,
-        environ=slurm_env(task=1, procid=1))
+        dynamic_handler(tcp_client(tcp_store), 1, 1),
+        store=_dead_store(),
+        directory=shc,
+        environ=slurm_env(task=1, procid=1),
+    )
     assert handler.next_rendezvous().world_size == 1
     warnings = our_records(caplog, logging.WARNING)
     assert len(warnings) == 3  # the request, the marker before and after joining
@@ -396,11 +420,16 @@ def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
 def test_every_other_method_delegates(tcp_store, shc, monkeypatch):
     store = tcp_client(tcp_store)
     inner = dynamic_handler(store, 1, 2)
-    handler = SegmentHealthRendezvousHandler(inner, store=store, directory=shc,
-                                             environ=slurm_env(task=0))
+    handler = SegmentHealthRendezvousHandler(
+        inner, store=store, directory=shc, environ=slurm_env(task=0)
+    )
     assert handler.get_backend() == inner.get_backend() == "c10d"
-    assert SegmentHealthRendezvousHandler(inner, store=store, directory=None,
-                                          backend="segment-health").get_backend() == "segment-health"
+    assert (
+        SegmentHealthRendezvousHandler(
+            inner, store=store, directory=None, backend="segment-health"
+        ).get_backend()
+        == "segment-health"
+    )
     assert handler.get_run_id() == RUN
     assert handler.inner is inner
     for value in ("0", "1"):
@@ -431,8 +460,7 @@ def test_configuration_is_validated_at_construction(tcp_store):
         SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", stat_timeout=-1)
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="handoff_timeout="):
-            SegmentHealthRendezvousHandler(inner, store=None, directory="/shc",
-                                           handoff_timeout=bad)
+            SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", handoff_timeout=bad)
 
 
 def count_stats(monkeypatch, path):
@@ -456,8 +484,9 @@ def test_a_sibling_restarting_alone_is_answered_while_process_zero_trains(
     with a fresh stat, so the sibling joins and pulls the others into a new round."""
     path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
     stats = count_stats(monkeypatch, path)
-    process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2)
-                         for p in (0, 1))
+    process0, sibling = (
+        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2) for p in (0, 1)
+    )
     assert [j.result.world_size for j in join_all([process0, sibling])] == [2, 2]
     assert len(stats) == 1  # one stat for the round: the sibling asked while process 0 joined
     started = time.monotonic()
@@ -471,8 +500,9 @@ def test_a_sibling_restarting_alone_is_answered_while_process_zero_trains(
 
 
 def test_a_decision_found_between_rounds_refuses_the_restarting_sibling(tcp_store, shc):
-    process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 3)
-                         for p in (0, 1))
+    process0, sibling = (
+        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 3) for p in (0, 1)
+    )
     task0 = launcher(tcp_store, shc, slurm_env(task=0), 2, 3)
     assert [j.result.world_size for j in join_all([process0, sibling, task0])] == [3, 3, 3]
     publish_decision(shc, str(ARRAY), "1", "drained while training")  # DRAIN: no eviction
@@ -530,8 +560,9 @@ def test_a_directory_that_does_not_exist_gets_one_warning(tcp_store, tmp_path, c
         assert handler.next_rendezvous().world_size == 1
     warnings = our_records(caplog, logging.WARNING)
     assert len(warnings) == 1 and missing in warnings[0] and "does not exist" in warnings[0]
-    sibling = launcher(tcp_store, missing, slurm_env(task=1, procid=1), 1, 1, run_id="run-2",
-                       handoff_timeout=0)
+    sibling = launcher(
+        tcp_store, missing, slurm_env(task=1, procid=1), 1, 1, run_id="run-2", handoff_timeout=0
+    )
     sibling.next_rendezvous()
     assert len(our_records(caplog, logging.WARNING)) == 1  # other launchers never look
 
@@ -550,7 +581,8 @@ def test_an_exclusion_is_recorded_once_with_its_marker_and_verdict(tcp_store, sh
     path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
     assert seen.names("1") == ["installed", "excluded", "marker_published", "verdict_published"]
     assert seen.fields("excluded", "1") == [
-        {"job_id": "1000", "task_id": "1", "by": "decision-file", "path": path, "size": "10"}]
+        {"job_id": "1000", "task_id": "1", "by": "decision-file", "path": path, "size": "10"}
+    ]
     assert seen.fields("marker_published", "1")[0]["group"] == "1"
     assert seen.fields("verdict_published", "1")[0]["verdict"] == "excluded"
     for healthy in ("0", "2"):
@@ -560,7 +592,11 @@ def test_an_exclusion_is_recorded_once_with_its_marker_and_verdict(tcp_store, sh
     (excluded,) = [e for e in seen.ours("1") if e.name == "nvrx_seghealth.excluded"]
     node = handlers[1].inner._this_node
     assert (excluded.run_id, excluded.hostname, excluded.pid, excluded.local_id) == (
-        RUN, node.addr, node.pid, node.local_id)
+        RUN,
+        node.addr,
+        node.pid,
+        node.local_id,
+    )
     assert excluded.rank is None  # it never joined a round
     assert seen.values("excluded") == [1]
     assert len(seen.values("check.duration.us")) == 3  # one stat per process 0
@@ -574,10 +610,15 @@ def test_a_sibling_records_the_verdict_it_waited_for_and_its_exclusion(tcp_store
         with pytest.raises(UnhealthyNodeException):
             launcher(tcp_store, shc, slurm_env(task=1), 1, 1).next_rendezvous()
         sibling.wait()
-    sibling_events = [parse_fields(e.message) | {"name": e.name} for e in seen.ours("1")
-                      if e.local_id == sibling.handler.inner._this_node.local_id]
-    assert [e["name"] for e in sibling_events] == ["nvrx_seghealth.verdict_waited",
-                                                   "nvrx_seghealth.excluded"]
+    sibling_events = [
+        parse_fields(e.message) | {"name": e.name}
+        for e in seen.ours("1")
+        if e.local_id == sibling.handler.inner._this_node.local_id
+    ]
+    assert [e["name"] for e in sibling_events] == [
+        "nvrx_seghealth.verdict_waited",
+        "nvrx_seghealth.excluded",
+    ]
     assert sibling_events[0]["verdict"] == "excluded" and sibling_events[0]["request"] == "1"
     assert sibling_events[1]["by"] == "marker" and sibling_events[1]["when"] == "before-joining"
     assert "(3 bytes)" in sibling_events[1]["marker"]  # process 0's marker text
@@ -593,14 +634,16 @@ def test_an_excluded_verdict_without_a_marker_is_recorded_as_the_verdict(tcp_sto
         view = view_of(tcp_store)
         view.publish(Answer(Verdict.EXCLUDED, view.read()[0]))
         assert isinstance(sibling.wait().error, UnhealthyNodeException)
-    assert seen.fields("excluded") == [{"job_id": "1000", "task_id": "1", "by": "verdict",
-                                        "when": "before-joining"}]
+    assert seen.fields("excluded") == [
+        {"job_id": "1000", "task_id": "1", "by": "verdict", "when": "before-joining"}
+    ]
 
 
 def test_a_marker_met_after_joining_is_recorded_with_the_round_rank(tcp_store, shc):
     with captured() as seen:
-        sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2,
-                                handoff_timeout=0.5))
+        sibling = Join(
+            launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2, handoff_timeout=0.5)
+        )
         wait_until(lambda: participants(tcp_store) == 1)
         ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).publish("1", "late marker")
         task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
@@ -609,8 +652,15 @@ def test_a_marker_met_after_joining_is_recorded_with_the_round_rank(tcp_store, s
     assert isinstance(sibling.error, UnhealthyNodeException)
     assert seen.names("1") == ["fail_open", "excluded"]
     assert seen.fields("fail_open", "1")[0]["reason"] == "no-verdict"
-    assert seen.fields("excluded", "1") == [{"job_id": "1000", "task_id": "1", "by": "marker",
-                                             "when": "after-joining", "marker": "late marker"}]
+    assert seen.fields("excluded", "1") == [
+        {
+            "job_id": "1000",
+            "task_id": "1",
+            "by": "marker",
+            "when": "after-joining",
+            "marker": "late marker",
+        }
+    ]
     (excluded,) = [e for e in seen.ours("1") if e.name == "nvrx_seghealth.excluded"]
     assert excluded.rank in (0, 1) and excluded.rank != task0.result.rank
     assert seen.values("fail_open.no-verdict") == [1]
@@ -627,8 +677,13 @@ def test_a_fail_open_is_recorded_with_its_reason(tcp_store, shc, monkeypatch):
 
         monkeypatch.setattr(handler.check, "evaluate", broken)
         handler.next_rendezvous()
-    assert seen.names() == ["installed", "fail_open", "verdict_published", "fail_open",
-                            "verdict_published"]
+    assert seen.names() == [
+        "installed",
+        "fail_open",
+        "verdict_published",
+        "fail_open",
+        "verdict_published",
+    ]
     first, second = seen.fields("fail_open")
     assert (first["reason"], first["trigger"]) == ("not-a-regular-file", "attempt")
     assert first["detail"] == "not a regular file: directory"
@@ -643,8 +698,10 @@ def test_the_responder_records_its_answers_never_its_looks(tcp_store, shc):
     """Between rounds process 0 looks for requests every 0.2 s: only an answer is a
     decision, recorded once, with the rank of the round process 0 trains in."""
     with captured() as seen:
-        process0, sibling = (launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2,
-                                      keep_alive_attempts=30) for p in (0, 1))
+        process0, sibling = (
+            launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, keep_alive_attempts=30)
+            for p in (0, 1)
+        )
         joined = join_all([process0, sibling])
         time.sleep(10 * RESPONDER_INTERVAL)  # ten looks, no request
         quiet = seen.names()
@@ -655,10 +712,12 @@ def test_the_responder_records_its_answers_never_its_looks(tcp_store, shc):
         Join(process0).wait()
         restart.wait()
     assert quiet == ["installed", "proceed", "verdict_published", "verdict_waited"]
-    assert answered[len(quiet):] == ["proceed", "verdict_published", "verdict_waited"]
+    assert answered[len(quiet) :] == ["proceed", "verdict_published", "verdict_waited"]
     request_events = [e for e in seen.ours() if parse_fields(e.message).get("trigger") == "request"]
-    assert [e.name for e in request_events] == ["nvrx_seghealth.proceed",
-                                                "nvrx_seghealth.verdict_published"]
+    assert [e.name for e in request_events] == [
+        "nvrx_seghealth.proceed",
+        "nvrx_seghealth.verdict_published",
+    ]
     assert {e.rank for e in request_events} == {joined[0].result.rank}
 
 
@@ -680,4 +739,3 @@ def test_a_closed_rendezvous_met_before_joining_says_to_use_a_new_run_id(tcp_sto
         handler.next_rendezvous()
     (said,) = our_records(caplog, logging.ERROR)
     assert RUN in said and "--rdzv-id" in said
-

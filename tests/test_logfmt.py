@@ -6,12 +6,25 @@ from nvrx_seghealth.logfmt import format_fields, parse_fields
 
 
 def test_fields_read_back_exactly():
-    fields = {"path": "/shared/a b/segment_health_check.1.2", "detail": 'say "x=1"',
-              "empty": "", "n": 12, "ok": True, "no": False, "gone": None, "name": "née"}
+    fields = {
+        "path": "/shared/a b/segment_health_check.1.2",
+        "detail": 'say "x=1"',
+        "empty": "",
+        "n": 12,
+        "ok": True,
+        "no": False,
+        "gone": None,
+        "name": "née",
+    }
     message = format_fields(fields)
     assert message.startswith('path="/shared/a b/segment_health_check.1.2" ')
     assert "n=12 ok=true no=false" in message and "gone" not in message
     assert parse_fields(message) == {
-        "path": "/shared/a b/segment_health_check.1.2", "detail": 'say "x=1"', "empty": "",
-        "n": "12", "ok": "true", "no": "false", "name": "née",
+        "path": "/shared/a b/segment_health_check.1.2",
+        "detail": 'say "x=1"',
+        "empty": "",
+        "n": "12",
+        "ok": "true",
+        "no": "false",
+        "name": "née",
     }

@@ -22,8 +22,13 @@ def store(request, tmp_path):
     elif request.param == "file":
         yield dist.FileStore(str(tmp_path / "filestore"), -1)
     else:
-        master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                               timeout=datetime.timedelta(seconds=30))
+        master = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=30),
+        )
         yield master if request.param == "tcp" else dist.PrefixStore("job/", master)
 
 
@@ -62,8 +67,13 @@ def test_groups_list_in_numeric_order(store):
 
 def test_lookup_of_a_missing_marker_does_not_block(tmp_path):
     """A ``get`` of a missing key waits for the store timeout; lookups must not."""
-    master = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                           timeout=datetime.timedelta(seconds=20))
+    master = dist.TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=20),
+    )
     markers = ReplacementGroupMarkers(master, "run", "5")
     result = []
     worker = threading.Thread(target=lambda: result.append(markers.detail("3")), daemon=True)
@@ -101,8 +111,9 @@ def test_concurrent_thread_publishers_lose_nothing(tcp_store):
 
 def _publish_from_process(kind, address, groups, start):
     if kind == "tcp":
-        store = dist.TCPStore("127.0.0.1", address, is_master=False,
-                              timeout=datetime.timedelta(seconds=60))
+        store = dist.TCPStore(
+            "127.0.0.1", address, is_master=False, timeout=datetime.timedelta(seconds=60)
+        )
     else:
         store = dist.FileStore(address, -1)
     markers = ReplacementGroupMarkers(store, "run", "9")
@@ -114,8 +125,13 @@ def _publish_from_process(kind, address, groups, start):
 @pytest.mark.parametrize("kind", ["tcp", "file"])
 def test_concurrent_process_publishers_lose_nothing(kind, tmp_path):
     if kind == "tcp":
-        store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=60))
+        store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=datetime.timedelta(seconds=60),
+        )
         address = store.port
     else:
         address = str(tmp_path / "filestore")

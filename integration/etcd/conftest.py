@@ -41,10 +41,19 @@ def _free_port() -> int:
 
 def _install() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-q"],
-                    ["apt-get", "install", "-y", "-q", "--no-install-recommends", "etcd-server"]):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600,
-                              stdin=subprocess.DEVNULL)
+    for command in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "etcd-server"],
+    ):
+        done = subprocess.run(
+            command,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
         if done.returncode != 0:
             _unavailable(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
 
@@ -81,9 +90,11 @@ class EtcdServer:
 def etcd_server() -> Iterator[EtcdServer]:
     if shutil.which("etcd") is None:
         if not INSTALL:
-            _unavailable("etcd is not installed. Enable these tests with "
-                         "NVRX_SEGHEALTH_ETCD_INSTALL=1 (installs Debian's etcd-server) "
-                         "or run: apt-get install etcd-server")
+            _unavailable(
+                "etcd is not installed. Enable these tests with "
+                "NVRX_SEGHEALTH_ETCD_INSTALL=1 (installs Debian's etcd-server) "
+                "or run: apt-get install etcd-server"
+            )
         _install()
     try:
         import etcd  # noqa: F401
@@ -95,11 +106,28 @@ def etcd_server() -> Iterator[EtcdServer]:
     log = state / "etcd.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            ["etcd", "--name", "nvrx", "--data-dir", str(state / "data"),
-             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-             "--initial-cluster", f"nvrx={peer_url}", "--enable-v2=true"],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            [
+                "etcd",
+                "--name",
+                "nvrx",
+                "--data-dir",
+                str(state / "data"),
+                "--listen-client-urls",
+                client_url,
+                "--advertise-client-urls",
+                client_url,
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+                "--initial-cluster",
+                f"nvrx={peer_url}",
+                "--enable-v2=true",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     server = EtcdServer("127.0.0.1", client_port, log)
     try:
         deadline = time.monotonic() + 30
@@ -109,7 +137,7 @@ def etcd_server() -> Iterator[EtcdServer]:
             try:
                 server.client().write("/nvrx-seghealth-ready", "1")
                 break
-            except Exception:
+            except Exception:  # noqa: BLE001  (not up yet: any client error)
                 if time.monotonic() > deadline:
                     _unavailable(f"etcd did not answer in 30 s: {log.read_text()[-2000:]}")
                 time.sleep(0.1)

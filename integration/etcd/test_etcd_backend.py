@@ -28,12 +28,21 @@ def etcd_launcher(server, run_id, directory, env, min_nodes, max_nodes):
     """One launcher: torch's etcd-v2 backend and store, wrapped, with its own Slurm env."""
     from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
 
-    params = RendezvousParameters("etcd-v2", server.endpoint, run_id, min_nodes, max_nodes,
-                                  last_call_timeout=1, join_timeout=60,
-                                  keep_alive_interval=1, keep_alive_max_attempt=2)
+    params = RendezvousParameters(
+        "etcd-v2",
+        server.endpoint,
+        run_id,
+        min_nodes,
+        max_nodes,
+        last_call_timeout=1,
+        join_timeout=60,
+        keep_alive_interval=1,
+        keep_alive_max_attempt=2,
+    )
     backend, store = create_backend(params)
-    return SegmentHealthRendezvousHandler(create_handler(store, backend, params), store=store,
-                                          directory=directory, environ=env)
+    return SegmentHealthRendezvousHandler(
+        create_handler(store, backend, params), store=store, directory=directory, environ=env
+    )
 
 
 def test_excluded_task_and_its_sibling_stay_out_and_the_rest_forms(etcd_server, tmp_path):
@@ -41,8 +50,12 @@ def test_excluded_task_and_its_sibling_stay_out_and_the_rest_forms(etcd_server, 
     publish_decision(str(tmp_path), "600", "1", "n2 drained")
     envs = [slurm_env(task=t, procid=p, array_job=600) for t in (0, 1, 2) for p in (0, 1)]
     handlers = [etcd_launcher(etcd_server, run, str(tmp_path), env, 4, 6) for env in envs]
-    joins = dict(zip(((e["SLURM_ARRAY_TASK_ID"], e["SLURM_PROCID"]) for e in envs),
-                     join_all(handlers, timeout=120)))
+    joins = dict(
+        zip(
+            ((e["SLURM_ARRAY_TASK_ID"], e["SLURM_PROCID"]) for e in envs),
+            join_all(handlers, timeout=120),
+        )
+    )
     excluded = {key for key, join in joins.items() if join.error is not None}
     assert all(isinstance(joins[k].error, UnhealthyNodeException) for k in excluded)
     # Process 0 of task 1 is always excluded; its sibling either never joined (marker seen
@@ -52,8 +65,10 @@ def test_excluded_task_and_its_sibling_stay_out_and_the_rest_forms(etcd_server, 
     assert worlds <= {4, 5}
     markers = ReplacementGroupMarkers(handlers[0].markers.store, run, "600")
     assert markers.marked_groups() == ["1"]
-    raw = {base64.b64decode(k.rsplit("/", 1)[1]).decode(): base64.b64decode(v).decode()
-           for k, v in etcd_server.raw("/torch/elastic/store").items()}
+    raw = {
+        base64.b64decode(k.rsplit("/", 1)[1]).decode(): base64.b64decode(v).decode()
+        for k, v in etcd_server.raw("/torch/elastic/store").items()
+    }
     group_key = f"nvrx_seghealth/{run}/600/group/1"
     assert raw[group_key].startswith(os.path.join(str(tmp_path), "segment_health_check.600.1"))
 
@@ -70,8 +85,18 @@ print(json.dumps({{"backend": handler.get_backend(), "inner": handler.inner.get_
                   "store": type(handler.markers.store).__name__,
                   "check": handler.check is not None}}))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **slurm_env(task=2, array_job=9)})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **slurm_env(task=2, array_job=9)},
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.splitlines()[-1]) == {
-        "backend": "segment-health", "inner": "etcd-v2", "store": "EtcdStore", "check": True}
+        "backend": "segment-health",
+        "inner": "etcd-v2",
+        "store": "EtcdStore",
+        "check": True,
+    }

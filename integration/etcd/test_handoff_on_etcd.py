@@ -10,22 +10,21 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from test_markers_on_etcd import etcd_store
 
 from nvrx_seghealth.markers import ReplacementGroupMarkers
 from tests.test_handoff import (  # noqa: F401  (collected here with the etcd fixture)
+    test_a_new_process_zero_instance_answers_correctly,
+    test_a_standing_answer_covers_every_request_made_while_it_stands,
     test_a_verdict_covering_the_request_is_taken_at_once,
     test_a_verdict_older_than_the_request_is_never_taken,
-    test_a_new_process_zero_instance_answers_correctly,
     test_an_answer_read_before_a_request_does_not_cover_it,
-    test_a_standing_answer_covers_every_request_made_while_it_stands,
     test_an_exclusion_stands_for_every_request_past_and_future,
     test_groups_and_lives_of_a_task_do_not_mix,
     test_no_verdict_returns_none_after_the_bound,
     test_one_answer_covers_every_earlier_request,
     test_requests_are_numbered_and_process_zero_reads_the_highest,
 )
-
-from test_markers_on_etcd import etcd_store
 
 pytestmark = pytest.mark.etcd
 

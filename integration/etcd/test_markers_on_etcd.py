@@ -36,8 +36,10 @@ def test_markers_round_trip_and_live_in_etcd_under_the_run(etcd_server):
     assert markers.is_marked("3") and not markers.is_marked("4")
     assert markers.detail("3") == "decision file /shc/x (5 bytes)"
     assert markers.marked_groups() == ["3"]
-    raw = {base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
-           for key, value in etcd_server.raw(STORE_PREFIX).items()}
+    raw = {
+        base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
+        for key, value in etcd_server.raw(STORE_PREFIX).items()
+    }
     ours = {k: v for k, v in raw.items() if k.startswith(f"nvrx_seghealth/{run}/")}
     assert ours == {
         f"nvrx_seghealth/{run}/4242/group/3": "decision file /shc/x (5 bytes)",
@@ -71,9 +73,16 @@ def test_concurrent_process_publishers_lose_nothing(etcd_server):
     context = multiprocessing.get_context("spawn")
     start = context.Event()
     processes = [
-        context.Process(target=_publish_from_process,
-                        args=(etcd_server.host, etcd_server.port, run,
-                              [str(g) for g in range(p, 32, 4)], start))
+        context.Process(
+            target=_publish_from_process,
+            args=(
+                etcd_server.host,
+                etcd_server.port,
+                run,
+                [str(g) for g in range(p, 32, 4)],
+                start,
+            ),
+        )
         for p in range(4)
     ]
     for process in processes:
@@ -82,15 +91,19 @@ def test_concurrent_process_publishers_lose_nothing(etcd_server):
     for process in processes:
         process.join(timeout=120)
     assert [p.exitcode for p in processes] == [0] * 4
-    assert ReplacementGroupMarkers(etcd_store(etcd_server), run, "7").marked_groups() == \
-        [str(g) for g in range(32)]
+    assert ReplacementGroupMarkers(etcd_store(etcd_server), run, "7").marked_groups() == [
+        str(g) for g in range(32)
+    ]
     # etcd itself: every marker, one slot per group (no slot number taken twice), count 32.
-    raw = {base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
-           for key, value in etcd_server.raw(STORE_PREFIX).items()}
+    raw = {
+        base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
+        for key, value in etcd_server.raw(STORE_PREFIX).items()
+    }
     prefix = f"nvrx_seghealth/{run}/7/"
     ours = {k.removeprefix(prefix): v for k, v in raw.items() if k.startswith(prefix)}
-    assert {k: v for k, v in ours.items() if k.startswith("group/")} == \
-        {f"group/{g}": f"from {g}" for g in range(32)}
+    assert {k: v for k, v in ours.items() if k.startswith("group/")} == {
+        f"group/{g}": f"from {g}" for g in range(32)
+    }
     slots = {k: v for k, v in ours.items() if k.startswith("slot/")}
     assert sorted(slots) == sorted(f"slot/{i}" for i in range(1, 33))
     assert sorted(slots.values(), key=int) == [str(g) for g in range(32)]

@@ -27,19 +27,36 @@ def _free_port() -> int:
 def test_the_readme_etcd_command_serves_the_v2_api(etcd_server, tmp_path):
     import etcd
 
-    (argv,) = [argv for e in examples_under("When to choose etcd-v2 over c10d")
-               for argv in commands(e.text) if argv[0] == "etcd"]
+    (argv,) = [
+        argv
+        for e in examples_under("When to choose etcd-v2 over c10d")
+        for argv in commands(e.text)
+        if argv[0] == "etcd"
+    ]
     port, peer = _free_port(), _free_port()
-    replaced = [arg.replace("/var/lib/etcd-rdzv", str(tmp_path / "data"))
-                .replace("0.0.0.0:2379", f"127.0.0.1:{port}")
-                .replace("etcd-host:2379", f"127.0.0.1:{port}") for arg in argv]
+    replaced = [
+        arg.replace("/var/lib/etcd-rdzv", str(tmp_path / "data"))
+        .replace("0.0.0.0:2379", f"127.0.0.1:{port}")
+        .replace("etcd-host:2379", f"127.0.0.1:{port}")
+        for arg in argv
+    ]
     assert replaced != argv and "--enable-v2=true" in argv
     peer_url = f"http://127.0.0.1:{peer}"
     with open(tmp_path / "etcd.log", "wb") as log:
         server = subprocess.Popen(
-            [*replaced, "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls",
-             peer_url, "--initial-cluster", f"rdzv={peer_url}"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            [
+                *replaced,
+                "--listen-peer-urls",
+                peer_url,
+                "--initial-advertise-peer-urls",
+                peer_url,
+                "--initial-cluster",
+                f"rdzv={peer_url}",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         client = etcd.Client(host="127.0.0.1", port=port, protocol="http")
         deadline = time.monotonic() + 30

@@ -85,8 +85,7 @@ def main() -> None:
     threads.append(_threads())
     # A stat that timed out may still be on its way into the kernel: give it time to hang.
     children = _settled(lambda found: any(child["stuck"] for child in found), float(settle))
-    print(json.dumps({"outcomes": outcomes, "threads": threads, "children": children}),
-          flush=True)
+    print(json.dumps({"outcomes": outcomes, "threads": threads, "children": children}), flush=True)
 
     sys.stdin.readline()
     stuck = {child["pid"] for child in children if child["stuck"]}
@@ -95,8 +94,17 @@ def main() -> None:
     )
     reaped = _settled(lambda found: not stuck & {c["pid"] for c in found}, float(settle))
     fresh = evaluate(normal, FRESH_BOUND).outcome.value
-    print(json.dumps({"exited": exited, "reaped": reaped, "fresh": fresh,
-                      "children_after_fresh": _children()}), flush=True)
+    print(
+        json.dumps(
+            {
+                "exited": exited,
+                "reaped": reaped,
+                "fresh": fresh,
+                "children_after_fresh": _children(),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -215,8 +215,13 @@ def _run_pileup_probe(mount: HungMount, tmp_path: Path) -> tuple[dict, dict]:
     command = [sys.executable, str(HERE / "pileup_probe.py"), str(mount.path / ARTIFACT),
                str(normal), "30", "0.2", "5"]  # fmt: skip
     with open(tmp_path / "probe.stderr", "wb") as stderr:
-        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=stderr, start_new_session=True)
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+        )
     try:
         first = json.loads(_read_line(process.stdout, 30.0))
         print(f"probe, before the abort: {first}")

@@ -34,28 +34,37 @@ UNIT = ["--job-id", "500", "--task-id", "1"]
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("command", [
-    ["mark", *UNIT, "--reason", "n3: ECC"],
-    ["clear", *UNIT],
-    ["clear", *UNIT, "--remove"],
-    ["status"],
-    ["status", "--json"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["mark", *UNIT, "--reason", "n3: ECC"],
+        ["clear", *UNIT],
+        ["clear", *UNIT, "--remove"],
+        ["status"],
+        ["status", "--json"],
+    ],
+)
 def test_a_command_on_a_hung_directory_gives_up_says_so_and_exits_1(
-        hung_mount: HungMount, command: list[str]) -> None:
+    hung_mount: HungMount, command: list[str]
+) -> None:
     shc = hung_mount.path / "shc"
     read_end, write_end = os.pipe()  # a stdin of its own, to look for afterwards
     stdin_pipe = os.fstat(read_end).st_ino
     try:
-        done = run_bounded([CLI, *command, "--dir", str(shc), "--fs-timeout", "1"],
-                           hung_mount, 15.0, stdin=read_end)
+        done = run_bounded(
+            [CLI, *command, "--dir", str(shc), "--fs-timeout", "1"],
+            hung_mount,
+            15.0,
+            stdin=read_end,
+        )
     finally:
         os.close(read_end)
         os.close(write_end)
     assert done.returncode == 1, done.stderr
-    assert f"{shc}: no answer after 1.0 s (a hung shared filesystem?)" in done.stderr \
-        or f"{shc} did not answer within 1 s (a hung shared filesystem?)" in done.stderr, \
-        done.stderr
+    assert (
+        f"{shc}: no answer after 1.0 s (a hung shared filesystem?)" in done.stderr
+        or f"{shc} did not answer within 1 s (a hung shared filesystem?)" in done.stderr
+    ), done.stderr
     if command[0] != "status":
         assert "whether the decision was written is unknown" in done.stderr
     assert 1.0 <= done.seconds < 10
@@ -64,18 +73,38 @@ def test_a_command_on_a_hung_directory_gives_up_says_so_and_exits_1(
 
 @pytest.mark.timeout(120)
 def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_and_stops(
-        hung_mount: HungMount, tmp_path: Path) -> None:
+    hung_mount: HungMount, tmp_path: Path
+) -> None:
     """Passes every 0.3 s with a 1 s bound: the first read (the producer's state file)
     does not answer and is reported; later calls are refused at once (one stuck helper,
     not one per pass) and each pass then skips the directory; SIGTERM stops the loop and
     the process exits."""
     slurm = FakeSlurm(tmp_path)
-    command = [CLI, "publish-drained", "--dir", str(hung_mount.path), "--job-id", "500",
-               "--producer-id", "t1", "--interval", "0.3", "--fs-timeout", "1",
-               "--audit-log", str(tmp_path / "audit.jsonl")]
-    process = subprocess.Popen(command, env={**os.environ, **slurm.env}, text=True,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
+    command = [
+        CLI,
+        "publish-drained",
+        "--dir",
+        str(hung_mount.path),
+        "--job-id",
+        "500",
+        "--producer-id",
+        "t1",
+        "--interval",
+        "0.3",
+        "--fs-timeout",
+        "1",
+        "--audit-log",
+        str(tmp_path / "audit.jsonl"),
+    ]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **slurm.env},
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         time.sleep(6)
         helpers = _fs_helpers(process.pid)
@@ -95,22 +124,39 @@ def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_a
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_stops_publish_drained_while_a_call_hangs(hung_mount: HungMount,
-                                                          tmp_path: Path) -> None:
+def test_sigterm_stops_publish_drained_while_a_call_hangs(
+    hung_mount: HungMount, tmp_path: Path
+) -> None:
     """With the default 10 s bound, SIGTERM while the first read into the directory (the
     producer's state file) hangs ends the producer at once."""
     slurm = FakeSlurm(tmp_path)
-    command = [CLI, "publish-drained", "--dir", str(hung_mount.path), "--job-id", "500",
-               "--producer-id", "t1", "--interval", "30"]
-    process = subprocess.Popen(command, env={**os.environ, **slurm.env}, text=True,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, start_new_session=True)
+    command = [
+        CLI,
+        "publish-drained",
+        "--dir",
+        str(hung_mount.path),
+        "--job-id",
+        "500",
+        "--producer-id",
+        "t1",
+        "--interval",
+        "30",
+    ]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **slurm.env},
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         time.sleep(3)  # started, and in the read of its state file (10 s bound)
         assert process.poll() is None and not (tmp_path / "squeue.args").exists()
         sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=8)
+        _out, err = process.communicate(timeout=8)
         stopped = time.monotonic() - sent
     except BaseException:
         hung_mount.abort()

@@ -115,6 +115,7 @@ class SlurmCluster:
             capture_output=True,
             text=True,
             timeout=timeout,
+            check=False,
         )
         if check and result.returncode != 0:
             pytest.fail(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
 from nvrx_seghealth import AllocationUnit, artifact_path
 
 if TYPE_CHECKING:

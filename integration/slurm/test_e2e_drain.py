@@ -74,7 +74,8 @@ def test_a_drained_task_is_excluded_at_the_next_rendezvous(
 
     decision = decisions / f"segment_health_check.{job_id}.2"
     assert decision.read_text() == (
-        f"{producer_tag('e2e')} unavailable nodes: {node} drng ({REASON})\n")
+        f"{producer_tag('e2e')} unavailable nodes: {node} drng ({REASON})\n"
+    )
 
     drained = task_of(jobs, "2")
     assert drained.state == "FAILED" and drained.exit_code in ((1, 0), (143, 0)), drained.fields

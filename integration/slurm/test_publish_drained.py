@@ -47,9 +47,21 @@ class Array:
     def publish(self, *options: str, producer: str = "t") -> str:
         """One pass of the producer; returns its stdout (the pass must succeed)."""
         done = nvrx_seghealth(
-            "publish-drained", "--dir", str(self.shc), "--job-id", self.job_id, "--once",
-            "--slurm-timeout", "10", "--audit-log", str(self.audit), "--producer-id",
-            producer, *options, env=self.cluster.env)
+            "publish-drained",
+            "--dir",
+            str(self.shc),
+            "--job-id",
+            self.job_id,
+            "--once",
+            "--slurm-timeout",
+            "10",
+            "--audit-log",
+            str(self.audit),
+            "--producer-id",
+            producer,
+            *options,
+            env=self.cluster.env,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -79,8 +91,15 @@ def array(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Array]:
     script.write_text("#!/bin/sh\nexec srun --kill-on-bad-exit=1 sleep 120\n")
     script.chmod(0o755)
     job_id = slurm_cluster.sbatch(
-        "--array=0-1", "--no-requeue", "--exclusive", "-N2", "--ntasks-per-node=1",
-        f"--chdir={tmp_path}", "--output=/dev/null", str(script))
+        "--array=0-1",
+        "--no-requeue",
+        "--exclusive",
+        "-N2",
+        "--ntasks-per-node=1",
+        f"--chdir={tmp_path}",
+        "--output=/dev/null",
+        str(script),
+    )
     try:
         wait_until(lambda: len(_running(slurm_cluster, job_id)) == 2)  # both tasks running
         nodes = _running(slurm_cluster, job_id)
@@ -97,8 +116,7 @@ def array(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Array]:
 def node_state(cluster: SlurmCluster, node: str, state: str, reason: str) -> Iterator[None]:
     """Put ``node`` in ``state``; always resume it and wait until it responds again."""
     try:
-        cluster.run("scontrol", "update", f"nodename={node}", f"state={state}",
-                    f"reason={reason}")
+        cluster.run("scontrol", "update", f"nodename={node}", f"state={state}", f"reason={reason}")
         yield
     finally:
         cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
@@ -133,7 +151,8 @@ def test_a_failing_node_is_published(array: Array) -> None:
         assert _node_state(array.cluster, node) == "failg"  # the task still runs there
         array.publish()
         assert array.decision("0").read_text() == (
-            f"{TAG} unavailable nodes: {node} failg (ecc errors)\n")
+            f"{TAG} unavailable nodes: {node} failg (ecc errors)\n"
+        )
         assert not array.decision("1").exists()
 
 
@@ -146,8 +165,9 @@ def test_down_ends_the_task_and_its_decision_is_kept(array: Array) -> None:
         array.publish()
         published = array.decision("1").read_text()
         assert published.endswith(f"{node} drng (flapping link)\n")
-        array.cluster.run("scontrol", "update", f"nodename={node}", "state=down",
-                          "reason=link down")
+        array.cluster.run(
+            "scontrol", "update", f"nodename={node}", "state=down", "reason=link down"
+        )
         wait_until(lambda: "1" not in _running(array.cluster, array.job_id))
         out = array.publish()
         assert "1 running tasks" in out
@@ -175,8 +195,7 @@ def not_responding(cluster: SlurmCluster, node: str) -> Iterator[None]:
     wait_until(lambda: not _node_state(cluster, node).endswith("*"))
 
 
-def test_not_responding_counts_only_after_three_passes_and_clears_after_three(
-        array: Array) -> None:
+def test_not_responding_counts_only_after_three_passes_and_clears_after_three(array: Array) -> None:
     """A node that stops responding for one pass (a slurmd restart, a blip) excludes
     nothing; three passes in a row (the default ``no_respond=3``) publish its task, and
     the decision is cleared only after three passes in a row without it."""
@@ -216,9 +235,11 @@ def test_two_producers_never_clear_each_others_decisions(array: Array) -> None:
     assert array.decision("0").read_bytes() == b""
 
 
-@pytest.mark.parametrize("hostlist", ["n[1-2]", "n[1-4]", "n1,n3", "n[1,3-4]", "n[01-03]",
-                                      "r[1-2]n[1,3]", "n[8-11]"])
-def test_host_lists_expand_as_slurm_expands_them(slurm_cluster: SlurmCluster,
-                                                 hostlist: str) -> None:
+@pytest.mark.parametrize(
+    "hostlist", ["n[1-2]", "n[1-4]", "n1,n3", "n[1,3-4]", "n[01-03]", "r[1-2]n[1,3]", "n[8-11]"]
+)
+def test_host_lists_expand_as_slurm_expands_them(
+    slurm_cluster: SlurmCluster, hostlist: str
+) -> None:
     slurm = slurm_cluster.run("scontrol", "show", "hostnames", hostlist).stdout.split()
     assert expand(hostlist) == slurm

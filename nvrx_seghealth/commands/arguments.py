@@ -17,8 +17,14 @@ from ..durations import DEFAULT_STAT_TIMEOUT
 from ..ft_settings import resolve_directory
 from .output import EXIT_STATUSES, exit_status_text
 
-__all__ = ["add_command", "add_directory_option", "add_fs_timeout_option", "directory_of",
-           "fs_seconds", "slurm_id"]
+__all__ = [
+    "add_command",
+    "add_directory_option",
+    "add_fs_timeout_option",
+    "directory_of",
+    "fs_seconds",
+    "slurm_id",
+]
 
 
 def add_command(
@@ -56,7 +62,8 @@ def slurm_id(value: str) -> str:
         if split:
             raise argparse.ArgumentTypeError(
                 f"{value!r} is squeue's <array job id>_<task id>: give --job-id "
-                f"{split[1]} --task-id {split[2]}") from None
+                f"{split[1]} --task-id {split[2]}"
+            ) from None
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
@@ -67,18 +74,21 @@ def fs_seconds(value: str) -> float:
     except ValueError:
         seconds = math.nan
     if not (0 < seconds <= 600):
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a number of seconds in 0 < s <= 600")
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds in 0 < s <= 600")
     return seconds
 
 
 def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
     """Add ``--fs-timeout S``: the bound of every call into the decision directory."""
     parser.add_argument(
-        "--fs-timeout", type=fs_seconds, default=DEFAULT_STAT_TIMEOUT, metavar="S",
+        "--fs-timeout",
+        type=fs_seconds,
+        default=DEFAULT_STAT_TIMEOUT,
+        metavar="S",
         help="seconds one read, list or write in the decision directory may take before "
-             f"the command gives up (a hung shared filesystem; default: "
-             f"{DEFAULT_STAT_TIMEOUT:g})")
+        f"the command gives up (a hung shared filesystem; default: "
+        f"{DEFAULT_STAT_TIMEOUT:g})",
+    )
 
 
 def add_directory_option(parser: argparse.ArgumentParser) -> None:

@@ -55,10 +55,18 @@ def register(subparsers: Any) -> None:
         """,
     )
     add_directory_option(parser)
-    parser.add_argument("--job-id", type=slurm_id, metavar="J",
-                        help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)")
-    parser.add_argument("--task-id", type=slurm_id, metavar="T",
-                        help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)")
+    parser.add_argument(
+        "--job-id",
+        type=slurm_id,
+        metavar="J",
+        help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)",
+    )
+    parser.add_argument(
+        "--task-id",
+        type=slurm_id,
+        metavar="T",
+        help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=check_command)
 
@@ -86,8 +94,9 @@ def _report(decision: Decision, job_id: str, task_id: str, hint: str | None) -> 
         verdict = paint("PROCEED (fail open)", "yellow")
     else:
         verdict = paint("PROCEED", "green")
-    print(f"{verdict}  job_id={job_id} task_id={task_id}: {decision.outcome.value}: "
-          f"{decision.reason}")
+    print(
+        f"{verdict}  job_id={job_id} task_id={task_id}: {decision.outcome.value}: {decision.reason}"
+    )
     print(f"  decision file: {decision.path}")
     if hint:
         print(f"  hint: {hint}")
@@ -100,8 +109,10 @@ def _hint(decision: Decision, directory: str) -> str | None:
     problem = directory_problem(directory, DEFAULT_STAT_TIMEOUT)
     if problem is None:
         return None
-    return (f"{problem}, so no producer can have written there: fix --dir (or "
-            "$NVRX_SEGMENT_HEALTH_CHECK_DIR), or create it where the producer writes")
+    return (
+        f"{problem}, so no producer can have written there: fix --dir (or "
+        "$NVRX_SEGMENT_HEALTH_CHECK_DIR), or create it where the producer writes"
+    )
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -114,11 +125,18 @@ def check_command(args: argparse.Namespace) -> int:
     decision = evaluate(artifact_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
     hint = _hint(decision, directory)
     if args.json:
-        print_json({
-            "path": decision.path, "job_id": job_id, "task_id": task_id,
-            "outcome": decision.outcome.value, "reason": decision.reason,
-            "size": decision.size, "proceed": decision.proceed, "hint": hint,
-        })
+        print_json(
+            {
+                "path": decision.path,
+                "job_id": job_id,
+                "task_id": task_id,
+                "outcome": decision.outcome.value,
+                "reason": decision.reason,
+                "size": decision.size,
+                "proceed": decision.proceed,
+                "hint": hint,
+            }
+        )
     else:
         _report(decision, job_id, task_id, hint)
     return EXIT_OK if decision.proceed else EXIT_FAILURE

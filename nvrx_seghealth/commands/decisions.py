@@ -30,8 +30,9 @@ class DecisionFile:
     path: str
 
 
-def list_decisions(names: list[str], directory: str,
-                   job_id: str | None = None) -> list[DecisionFile]:
+def list_decisions(
+    names: list[str], directory: str, job_id: str | None = None
+) -> list[DecisionFile]:
     """The entries among ``names`` (of ``directory``) named exactly like decision files,
     sorted by job and task.
 

@@ -72,17 +72,29 @@ def _directory_finding(directory: str) -> Finding:
     try:
         mode = stat_within(directory, DEFAULT_STAT_TIMEOUT).st_mode
     except FileNotFoundError:
-        return ("FAIL", f"directory {directory} does not exist: create it on storage that "
-                        f"every launcher mounts (mkdir -p {directory})")
+        return (
+            "FAIL",
+            (
+                f"directory {directory} does not exist: create it on storage that "
+                f"every launcher mounts (mkdir -p {directory})"
+            ),
+        )
     except StatTimeoutError as error:
         return ("FAIL", f"directory {directory}: {error}; the shared filesystem may hang")
     except OSError as error:
         return ("FAIL", f"directory {directory} cannot be examined: {error}")
     if not stat.S_ISDIR(mode):
-        return ("FAIL", f"{directory} is not a directory: point --dir at the directory "
-                        "that holds the decision files")
-    return ("ok", f"directory {directory} exists "
-                  f"(stat took {(time.monotonic() - started) * 1000:.1f} ms)")
+        return (
+            "FAIL",
+            (
+                f"{directory} is not a directory: point --dir at the directory "
+                "that holds the decision files"
+            ),
+        )
+    return (
+        "ok",
+        f"directory {directory} exists (stat took {(time.monotonic() - started) * 1000:.1f} ms)",
+    )
 
 
 def _decision_findings(directory: str, unit: AllocationUnit) -> list[Finding]:
@@ -92,20 +104,39 @@ def _decision_findings(directory: str, unit: AllocationUnit) -> list[Finding]:
     took = time.monotonic() - started
     findings: list[Finding] = [
         ("info", f"process 0 of this unit consults {path}"),
-        ("warn" if took > SLOW_STAT else "ok",
-         f"stat of the decision file took {took * 1000:.1f} ms (bound "
-         f"{DEFAULT_STAT_TIMEOUT:g} s)"),
+        (
+            "warn" if took > SLOW_STAT else "ok",
+            (
+                f"stat of the decision file took {took * 1000:.1f} ms (bound "
+                f"{DEFAULT_STAT_TIMEOUT:g} s)"
+            ),
+        ),
     ]
     if decision.failed_open:
-        findings.append(("FAIL", f"the decision cannot be judged ({decision.reason}): the "
-                                 "launcher would fail open and ignore the producer; make "
-                                 f"{path} a regular file the launcher can stat, or remove it"))
+        findings.append(
+            (
+                "FAIL",
+                (
+                    f"the decision cannot be judged ({decision.reason}): the "
+                    "launcher would fail open and ignore the producer; make "
+                    f"{path} a regular file the launcher can stat, or remove it"
+                ),
+            )
+        )
     elif decision.outcome is Outcome.UNHEALTHY:
-        findings.append(("warn", f"the unit is marked unhealthy ({decision.reason}): its "
-                                 "process 0 will be excluded at the next rendezvous"))
+        findings.append(
+            (
+                "warn",
+                (
+                    f"the unit is marked unhealthy ({decision.reason}): its "
+                    "process 0 will be excluded at the next rendezvous"
+                ),
+            )
+        )
     else:
-        findings.append(("ok", f"decision now: proceed ({decision.outcome.value}: "
-                               f"{decision.reason})"))
+        findings.append(
+            ("ok", f"decision now: proceed ({decision.outcome.value}: {decision.reason})")
+        )
     return findings
 
 
@@ -115,18 +146,40 @@ def _identity_findings(environ: dict[str, str]) -> tuple[list[Finding], Allocati
     except InvalidIdentityError as error:
         return [("FAIL", f"invalid Slurm identity: {error}")], None
     if unit is None:
-        return [("FAIL", "not inside a Slurm job (no SLURM_JOB_ID): run doctor as the "
-                         "launchers run, e.g. srun --ntasks-per-node=1 nvrx-seghealth "
-                         "doctor --dir DIR")], None
+        return [
+            (
+                "FAIL",
+                (
+                    "not inside a Slurm job (no SLURM_JOB_ID): run doctor as the "
+                    "launchers run, e.g. srun --ntasks-per-node=1 nvrx-seghealth "
+                    "doctor --dir DIR"
+                ),
+            )
+        ], None
     kind = "array task" if unit.is_array else "regular job"
-    findings: list[Finding] = [("ok", f"Slurm identity: {kind}, job_id={unit.job_id} "
-                                      f"task_id={unit.task_id}")]
+    findings: list[Finding] = [
+        ("ok", f"Slurm identity: {kind}, job_id={unit.job_id} task_id={unit.task_id}")
+    ]
     if unit.is_process_zero:
-        findings.append(("info", "SLURM_PROCID=0: this launcher installs the check and "
-                                 "reads the decision before every rendezvous"))
+        findings.append(
+            (
+                "info",
+                (
+                    "SLURM_PROCID=0: this launcher installs the check and "
+                    "reads the decision before every rendezvous"
+                ),
+            )
+        )
     else:
-        findings.append(("info", f"SLURM_PROCID={unit.procid}: this launcher does not read "
-                                 "the decision; its unit's process 0 does"))
+        findings.append(
+            (
+                "info",
+                (
+                    f"SLURM_PROCID={unit.procid}: this launcher does not read "
+                    "the decision; its unit's process 0 does"
+                ),
+            )
+        )
     return findings, unit
 
 
@@ -135,20 +188,40 @@ def _launch_shape_findings(environ: dict[str, str], unit: AllocationUnit | None)
     per_node = environ.get("SLURM_STEP_TASKS_PER_NODE") or environ.get("SLURM_TASKS_PER_NODE")
     counts = [int(count) for count in re.findall(r"(\d+)(?:\(x\d+\))?", per_node or "")]
     if not counts:
-        findings.append(("hint", "run exactly one launcher per node "
-                                 "(srun --ntasks-per-node=1)"))
+        findings.append(("hint", "run exactly one launcher per node (srun --ntasks-per-node=1)"))
     elif max(counts) > 1:
-        findings.append(("FAIL", f"{max(counts)} launchers on a node (tasks per node "
-                                 f"{per_node}): run one launcher per node with srun "
-                                 "--ntasks-per-node=1"))
+        findings.append(
+            (
+                "FAIL",
+                (
+                    f"{max(counts)} launchers on a node (tasks per node "
+                    f"{per_node}): run one launcher per node with srun "
+                    "--ntasks-per-node=1"
+                ),
+            )
+        )
     else:
         findings.append(("ok", "one launcher per node"))
-    findings.append(("hint", "start the launchers with srun --kill-on-bad-exit=1 so that an "
-                             "excluded process 0 ends its unit (not visible from here)"))
+    findings.append(
+        (
+            "hint",
+            (
+                "start the launchers with srun --kill-on-bad-exit=1 so that an "
+                "excluded process 0 ends its unit (not visible from here)"
+            ),
+        )
+    )
     restarts = environ.get("SLURM_RESTART_COUNT", "0")
     if unit is not None and unit.is_array and restarts not in ("", "0"):
-        findings.append(("FAIL", f"this array task was requeued (SLURM_RESTART_COUNT="
-                                 f"{restarts}): submit job arrays with sbatch --no-requeue"))
+        findings.append(
+            (
+                "FAIL",
+                (
+                    f"this array task was requeued (SLURM_RESTART_COUNT="
+                    f"{restarts}): submit job arrays with sbatch --no-requeue"
+                ),
+            )
+        )
     return findings
 
 
@@ -168,7 +241,8 @@ def doctor_command(args: argparse.Namespace) -> int:
         if directory is not None:
             problems = permission_problems(directory, DEFAULT_STAT_TIMEOUT)
             findings += [("warn", problem) for problem in problems] or [
-                ("ok", f"no other account can replace or remove another's decision in {directory}")]
+                ("ok", f"no other account can replace or remove another's decision in {directory}")
+            ]
     identity, unit = _identity_findings(environ)
     findings += identity
     if directory is not None and unit is not None:
@@ -176,11 +250,18 @@ def doctor_command(args: argparse.Namespace) -> int:
     findings += _launch_shape_findings(environ, unit)
     failed = any(level == "FAIL" for level, _ in findings)
     if args.json:
-        print_json({"ok": not failed,
-                    "findings": [{"level": lvl, "message": msg} for lvl, msg in findings]})
+        print_json(
+            {
+                "ok": not failed,
+                "findings": [{"level": lvl, "message": msg} for lvl, msg in findings],
+            }
+        )
     else:
         for level, message in findings:
             print(f"{paint(level.ljust(4), _LEVEL_COLOURS[level])}  {message}")
-        print(paint("problems found: see the FAIL lines", "red") if failed
-              else paint("no problems found", "green"))
+        print(
+            paint("problems found: see the FAIL lines", "red")
+            if failed
+            else paint("no problems found", "green")
+        )
     return EXIT_FAILURE if failed else EXIT_OK

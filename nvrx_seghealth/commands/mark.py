@@ -35,10 +35,20 @@ __all__ = ["clear_command", "mark_command", "register"]
 
 def _unit_options(parser: argparse.ArgumentParser) -> None:
     add_directory_option(parser)
-    parser.add_argument("--job-id", type=slurm_id, required=True, metavar="J",
-                        help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)")
-    parser.add_argument("--task-id", type=slurm_id, required=True, metavar="T",
-                        help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)")
+    parser.add_argument(
+        "--job-id",
+        type=slurm_id,
+        required=True,
+        metavar="J",
+        help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)",
+    )
+    parser.add_argument(
+        "--task-id",
+        type=slurm_id,
+        required=True,
+        metavar="T",
+        help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)",
+    )
     add_fs_timeout_option(parser)
 
 
@@ -61,8 +71,12 @@ def register(subparsers: Any) -> None:
         """,
     )
     _unit_options(mark)
-    mark.add_argument("--reason", required=True, metavar="TEXT",
-                      help="why the unit must not be used again (non-empty)")
+    mark.add_argument(
+        "--reason",
+        required=True,
+        metavar="TEXT",
+        help="why the unit must not be used again (non-empty)",
+    )
     mark.set_defaults(func=mark_command)
 
     clear = add_command(
@@ -80,13 +94,15 @@ def register(subparsers: Any) -> None:
         """,
     )
     _unit_options(clear)
-    clear.add_argument("--remove", action="store_true",
-                       help="remove the file instead of leaving it empty")
+    clear.add_argument(
+        "--remove", action="store_true", help="remove the file instead of leaving it empty"
+    )
     clear.set_defaults(func=clear_command)
 
 
-def _write(command: str, args: argparse.Namespace,
-           content: bytes | None) -> tuple[int, Result | None, str]:
+def _write(
+    command: str, args: argparse.Namespace, content: bytes | None
+) -> tuple[int, Result | None, str]:
     """Write ``content`` (``None``: remove) as the unit's decision.
 
     Returns the exit code, the result (``None`` when nothing was written) and the path.
@@ -99,9 +115,11 @@ def _write(command: str, args: argparse.Namespace,
     try:
         result = boundedfs.replace(path, content, None, args.fs_timeout)
     except (OSError, LockBusyError) as error:
-        print(f"nvrx-seghealth {command}: job_id={args.job_id} task_id={args.task_id} not "
-              f"written: {write_problem(error, directory, path, args.fs_timeout)}",
-              file=sys.stderr)
+        print(
+            f"nvrx-seghealth {command}: job_id={args.job_id} task_id={args.task_id} not "
+            f"written: {write_problem(error, directory, path, args.fs_timeout)}",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE, None, path
     for warning in result.warnings:
         print(f"nvrx-seghealth {command}: warning: {warning}", file=sys.stderr)
@@ -124,8 +142,10 @@ def clear_command(args: argparse.Namespace) -> int:
     code, result, path = _write("clear", args, None if args.remove else b"")
     if result is not None:
         if args.remove and result.before.kind == "absent":
-            print(f"nothing to remove: job_id={args.job_id} task_id={args.task_id} has no "
-                  f"decision file ({path})")
+            print(
+                f"nothing to remove: job_id={args.job_id} task_id={args.task_id} has no "
+                f"decision file ({path})"
+            )
         else:
             done = "removed" if args.remove else "emptied"
             print(f"cleared job_id={args.job_id} task_id={args.task_id} ({done}): {path}")

@@ -41,8 +41,10 @@ EXIT_USAGE = 2
 ExitStatus = tuple[int, str]
 
 _USAGE: ExitStatus = (EXIT_USAGE, "usage or configuration error; nothing was done")
-_NOT_WRITTEN = ("the directory is missing or not writable, another writer held the lock, "
-                "or the filesystem did not answer within --fs-timeout")
+_NOT_WRITTEN = (
+    "the directory is missing or not writable, another writer held the lock, "
+    "or the filesystem did not answer within --fs-timeout"
+)
 
 #: Every operator command's exit statuses, by command name: the single source of the
 #: ``--help`` texts and of the README's table.
@@ -64,8 +66,7 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
     ),
     "status": (
         (EXIT_OK, "listed (also when there is no decision file)"),
-        (EXIT_FAILURE, "the directory cannot be listed, or did not answer within "
-                       "--fs-timeout"),
+        (EXIT_FAILURE, "the directory cannot be listed, or did not answer within --fs-timeout"),
         _USAGE,
     ),
     "doctor": (
@@ -74,16 +75,28 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
         (EXIT_USAGE, "usage error (an unknown or malformed option); nothing was done"),
     ),
     "publish-drained": (
-        (EXIT_OK, "--once: the pass and all its writes succeeded; --interval: stopped by "
-                  "SIGINT or SIGTERM"),
-        (EXIT_FAILURE, "--once: a Slurm query failed (nothing written, the last decisions "
-                       "kept), or a write failed or did not answer"),
+        (
+            EXIT_OK,
+            (
+                "--once: the pass and all its writes succeeded; --interval: stopped by "
+                "SIGINT or SIGTERM"
+            ),
+        ),
+        (
+            EXIT_FAILURE,
+            (
+                "--once: a Slurm query failed (nothing written, the last decisions "
+                "kept), or a write failed or did not answer"
+            ),
+        ),
         _USAGE,
     ),
     "store-host": (
         (EXIT_OK, "stopped by SIGINT or SIGTERM"),
-        (EXIT_USAGE, "usage error, or the port cannot be bound (in use, not permitted); "
-                     "nothing was served"),
+        (
+            EXIT_USAGE,
+            "usage error, or the port cannot be bound (in use, not permitted); nothing was served",
+        ),
     ),
 }
 
@@ -91,15 +104,19 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
 def exit_status_text(command: str) -> str:
     """The ``exit status:`` block of ``command``'s help, from :data:`EXIT_STATUSES`."""
     return "exit status:\n" + "\n".join(
-        f"  {code}  {meaning}" for code, meaning in EXIT_STATUSES[command])
+        f"  {code}  {meaning}" for code, meaning in EXIT_STATUSES[command]
+    )
+
 
 _COLOURS = {"red": "31", "green": "32", "yellow": "33", "bold": "1", "dim": "2"}
 
 
 def _colour_enabled(stream: TextIO) -> bool:
     isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty()) and "NO_COLOR" not in os.environ and (
-        os.environ.get("TERM") != "dumb"
+    return (
+        bool(isatty and isatty())
+        and "NO_COLOR" not in os.environ
+        and (os.environ.get("TERM") != "dumb")
     )
 
 

@@ -81,17 +81,27 @@ from .fsproblems import hung_problem, write_problem
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
 from .slurm import NODE_STATES, RunningTask, SlurmClient, SlurmError
 
-__all__ = ["TAG_PREFIX", "DrainedPublisher", "PassResult", "decision_text",
-           "default_producer_id", "producer_tag", "publish_drained_command", "register",
-           "state_file_name"]
+__all__ = [
+    "TAG_PREFIX",
+    "DrainedPublisher",
+    "PassResult",
+    "decision_text",
+    "default_producer_id",
+    "producer_tag",
+    "publish_drained_command",
+    "register",
+    "state_file_name",
+]
 
 NAME = "publish-drained"
 
 #: Every decision this producer writes starts with ``TAG_PREFIX[<producer id>]:``.
 TAG_PREFIX = "nvrx-seghealth publish-drained"
 #: The state file of a producer in the decision directory: ``.publish-drained.<id>.<job>.json``.
-STATE_FILE = re.compile(r"\.publish-drained\.(?P<id>[A-Za-z0-9][A-Za-z0-9._+@-]*)\."
-                        r"(?P<job>[0-9]+)\.json")
+STATE_FILE = re.compile(
+    r"\.publish-drained\.(?P<id>[A-Za-z0-9][A-Za-z0-9._+@-]*)\."
+    r"(?P<job>[0-9]+)\.json"
+)
 _PRODUCER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,63}")
 _KEEP = object()  # a task whose decision stays as it is this pass
 
@@ -144,30 +154,65 @@ def register(subparsers: Any) -> None:
         """,
     )
     add_directory_option(parser)
-    parser.add_argument("--job-id", type=_job_id, required=True, metavar="ARRAY_JOB_ID",
-                        help="the array job id (SLURM_ARRAY_JOB_ID), or a regular job's id")
-    parser.add_argument("--states", type=_states, default=tuple(NODE_STATES), metavar="LIST",
-                        help="node states that make a task unhealthy, comma-separated, from "
-                             f"{', '.join(NODE_STATES)} (default: all)")
-    parser.add_argument("--passes", type=_passes, default={}, metavar="STATE=N,...",
-                        help="consecutive passes a state must hold to count, and be gone to "
-                             f"clear (default: {defaults})")
-    parser.add_argument("--producer-id", type=_producer_id, metavar="ID",
-                        help="this producer's name in its decisions: it clears only decisions "
-                             "with its own id (default: <account>-<states>)")
+    parser.add_argument(
+        "--job-id",
+        type=_job_id,
+        required=True,
+        metavar="ARRAY_JOB_ID",
+        help="the array job id (SLURM_ARRAY_JOB_ID), or a regular job's id",
+    )
+    parser.add_argument(
+        "--states",
+        type=_states,
+        default=tuple(NODE_STATES),
+        metavar="LIST",
+        help="node states that make a task unhealthy, comma-separated, from "
+        f"{', '.join(NODE_STATES)} (default: all)",
+    )
+    parser.add_argument(
+        "--passes",
+        type=_passes,
+        default={},
+        metavar="STATE=N,...",
+        help="consecutive passes a state must hold to count, and be gone to "
+        f"clear (default: {defaults})",
+    )
+    parser.add_argument(
+        "--producer-id",
+        type=_producer_id,
+        metavar="ID",
+        help="this producer's name in its decisions: it clears only decisions "
+        "with its own id (default: <account>-<states>)",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="run one pass and exit (default)")
-    mode.add_argument("--interval", type=_seconds, metavar="S",
-                      help="run a pass every S seconds until SIGINT or SIGTERM")
-    parser.add_argument("--slurm-timeout", type=_seconds, default=30.0, metavar="S",
-                        help="seconds one Slurm command may take (default: 30)")
-    parser.add_argument("--clear-after-failing", type=_seconds, metavar="S",
-                        help="once every pass has failed for S seconds, clear this producer's "
-                             "own decisions (fail open; NVRx's producer: 1800). Default: "
-                             "keep them until a pass succeeds")
+    mode.add_argument(
+        "--interval",
+        type=_seconds,
+        metavar="S",
+        help="run a pass every S seconds until SIGINT or SIGTERM",
+    )
+    parser.add_argument(
+        "--slurm-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds one Slurm command may take (default: 30)",
+    )
+    parser.add_argument(
+        "--clear-after-failing",
+        type=_seconds,
+        metavar="S",
+        help="once every pass has failed for S seconds, clear this producer's "
+        "own decisions (fail open; NVRx's producer: 1800). Default: "
+        "keep them until a pass succeeds",
+    )
     add_fs_timeout_option(parser)
-    parser.add_argument("--audit-log", metavar="FILE.jsonl",
-                        help="append one JSON line per transition and per failure")
+    parser.add_argument(
+        "--audit-log",
+        metavar="FILE.jsonl",
+        help="append one JSON line per transition and per failure",
+    )
     parser.set_defaults(func=publish_drained_command)
 
 
@@ -176,7 +221,8 @@ def _job_id(value: str) -> str:
     if split:
         raise argparse.ArgumentTypeError(
             f"{value!r} is one task of array job {split[1]}: give the array job id "
-            f"(--job-id {split[1]}); the producer handles all its tasks")
+            f"(--job-id {split[1]}); the producer handles all its tasks"
+        )
     return slurm_id(value)
 
 
@@ -186,7 +232,8 @@ def _states(value: str) -> tuple[str, ...]:
     if unknown or not states:
         raise argparse.ArgumentTypeError(
             f"unknown state(s) {', '.join(unknown) or '(none given)'}; choose from "
-            f"{', '.join(NODE_STATES)}")
+            f"{', '.join(NODE_STATES)}"
+        )
     return states
 
 
@@ -197,7 +244,8 @@ def _passes(value: str) -> dict[str, int]:
         if state not in NODE_STATES or not re.fullmatch(r"[1-9][0-9]{0,3}", count):
             raise argparse.ArgumentTypeError(
                 f"{item!r} is not STATE=N with STATE one of {', '.join(NODE_STATES)} and N a "
-                "whole number of passes from 1 to 9999 (e.g. no_respond=5)")
+                "whole number of passes from 1 to 9999 (e.g. no_respond=5)"
+            )
         passes[state] = int(count)
     return passes
 
@@ -206,7 +254,8 @@ def _producer_id(value: str) -> str:
     if not _PRODUCER_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a producer id: 1-64 letters, digits and . _ + @ -, starting "
-            "with a letter or digit")
+            "with a letter or digit"
+        )
     return value
 
 
@@ -234,7 +283,8 @@ def _iso(when: float | None) -> str | None:
     if when is None:
         return None
     return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).isoformat(
-        timespec="seconds")
+        timespec="seconds"
+    )
 
 
 @dataclass
@@ -264,7 +314,8 @@ class PassResult:
     def ok(self) -> bool:
         """The pass completed and every write succeeded."""
         return self.error is None and not any(
-            event["event"] == "write-failed" for event in self.events)
+            event["event"] == "write-failed" for event in self.events
+        )
 
 
 class _Hung(Exception):
@@ -287,11 +338,20 @@ class DrainedPublisher:
             decision and its conditional write (a test can hold the window open).
     """
 
-    def __init__(self, directory: str, job_id: str, states: tuple[str, ...],
-                 slurm: SlurmClient, *, producer_id: str,
-                 passes: Mapping[str, int] | None = None, fs_timeout: float = 10.0,
-                 clear_after_failing: float | None = None, interval: float | None = None,
-                 before_write: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        directory: str,
+        job_id: str,
+        states: tuple[str, ...],
+        slurm: SlurmClient,
+        *,
+        producer_id: str,
+        passes: Mapping[str, int] | None = None,
+        fs_timeout: float = 10.0,
+        clear_after_failing: float | None = None,
+        interval: float | None = None,
+        before_write: Callable[[str], None] | None = None,
+    ) -> None:
         self.directory = directory
         self.job_id = job_id
         self.producer_id = producer_id
@@ -317,9 +377,11 @@ class DrainedPublisher:
         try:
             current = boundedfs.read_current(self.state_path, self.fs_timeout)
         except FilesystemTimeout as error:
-            return (f"the state file is not read: "
-                    f"{hung_problem(error, self.directory, self.fs_timeout, wrote=False)}; "
-                    "counting anew")
+            return (
+                f"the state file is not read: "
+                f"{hung_problem(error, self.directory, self.fs_timeout, wrote=False)}; "
+                "counting anew"
+            )
         except OSError as error:
             return f"cannot read the state file {self.state_path} ({error}); counting anew"
         if current.kind == "absent":
@@ -334,19 +396,28 @@ class DrainedPublisher:
             self.stale_cleared = bool(state["stale_cleared"])
             self.unreadable = set(state["unreadable"])
         except (ValueError, KeyError, TypeError) as error:
-            return (f"the state file {self.state_path} is not usable ({current.error or error})"
-                    "; counting anew")
+            return (
+                f"the state file {self.state_path} is not usable ({current.error or error})"
+                "; counting anew"
+            )
         return None
 
     def _save_state(self, result: PassResult, now: float) -> None:
         state = {
-            "version": 1, "producer_id": self.producer_id, "job_id": self.job_id,
-            "passes": self.debouncer.passes, "interval": self.interval,
+            "version": 1,
+            "producer_id": self.producer_id,
+            "job_id": self.job_id,
+            "passes": self.debouncer.passes,
+            "interval": self.interval,
             "clear_after_failing": self.clear_after_failing,
-            "last_pass": now, "last_ok": self.last_ok,
-            "failing_since": self.failing_since, "failed_passes": self.failed_passes,
-            "last_error": self.last_error, "stale_cleared": self.stale_cleared,
-            "unreadable": sorted(self.unreadable), "nodes": self.debouncer.to_json(),
+            "last_pass": now,
+            "last_ok": self.last_ok,
+            "failing_since": self.failing_since,
+            "failed_passes": self.failed_passes,
+            "last_error": self.last_error,
+            "stale_cleared": self.stale_cleared,
+            "unreadable": sorted(self.unreadable),
+            "nodes": self.debouncer.to_json(),
         }
         content = (json.dumps(state, sort_keys=True) + "\n").encode()
         try:
@@ -357,29 +428,61 @@ class DrainedPublisher:
 
     # --- one pass ------------------------------------------------------------------------
 
-    def _record(self, result: PassResult, event: str, task_id: str, path: str,
-                **extra: Any) -> None:
-        result.events.append({"event": event, "job_id": self.job_id, "task_id": task_id,
-                              "path": path, "producer_id": self.producer_id, **extra})
+    def _record(
+        self, result: PassResult, event: str, task_id: str, path: str, **extra: Any
+    ) -> None:
+        result.events.append(
+            {
+                "event": event,
+                "job_id": self.job_id,
+                "task_id": task_id,
+                "path": path,
+                "producer_id": self.producer_id,
+                **extra,
+            }
+        )
 
-    def _write(self, result: PassResult, event: str, task_id: str, path: str,
-               content: bytes, current: Current, text: str) -> None:
+    def _write(
+        self,
+        result: PassResult,
+        event: str,
+        task_id: str,
+        path: str,
+        content: bytes,
+        current: Current,
+        text: str,
+    ) -> None:
         if self.before_write is not None:
             self.before_write(path)
         try:
             written = boundedfs.replace(path, content, current, self.fs_timeout)
         except FilesystemTimeout as error:
-            self._record(result, "write-failed", task_id, path, intended=event,
-                         error=write_problem(error, self.directory, path, self.fs_timeout))
+            self._record(
+                result,
+                "write-failed",
+                task_id,
+                path,
+                intended=event,
+                error=write_problem(error, self.directory, path, self.fs_timeout),
+            )
             raise _Hung from None
         except (OSError, LockBusyError) as error:
-            self._record(result, "write-failed", task_id, path, intended=event,
-                         error=write_problem(error, self.directory, path, self.fs_timeout))
+            self._record(
+                result,
+                "write-failed",
+                task_id,
+                path,
+                intended=event,
+                error=write_problem(error, self.directory, path, self.fs_timeout),
+            )
             return
         result.warnings.extend(written.warnings)
         if written.status == "conflict":
-            found = first_line(written.before.data) if written.before.kind == "content" else (
-                written.before.kind)
+            found = (
+                first_line(written.before.data)
+                if written.before.kind == "content"
+                else (written.before.kind)
+            )
             self._record(result, "conflict", task_id, path, intended=event, found=found)
         else:
             self._record(result, event, task_id, path, text=text.strip())
@@ -389,13 +492,24 @@ class DrainedPublisher:
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
         except FilesystemTimeout as error:
-            self._record(result, "write-failed", task_id, path, intended="read",
-                         error=hung_problem(error, self.directory, self.fs_timeout,
-                                            wrote=False))
+            self._record(
+                result,
+                "write-failed",
+                task_id,
+                path,
+                intended="read",
+                error=hung_problem(error, self.directory, self.fs_timeout, wrote=False),
+            )
             raise _Hung from None
         except OSError as error:
-            self._record(result, "write-failed", task_id, path, intended="read",
-                         error=write_problem(error, self.directory, path, self.fs_timeout))
+            self._record(
+                result,
+                "write-failed",
+                task_id,
+                path,
+                intended="read",
+                error=write_problem(error, self.directory, path, self.fs_timeout),
+            )
             return
         if current.kind == "unreadable":
             if path not in self.unreadable:
@@ -403,7 +517,8 @@ class DrainedPublisher:
                 result.warnings.append(
                     f"task {task_id}: {path} cannot be read ({current.error}): it is someone "
                     "else's decision and is left alone; make it readable to this producer "
-                    "or remove it")
+                    "or remove it"
+                )
                 self._record(result, "unreadable", task_id, path, error=current.error)
             result.unchanged += 1
             return
@@ -416,8 +531,15 @@ class DrainedPublisher:
         elif current.kind == "content" and current.data == desired.encode():
             result.unchanged += 1
         elif ours or current.empty:
-            self._write(result, "updated" if ours else "published", task_id, path,
-                        desired.encode(), current, desired)
+            self._write(
+                result,
+                "updated" if ours else "published",
+                task_id,
+                path,
+                desired.encode(),
+                current,
+                desired,
+            )
         else:
             result.unchanged += 1  # someone else's decision stands
 
@@ -453,12 +575,14 @@ class DrainedPublisher:
         result.unavailable = sorted(self.debouncer.unavailable().values())
         result.pending = sorted(self.debouncer.pending() & hosts)
         try:
-            for task_id, desired in sorted(self._desired(tasks).items(),
-                                           key=lambda item: int(item[0])):
+            for task_id, desired in sorted(
+                self._desired(tasks).items(), key=lambda item: int(item[0])
+            ):
                 self._apply(task_id, desired, result)
         except _Hung:
-            result.warnings.append("the decision directory does not answer: the rest of "
-                                   "this pass was skipped")
+            result.warnings.append(
+                "the decision directory does not answer: the rest of this pass was skipped"
+            )
             return result
         self._save_state(result, now)
         return result
@@ -468,9 +592,15 @@ class DrainedPublisher:
         self.failing_since = self.failing_since or now
         self.failed_passes += 1
         self.last_error = error
-        result.events.append({"event": "pass-failed", "job_id": self.job_id,
-                              "producer_id": self.producer_id, "error": error,
-                              "failing_since": _iso(self.failing_since)})
+        result.events.append(
+            {
+                "event": "pass-failed",
+                "job_id": self.job_id,
+                "producer_id": self.producer_id,
+                "error": error,
+                "failing_since": _iso(self.failing_since),
+            }
+        )
         window = self.clear_after_failing
         if window is not None and not self.stale_cleared and now - self.failing_since >= window:
             self._clear_own(result)
@@ -481,11 +611,12 @@ class DrainedPublisher:
         try:
             names = boundedfs.list_names(self.directory, self.fs_timeout)
         except (OSError, FilesystemTimeout) as error:
-            result.warnings.append(f"cannot list {self.directory} to clear stale decisions: "
-                                   f"{error}")
+            result.warnings.append(
+                f"cannot list {self.directory} to clear stale decisions: {error}"
+            )
             return
         for name in sorted(names):
-            task_id = name[len(prefix):]
+            task_id = name[len(prefix) :]
             if not (name.startswith(prefix) and task_id.isdigit()):
                 continue
             path = os.path.join(self.directory, name)
@@ -497,8 +628,10 @@ class DrainedPublisher:
                 try:
                     self._write(result, "stale-cleared", task_id, path, b"", current, "")
                 except _Hung:
-                    result.warnings.append("the decision directory does not answer: stale "
-                                           "decisions are cleared at a later pass")
+                    result.warnings.append(
+                        "the decision directory does not answer: stale "
+                        "decisions are cleared at a later pass"
+                    )
                     return
         self.stale_cleared = True
         self.debouncer.records.clear()
@@ -508,13 +641,14 @@ def _audit(path: str | None, events: list[dict[str, Any]], timeout: float) -> No
     if path is None or not events:
         return
     stamp = _iso(_now())
-    lines = "".join(json.dumps({"time": stamp, **event}, sort_keys=True) + "\n"
-                    for event in events)
+    lines = "".join(json.dumps({"time": stamp, **event}, sort_keys=True) + "\n" for event in events)
     try:
         boundedfs.append_text(path, lines, timeout)
     except (OSError, FilesystemTimeout) as error:
-        print(f"nvrx-seghealth {NAME}: warning: cannot append to the audit log {path}: "
-              f"{error}", file=sys.stderr)
+        print(
+            f"nvrx-seghealth {NAME}: warning: cannot append to the audit log {path}: {error}",
+            file=sys.stderr,
+        )
 
 
 def _report(result: PassResult, publisher: DrainedPublisher) -> None:
@@ -523,30 +657,42 @@ def _report(result: PassResult, publisher: DrainedPublisher) -> None:
         print(f"{stamp} warning: {warning}", file=sys.stderr)
     if result.error is not None:
         since = _iso(publisher.failing_since)
-        print(f"{stamp} pass failed, nothing written, last decisions kept (passes failing "
-              f"since {since}, {publisher.failed_passes} in a row): {result.error}",
-              file=sys.stderr)
+        print(
+            f"{stamp} pass failed, nothing written, last decisions kept (passes failing "
+            f"since {since}, {publisher.failed_passes} in a row): {result.error}",
+            file=sys.stderr,
+        )
     for event in result.events:
         kind = event["event"]
         if kind == "write-failed":
-            print(f"{stamp} task {event['task_id']}: {event['intended']} failed: "
-                  f"{event['error']}", file=sys.stderr)
+            print(
+                f"{stamp} task {event['task_id']}: {event['intended']} failed: {event['error']}",
+                file=sys.stderr,
+            )
         elif kind == "conflict":
-            print(f"{stamp} task {event['task_id']}: not {event['intended']}: {event['path']} "
-                  f"changed since it was read and now holds another decision ({event['found']}"
-                  "); that decision stands", file=sys.stderr)
+            print(
+                f"{stamp} task {event['task_id']}: not {event['intended']}: {event['path']} "
+                f"changed since it was read and now holds another decision ({event['found']}"
+                "); that decision stands",
+                file=sys.stderr,
+            )
         elif kind in ("published", "updated", "cleared", "stale-cleared"):
             detail = f": {event['text']}" if event["text"] else ""
             print(f"{stamp} task {event['task_id']}: {kind} {event['path']}{detail}")
     if result.error is not None:
         return
     nodes = ", ".join(result.unavailable) or "none"
-    counts = {name: sum(e["event"] == name for e in result.events)
-              for name in ("published", "updated", "cleared", "conflict", "write-failed")}
+    counts = {
+        name: sum(e["event"] == name for e in result.events)
+        for name in ("published", "updated", "cleared", "conflict", "write-failed")
+    }
     pending = f"; not counted yet: {', '.join(result.pending)}" if result.pending else ""
-    print(f"{stamp} pass done: unavailable nodes: {nodes}{pending}; {result.running} running "
-          "tasks; " + ", ".join(f"{count} {name}" for name, count in counts.items())
-          + f", {result.unchanged} unchanged")
+    print(
+        f"{stamp} pass done: unavailable nodes: {nodes}{pending}; {result.running} running "
+        "tasks; "
+        + ", ".join(f"{count} {name}" for name, count in counts.items())
+        + f", {result.unchanged} unchanged"
+    )
 
 
 def _warn_state(publisher: DrainedPublisher) -> None:
@@ -581,10 +727,16 @@ def publish_drained_command(args: argparse.Namespace) -> int:
     if problem is not None:
         return usage_error(NAME, problem)
     publisher = DrainedPublisher(
-        directory, args.job_id, args.states, SlurmClient(args.slurm_timeout),
-        producer_id=args.producer_id or default_producer_id(args.states), passes=args.passes,
-        fs_timeout=args.fs_timeout, clear_after_failing=args.clear_after_failing,
-        interval=args.interval)
+        directory,
+        args.job_id,
+        args.states,
+        SlurmClient(args.slurm_timeout),
+        producer_id=args.producer_id or default_producer_id(args.states),
+        passes=args.passes,
+        fs_timeout=args.fs_timeout,
+        clear_after_failing=args.clear_after_failing,
+        interval=args.interval,
+    )
     if args.interval is None:
         _warn_state(publisher)
         result = publisher.run_pass()
@@ -612,8 +764,11 @@ def publish_drained_command(args: argparse.Namespace) -> int:
             busy[0] = False
             stop.wait(args.interval)
     except _Stopped as stopped:
-        print(f"{_iso(_now())} stopped by {signal.Signals(stopped.args[0]).name} during a pass; "
-              "the decisions written before it stand", file=sys.stderr)
+        print(
+            f"{_iso(_now())} stopped by {signal.Signals(stopped.args[0]).name} during a pass; "
+            "the decisions written before it stand",
+            file=sys.stderr,
+        )
     finally:
         busy[0] = False
         for sig, handler in handlers.items():

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import uuid
+from collections.abc import MutableMapping
 from typing import Any
 
 from ..backend import BACKEND_NAME
@@ -91,17 +92,26 @@ def launch_parser() -> argparse.ArgumentParser:
     parser.description = (
         "torchrun with the segment health check: every torchrun option works as in "
         "torchrun; the options below select the segment-health rendezvous backend around "
-        "--rdzv-backend (c10d or etcd-v2).")
+        "--rdzv-backend (c10d or etcd-v2)."
+    )
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.set_defaults(rdzv_backend="c10d")  # as ft_launcher: static cannot carry the check
     group = parser.add_argument_group("segment health check")
     group.add_argument(
-        DIRECTORY_FLAG, "--ft_segment_health_check_dir", dest="ft_segment_health_check_dir",
-        metavar="DIR", help="absolute decision directory that every launcher can reach")
+        DIRECTORY_FLAG,
+        "--ft_segment_health_check_dir",
+        dest="ft_segment_health_check_dir",
+        metavar="DIR",
+        help="absolute decision directory that every launcher can reach",
+    )
     group.add_argument(
-        CFG_FLAG, "--ft_cfg_path", dest="ft_cfg_path", metavar="FILE.yaml",
-        help=f"YAML file with {YAML_FIELD} (the fault_tolerance section may be nested)")
+        CFG_FLAG,
+        "--ft_cfg_path",
+        dest="ft_cfg_path",
+        metavar="FILE.yaml",
+        help=f"YAML file with {YAML_FIELD} (the fault_tolerance section may be nested)",
+    )
     return parser
 
 
@@ -117,12 +127,16 @@ def use_local_rendezvous(args: argparse.Namespace) -> None:
     """
     from torch.distributed.run import parse_min_max_nnodes
 
-    if (args.rdzv_backend in ("static", "c10d") and not args.rdzv_endpoint
-            and args.master_port is None and parse_min_max_nnodes(args.nnodes)[1] == 1):
+    if (
+        args.rdzv_backend in ("static", "c10d")
+        and not args.rdzv_endpoint
+        and args.master_port is None
+        and parse_min_max_nnodes(args.nnodes)[1] == 1
+    ):
         args.standalone = True
 
 
-def agent_environment(environ: dict[str, str]) -> None:
+def agent_environment(environ: MutableMapping[str, str]) -> None:
     """Set ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` unless ``environ`` sets it, as NVRx does.
 
     torch's agent then skips its rank exchange between rounds, in which a launcher that
@@ -146,7 +160,8 @@ def _inner_backend(args: argparse.Namespace, source: str) -> str:
         raise ConfigurationError(
             f"--rdzv-backend={args.rdzv_backend} cannot carry the segment health check "
             f"(set by {source}); use --rdzv-backend={' or '.join(INNER_BACKENDS)}, or drop "
-            "the segment health check setting")
+            "the segment health check setting"
+        )
     return str(args.rdzv_backend)
 
 
@@ -164,19 +179,22 @@ def select_segment_health(args: argparse.Namespace, setting: DirectorySetting) -
     """
     directory = setting.directory
     manual = args.rdzv_backend == BACKEND_NAME or bool(
-        _conf_keys(args.rdzv_conf) & {DIRECTORY_KEY, INNER_BACKEND_KEY})
+        _conf_keys(args.rdzv_conf) & {DIRECTORY_KEY, INNER_BACKEND_KEY}
+    )
     if manual:
         if setting.from_environment:
             return
         raise ConfigurationError(
             f"{setting.source} selects the {BACKEND_NAME} backend itself, but --rdzv-backend/"
             f"--rdzv-conf already configure it: give --rdzv-backend the inner rendezvous "
-            f"(c10d or etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf")
+            f"(c10d or etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf"
+        )
     if "," in directory or directory != directory.strip():
         raise ConfigurationError(
             f"{setting.source} {directory!r} cannot be passed to the rendezvous: "
             "--rdzv-conf values cannot contain commas or leading/trailing spaces; use a "
-            "directory path without them (e.g. a symlink to it)")
+            "directory path without them (e.g. a symlink to it)"
+        )
     inner = _inner_backend(args, setting.source)
     extra = f"{DIRECTORY_KEY}={directory},{INNER_BACKEND_KEY}={inner}"
     args.rdzv_conf = f"{args.rdzv_conf},{extra}" if args.rdzv_conf.strip() else extra
@@ -195,8 +213,9 @@ def run_command(args: argparse.Namespace) -> int:
     launch_args = launch_parser().parse_args(args.argv)
     use_local_rendezvous(launch_args)
     try:
-        setting = resolve_directory(launch_args.ft_segment_health_check_dir,
-                                    launch_args.ft_cfg_path)
+        setting = resolve_directory(
+            launch_args.ft_segment_health_check_dir, launch_args.ft_cfg_path
+        )
         if setting is not None:
             select_segment_health(launch_args, setting)
     except ConfigurationError as error:

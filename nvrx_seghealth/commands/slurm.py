@@ -54,9 +54,11 @@ NODE_STATES: dict[str, frozenset[str]] = {
 }
 
 _NODE_LINE = re.compile(
-    r"(?P<node>[^\s|]+)\|(?P<state>[a-z_]+)(?P<flags>[*~#!%$@^+-]*)\|(?P<reason>.*)")
+    r"(?P<node>[^\s|]+)\|(?P<state>[a-z_]+)(?P<flags>[*~#!%$@^+-]*)\|(?P<reason>.*)"
+)
 _TASK_LINE = re.compile(
-    r"(?P<job>[0-9]+)\|(?P<task>[0-9]+|N/A)\|(?P<partition>[^\s|,]+)\|(?P<hostlist>[^\s|]+)")
+    r"(?P<job>[0-9]+)\|(?P<task>[0-9]+|N/A)\|(?P<partition>[^\s|,]+)\|(?P<hostlist>[^\s|]+)"
+)
 
 
 class SlurmError(RuntimeError):
@@ -104,8 +106,13 @@ def run_command(argv: Sequence[str], timeout: float) -> str:
     """
     try:
         process = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, errors="replace", start_new_session=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
         )
     except OSError as error:
         raise SlurmError(f"{argv[0]}: cannot run: {error}") from None
@@ -143,8 +150,12 @@ def parse_nodes(text: str) -> list[NodeState]:
         if match is None:
             raise SlurmError(f"unexpected sinfo line: {line!r}")
         reason = match["reason"].strip()
-        nodes.setdefault(match["node"], NodeState(
-            match["node"], match["state"], match["flags"], "" if reason == "none" else reason))
+        nodes.setdefault(
+            match["node"],
+            NodeState(
+                match["node"], match["state"], match["flags"], "" if reason == "none" else reason
+            ),
+        )
     if not nodes:
         raise SlurmError("sinfo listed no nodes")
     return list(nodes.values())
@@ -190,12 +201,15 @@ class SlurmClient:
 
     def nodes(self, partitions: Iterable[str]) -> list[NodeState]:
         """Every node of ``partitions`` with its state and reason."""
-        out = run_command(["sinfo", "-p", ",".join(sorted(set(partitions))), "-N", "-h",
-                           "-o", "%N|%t|%E"], self.timeout)
+        out = run_command(
+            ["sinfo", "-p", ",".join(sorted(set(partitions))), "-N", "-h", "-o", "%N|%t|%E"],
+            self.timeout,
+        )
         return parse_nodes(out)
 
     def running_tasks(self, job_id: str) -> list[RunningTask]:
         """The running tasks of array job (or regular job) ``job_id``."""
         out = run_command(
-            ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%P|%N"], self.timeout)
+            ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%P|%N"], self.timeout
+        )
         return parse_running_tasks(out, job_id)

@@ -92,14 +92,20 @@ def _describe(entry: DecisionFile, now: float, timeout: float) -> dict[str, Any]
             if current.kind == "content":
                 diagnostic = first_line(current.data)
     return {
-        "job_id": entry.job_id, "task_id": entry.task_id, "path": entry.path,
-        "state": decision.outcome.value, "reason": decision.reason, "size": decision.size,
-        "age_seconds": None if age is None else round(age, 3), "diagnostic": diagnostic,
+        "job_id": entry.job_id,
+        "task_id": entry.task_id,
+        "path": entry.path,
+        "state": decision.outcome.value,
+        "reason": decision.reason,
+        "size": decision.size,
+        "age_seconds": None if age is None else round(age, 3),
+        "diagnostic": diagnostic,
     }
 
 
-def _producers(names: list[str], directory: str, job_id: str | None,
-               timeout: float) -> list[dict[str, Any]]:
+def _producers(
+    names: list[str], directory: str, job_id: str | None, timeout: float
+) -> list[dict[str, Any]]:
     """The state of each ``publish-drained`` producer that keeps it in ``directory``."""
     producers = []
     for name in sorted(names):
@@ -109,8 +115,18 @@ def _producers(names: list[str], directory: str, job_id: str | None,
         row: dict[str, Any] = {"producer_id": match["id"], "job_id": match["job"]}
         try:
             state = json.loads(boundedfs.read_current(f"{directory}/{name}", timeout).data)
-            row.update({key: state[key] for key in (
-                "last_pass", "last_ok", "failing_since", "failed_passes", "last_error")})
+            row.update(
+                {
+                    key: state[key]
+                    for key in (
+                        "last_pass",
+                        "last_ok",
+                        "failing_since",
+                        "failed_passes",
+                        "last_error",
+                    )
+                }
+            )
             row["interval"] = state.get("interval")
         except (OSError, FilesystemTimeout, ValueError, KeyError, TypeError) as error:
             row["unreadable"] = str(error) or type(error).__name__
@@ -126,16 +142,19 @@ def _producer_line(row: dict[str, Any], now: float) -> str:
     if row["failing_since"] is None:
         line = f"{who}: last pass {format_age(quiet)} ago, ok"
     else:
-        good = ("never" if row["last_ok"] is None
-                else f"{format_age(now - row['last_ok'])} ago")
+        good = "never" if row["last_ok"] is None else f"{format_age(now - row['last_ok'])} ago"
         since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["failing_since"]))
-        line = (f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
-                f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
-                f"kept as they were: {row['last_error']}")
+        line = (
+            f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
+            f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
+            f"kept as they were: {row['last_error']}"
+        )
     interval = row["interval"]
     if interval and quiet > max(3 * interval, interval + 60):
-        line += (f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
-                 f"{interval:g} s: its decisions are not kept up to date, restart it")
+        line += (
+            f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
+            f"{interval:g} s: its decisions are not kept up to date, restart it"
+        )
     return line
 
 
@@ -148,8 +167,11 @@ def status_command(args: argparse.Namespace) -> int:
     try:
         names = list_directory(directory, args.fs_timeout)
     except FileNotFoundError:
-        print(f"nvrx-seghealth {NAME}: the decision directory {directory} does not exist: "
-              "fix --dir, or create it where the producer writes", file=sys.stderr)
+        print(
+            f"nvrx-seghealth {NAME}: the decision directory {directory} does not exist: "
+            "fix --dir, or create it where the producer writes",
+            file=sys.stderr,
+        )
         return EXIT_FAILURE
     except (OSError, FilesystemTimeout) as error:
         print(f"nvrx-seghealth {NAME}: cannot list {directory}: {error}", file=sys.stderr)
@@ -158,28 +180,40 @@ def status_command(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"nvrx-seghealth {NAME}: warning: {warning}", file=sys.stderr)
     now = time.time()
-    rows = [_describe(entry, now, args.fs_timeout)
-            for entry in list_decisions(names, directory, args.job_id)]
+    rows = [
+        _describe(entry, now, args.fs_timeout)
+        for entry in list_decisions(names, directory, args.job_id)
+    ]
     producers = _producers(names, directory, args.job_id, args.fs_timeout)
     if args.json:
-        print_json({"directory": directory, "decisions": rows, "producers": producers,
-                    "warnings": warnings})
+        print_json(
+            {
+                "directory": directory,
+                "decisions": rows,
+                "producers": producers,
+                "warnings": warnings,
+            }
+        )
         return EXIT_OK
     if not rows:
         print(f"no decision files in {directory}")
     else:
         cells = [
-            [row["job_id"], row["task_id"], row["state"],
-             "-" if row["size"] is None else str(row["size"]),
-             "-" if row["age_seconds"] is None else format_age(row["age_seconds"]),
-             row["diagnostic"] or ("" if row["state"] in ("clear", "unhealthy")
-                                   else row["reason"])]
+            [
+                row["job_id"],
+                row["task_id"],
+                row["state"],
+                "-" if row["size"] is None else str(row["size"]),
+                "-" if row["age_seconds"] is None else format_age(row["age_seconds"]),
+                row["diagnostic"]
+                or ("" if row["state"] in ("clear", "unhealthy") else row["reason"]),
+            ]
             for row in rows
         ]
-        colours = [[None, None, _STATE_COLOURS[Outcome(row["state"])], None, None, None]
-                   for row in rows]
-        print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells,
-                           colours))
+        colours = [
+            [None, None, _STATE_COLOURS[Outcome(row["state"])], None, None, None] for row in rows
+        ]
+        print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
         unhealthy = sum(row["state"] == Outcome.UNHEALTHY.value for row in rows)
         plural = "" if len(rows) == 1 else "s"
         print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy")

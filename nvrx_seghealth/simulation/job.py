@@ -72,7 +72,7 @@ class SimulatedJob:
         self.faults: list[FaultEvent] = []
         self.started_at = time.time()
 
-    def __enter__(self) -> SimulatedJob:
+    def __enter__(self) -> SimulatedJob:  # noqa: PYI034  (never subclassed)
         try:
             self.start()
         except BaseException:
@@ -146,9 +146,7 @@ class SimulatedJob:
         """The worker records written so far."""
         return read_records(self.paths.results)
 
-    def record_fault(
-        self, what: str, in_round: int | None, at: float | None = None
-    ) -> FaultEvent:
+    def record_fault(self, what: str, in_round: int | None, at: float | None = None) -> FaultEvent:
         """Record a fault injected ``at`` (default: now) into the world of ``in_round``
         (``None``: before any world)."""
         event = FaultEvent(what, time.time() if at is None else at, in_round)

@@ -140,8 +140,7 @@ def render_table(
         return text.ljust(widths[i]) if i in lefts else text.rjust(widths[i])
 
     return "\n".join(
-        (indent + "  ".join(cell(i, text) for i, text in enumerate(row))).rstrip()
-        for row in rows
+        (indent + "  ".join(cell(i, text) for i, text in enumerate(row))).rstrip() for row in rows
     )
 
 
@@ -167,8 +166,9 @@ def render_timeline(result: JobResult) -> str:
         joined: dict[int, float] = {}
         for worker in result.workers:
             if worker.launcher == label:
-                joined[worker.round] = min(joined.get(worker.round, worker.started_at),
-                                           worker.started_at)
+                joined[worker.round] = min(
+                    joined.get(worker.round, worker.started_at), worker.started_at
+                )
         row = [label, at(outcome.started_at) if outcome.started else "never"]
         row += [at(joined.get(n)) for n in numbers]
         if telemetry:

@@ -28,6 +28,11 @@ def nvrx_seghealth(
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     return subprocess.run(
-        [*COMMAND, *args], env={**clean, **(env or {})}, stdin=subprocess.DEVNULL,
-        text=True, timeout=timeout, **kwargs,
+        [*COMMAND, *args],
+        env={**clean, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+        check=False,
     )

@@ -44,17 +44,25 @@ def test_a_non_empty_decision_excludes_with_json(shc):
     done = check(shc, "--job-id", "12", "--task-id", "3", "--json")
     assert done.returncode == 1
     assert json.loads(done.stdout) == {
-        "path": path, "job_id": "12", "task_id": "3", "outcome": "unhealthy",
-        "reason": "non-empty decision file (11 bytes)", "size": 11, "proceed": False,
-        "hint": None}
+        "path": path,
+        "job_id": "12",
+        "task_id": "3",
+        "outcome": "unhealthy",
+        "reason": "non-empty decision file (11 bytes)",
+        "size": 11,
+        "proceed": False,
+        "hint": None,
+    }
 
 
 def test_a_fifo_fails_open_without_blocking(shc):
     os.mkfifo(shc / "segment_health_check.12.3")  # opening it for reading would block
     done = check(shc, "--job-id", "12", "--task-id", "3")
     assert done.returncode == 0
-    assert "PROCEED (fail open)  job_id=12 task_id=3: not-a-regular-file: not a regular " \
-           "file: FIFO" in done.stdout
+    assert (
+        "PROCEED (fail open)  job_id=12 task_id=3: not-a-regular-file: not a regular "
+        "file: FIFO" in done.stdout
+    )
 
 
 def test_slurm_environment_names_the_unit_whatever_the_procid(shc):
@@ -65,8 +73,9 @@ def test_slurm_environment_names_the_unit_whatever_the_procid(shc):
 
 
 def test_regular_job_and_directory_from_the_environment(shc):
-    done = nvrx_seghealth("check", env={**slurm_env(job=77),
-                                        "NVRX_SEGMENT_HEALTH_CHECK_DIR": str(shc)})
+    done = nvrx_seghealth(
+        "check", env={**slurm_env(job=77), "NVRX_SEGMENT_HEALTH_CHECK_DIR": str(shc)}
+    )
     assert done.returncode == 0
     assert f"{shc}/segment_health_check.77.77" in done.stdout
 
@@ -88,18 +97,30 @@ def test_no_nested_brackets_in_the_verdict(shc):
     assert line == "EXCLUDED  job_id=12 task_id=3: unhealthy: non-empty decision file (11 bytes)"
 
 
-@pytest.mark.parametrize("args,env,message", [
-    (["--dir", "rel/shc", "--job-id", "1", "--task-id", "1"], {},
-     "--dir must be an absolute path"),
-    (["--job-id", "1", "--task-id", "1"], {},
-     "no decision directory: give --dir DIR or set NVRX_SEGMENT_HEALTH_CHECK_DIR"),
-    (["--dir", "/shc", "--job-id", "1"], {}, "give --job-id and --task-id together"),
-    (["--dir", "/shc"], {}, "not inside a Slurm job (no SLURM_JOB_ID): give --job-id"),
-    (["--dir", "/shc"], {"SLURM_JOB_ID": "../x"}, "invalid Slurm identity"),
-    (["--dir", "/shc", "--job-id", "../x", "--task-id", "1"], {}, "is not a decimal Slurm id"),
-    (["--dir", "/shc", "--job-id", "123_7", "--task-id", "7"], {},
-     "'123_7' is squeue's <array job id>_<task id>: give --job-id 123 --task-id 7"),
-])
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (
+            ["--dir", "rel/shc", "--job-id", "1", "--task-id", "1"],
+            {},
+            "--dir must be an absolute path",
+        ),
+        (
+            ["--job-id", "1", "--task-id", "1"],
+            {},
+            "no decision directory: give --dir DIR or set NVRX_SEGMENT_HEALTH_CHECK_DIR",
+        ),
+        (["--dir", "/shc", "--job-id", "1"], {}, "give --job-id and --task-id together"),
+        (["--dir", "/shc"], {}, "not inside a Slurm job (no SLURM_JOB_ID): give --job-id"),
+        (["--dir", "/shc"], {"SLURM_JOB_ID": "../x"}, "invalid Slurm identity"),
+        (["--dir", "/shc", "--job-id", "../x", "--task-id", "1"], {}, "is not a decimal Slurm id"),
+        (
+            ["--dir", "/shc", "--job-id", "123_7", "--task-id", "7"],
+            {},
+            "'123_7' is squeue's <array job id>_<task id>: give --job-id 123 --task-id 7",
+        ),
+    ],
+)
 def test_usage_errors_exit_2_with_the_fix(args, env, message):
     done = nvrx_seghealth("check", *args, env=env)
     assert done.returncode == 2

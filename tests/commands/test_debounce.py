@@ -29,8 +29,14 @@ def test_defaults_are_documented():
 
 def test_no_respond_counts_on_the_third_pass_and_clears_on_the_third_clean_one():
     history = run(Debouncer(DEFAULT_PASSES), [NR, NR, NR, OK, OK, OK])
-    assert history == [([], ["n1"]), ([], ["n1"]), (["n1"], []), (["n1"], []), (["n1"], []),
-                       ([], [])]
+    assert history == [
+        ([], ["n1"]),
+        ([], ["n1"]),
+        (["n1"], []),
+        (["n1"], []),
+        (["n1"], []),
+        ([], []),
+    ]
 
 
 def test_a_blip_resets_the_count():

@@ -43,8 +43,10 @@ def test_compare_shows_what_the_gate_saves(tmp_path):
     assert ungated["rounds"] >= 2 and numbers["rounds_saved"] == ungated["rounds"] - 1
     assert 1 not in ungated["trained"][str(ungated["rounds"] - 1)]["tasks"]
     if ungated["completed"]:
-        assert numbers["seconds_saved"] == ungated["time_to_healthy_world"] - \
-            gated["time_to_healthy_world"]
+        assert (
+            numbers["seconds_saved"]
+            == ungated["time_to_healthy_world"] - gated["time_to_healthy_world"]
+        )
         assert numbers["seconds_saved"] > 0
     # Both timelines list every launcher; the gated one shows the recorded exclusion.
     ungated_timeline, gated_timeline = (

@@ -48,16 +48,24 @@ def test_other_launchers_and_a_marked_unit_are_reported_not_failed(tmp_path):
     assert "warn  the unit is marked unhealthy" in done.stdout
 
 
-@pytest.mark.parametrize("case,message", [
-    ("missing", "does not exist: create it on storage that every launcher mounts (mkdir -p"),
-    ("file", "is not a directory: point --dir at the directory"),
-    ("relative", "--dir must be an absolute path"),
-    ("no-slurm", "not inside a Slurm job (no SLURM_JOB_ID): run doctor as the launchers run"),
-    ("two-per-node", "2 launchers on a node (tasks per node 2(x2)): run one launcher per node"),
-    ("fifo", "the launcher would fail open and ignore the producer"),
-    ("requeued", "this array task was requeued (SLURM_RESTART_COUNT=1): submit job arrays "
-                 "with sbatch --no-requeue"),
-])
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        ("missing", "does not exist: create it on storage that every launcher mounts (mkdir -p"),
+        ("file", "is not a directory: point --dir at the directory"),
+        ("relative", "--dir must be an absolute path"),
+        ("no-slurm", "not inside a Slurm job (no SLURM_JOB_ID): run doctor as the launchers run"),
+        ("two-per-node", "2 launchers on a node (tasks per node 2(x2)): run one launcher per node"),
+        ("fifo", "the launcher would fail open and ignore the producer"),
+        (
+            "requeued",
+            (
+                "this array task was requeued (SLURM_RESTART_COUNT=1): submit job arrays "
+                "with sbatch --no-requeue"
+            ),
+        ),
+    ],
+)
 def test_each_problem_fails_with_its_fix(tmp_path, case, message):
     directory, env = str(tmp_path), {**slurm_env(task=4, array_job=500), **STEP}
     if case == "missing":
@@ -90,18 +98,23 @@ def test_json(tmp_path):
     assert report["findings"][0] == {
         "level": "FAIL",
         "message": "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute "
-                   f"path that every launcher can reach, got 'rel'; pass e.g. "
-                   f"{os.path.abspath('rel')!r}"}
+        f"path that every launcher can reach, got 'rel'; pass e.g. "
+        f"{os.path.abspath('rel')!r}",
+    }
 
 
 def test_a_directory_everyone_can_write_is_a_warning_with_the_fix(tmp_path):
     tmp_path.chmod(0o777)
     done = doctor("--dir", str(tmp_path), env={**slurm_env(task=4, array_job=500), **STEP})
     assert done.returncode == 0, done.stdout  # a warning, not a failure
-    assert f"warn  decision directory {tmp_path} (owner root, mode 0777) is writable by " \
-           "its group and every user without the sticky bit" in done.stdout
+    assert (
+        f"warn  decision directory {tmp_path} (owner root, mode 0777) is writable by "
+        "its group and every user without the sticky bit" in done.stdout
+    )
     tmp_path.chmod(0o1777)
     done = doctor("--dir", str(tmp_path), env={**slurm_env(task=4, array_job=500), **STEP})
     assert "sticky" not in done.stdout
-    assert f"ok    no other account can replace or remove another's decision in {tmp_path}" \
+    assert (
+        f"ok    no other account can replace or remove another's decision in {tmp_path}"
         in done.stdout
+    )

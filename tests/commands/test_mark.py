@@ -68,10 +68,13 @@ def test_clear_empties_then_remove_deletes(shc):
     assert snapshot(shc, path.name) == before
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--reason", "  "], "--reason must not be empty"),
-    (["--reason", "x", "--dir", "shc"], "--dir must be an absolute path"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--reason", "  "], "--reason must not be empty"),
+        (["--reason", "x", "--dir", "shc"], "--dir must be an absolute path"),
+    ],
+)
 def test_mark_usage_errors_exit_2(shc, args, message):
     done = nvrx_seghealth("mark", "--job-id", "12", "--task-id", "3", "--dir", str(shc), *args)
     assert done.returncode == 2
@@ -86,7 +89,8 @@ def test_a_missing_directory_exits_1_with_the_fix_and_no_temporary_name(tmp_path
         assert done.returncode == 1
         assert done.stderr == (
             f"nvrx-seghealth {command[0]}: job_id=1 task_id=2 not written: the decision "
-            f"directory {missing} does not exist: create it (mkdir -p {missing}) or fix --dir\n")
+            f"directory {missing} does not exist: create it (mkdir -p {missing}) or fix --dir\n"
+        )
     assert not missing.exists()
 
 
@@ -100,13 +104,17 @@ def test_a_directory_in_place_of_the_decision_names_the_fix(shc):
     assert [p.name for p in shc.iterdir() if p.name.endswith(".tmp")] == []
 
 
-@pytest.mark.parametrize("job,task,hint", [
-    ("123_7", "7", "give --job-id 123 --task-id 7"),
-    ("12", "500_3", "give --job-id 500 --task-id 3"),
-])
+@pytest.mark.parametrize(
+    "job,task,hint",
+    [
+        ("123_7", "7", "give --job-id 123 --task-id 7"),
+        ("12", "500_3", "give --job-id 500 --task-id 3"),
+    ],
+)
 def test_squeue_style_ids_get_a_hint_to_split_them(shc, job, task, hint):
-    done = nvrx_seghealth("mark", "--dir", str(shc), "--job-id", job, "--task-id", task,
-                          "--reason", "x")
+    done = nvrx_seghealth(
+        "mark", "--dir", str(shc), "--job-id", job, "--task-id", task, "--reason", "x"
+    )
     assert done.returncode == 2
     assert "is squeue's <array job id>_<task id>: " + hint in done.stderr
 
@@ -125,15 +133,19 @@ def test_mark_waits_for_a_writer_holding_the_lock_and_lands_after_it(shc):
     fd = os.open(shc / LOCK, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        marking = subprocess.Popen([*COMMAND, "mark", *unit(shc), "--reason", "ops: psu"],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        marking = subprocess.Popen(
+            [*COMMAND, "mark", *unit(shc), "--reason", "ops: psu"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(1.5)
         assert marking.poll() is None, "mark did not wait for the lock"
         assert not path.exists()
         path.write_text("what the lock holder wrote\n")
     finally:
         os.close(fd)  # releases the lock
-    out, err = marking.communicate(timeout=30)
+    _out, err = marking.communicate(timeout=30)
     assert marking.returncode == 0, err
     assert path.read_text() == "ops: psu\n"
 

@@ -40,8 +40,14 @@ def slurm(tmp_path, monkeypatch):
 
 
 def publisher(slurm, before_write):
-    return DrainedPublisher(str(slurm.shc), "500", ("drain",), SlurmClient(10.0),
-                            producer_id="t1", before_write=before_write)
+    return DrainedPublisher(
+        str(slurm.shc),
+        "500",
+        ("drain",),
+        SlurmClient(10.0),
+        producer_id="t1",
+        before_write=before_write,
+    )
 
 
 def mark_in_the_window(slurm, task):
@@ -51,19 +57,31 @@ def mark_in_the_window(slurm, task):
 
     def hook(path):
         if path == str(slurm.decision(task)):
-            done = nvrx_seghealth("mark", "--dir", str(slurm.shc), "--job-id", "500",
-                                  "--task-id", str(task), "--reason", MARK.strip())
+            done = nvrx_seghealth(
+                "mark",
+                "--dir",
+                str(slurm.shc),
+                "--job-id",
+                "500",
+                "--task-id",
+                str(task),
+                "--reason",
+                MARK.strip(),
+            )
             assert done.returncode == 0, done.stderr
             held.append(path)
 
     return hook, held
 
 
-@pytest.mark.parametrize("before,sinfo,intended", [
-    (None, NODES, "published"),                                        # absent -> publish
-    (f"{TAG} unavailable nodes: n3 drng (old)\n", NODES, "updated"),  # ours -> rewrite
-    (f"{TAG} unavailable nodes: n3 drng (x)\n", NODES.replace("drng", "alloc"), "cleared"),
-])
+@pytest.mark.parametrize(
+    "before,sinfo,intended",
+    [
+        (None, NODES, "published"),  # absent -> publish
+        (f"{TAG} unavailable nodes: n3 drng (old)\n", NODES, "updated"),  # ours -> rewrite
+        (f"{TAG} unavailable nodes: n3 drng (x)\n", NODES.replace("drng", "alloc"), "cleared"),
+    ],
+)
 def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, intended):
     if before is not None:
         slurm.decision(1).write_text(before)
@@ -74,7 +92,10 @@ def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, in
     assert slurm.decision(1).read_text() == MARK
     [event] = [e for e in result.events if e["task_id"] == "1"]
     assert (event["event"], event["intended"], event["found"]) == (
-        "conflict", intended, MARK.strip())
+        "conflict",
+        intended,
+        MARK.strip(),
+    )
     assert result.ok
     # the next pass sees the operator's decision and leaves it alone
     again = publisher(slurm, None).run_pass()
@@ -85,8 +106,7 @@ def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, in
 def _public_copy(root):
     """The package and PyYAML where user nobody can read them."""
     lib = os.path.join(root, "lib")
-    shutil.copytree(os.path.dirname(package.__file__),
-                    os.path.join(lib, "nvrx_seghealth"))
+    shutil.copytree(os.path.dirname(package.__file__), os.path.join(lib, "nvrx_seghealth"))
     shutil.copytree(os.path.dirname(yaml.__file__), os.path.join(lib, "yaml"))
     return lib
 
@@ -97,8 +117,15 @@ CLI = "import sys; from nvrx_seghealth.cli import main; sys.exit(main())"
 def as_nobody(lib, *args, env):
     command = [os.path.realpath(sys.executable), "-s", "-c", CLI, *args]
     command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
-    return subprocess.run(command, capture_output=True, text=True, timeout=60,
-                          env={**env, "PYTHONPATH": lib}, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "PYTHONPATH": lib},
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -126,8 +153,17 @@ def test_a_decision_the_producer_cannot_read_is_never_overwritten_nor_cleared(pu
     hidden = fake.decision(1)
     hidden.write_text("ops: bad psu, not yours\n")
     os.chmod(hidden, 0o600)
-    args = ["publish-drained", "--dir", str(fake.shc), "--job-id", "500", "--producer-id",
-            "robot", "--audit-log", str(fake.audit)]
+    args = [
+        "publish-drained",
+        "--dir",
+        str(fake.shc),
+        "--job-id",
+        "500",
+        "--producer-id",
+        "robot",
+        "--audit-log",
+        str(fake.audit),
+    ]
     env = {"PATH": fake.env["PATH"], "LANG": "C.UTF-8"}
 
     done = as_nobody(lib, *args, env=env)  # task 1's node is drained
@@ -158,11 +194,22 @@ def test_in_a_sticky_directory_another_accounts_decision_cannot_be_replaced(publ
     path = os.path.join(shc, "segment_health_check.12.3")
     with open(path, "w") as handle:
         handle.write("root's decision\n")
-    done = as_nobody(lib, "clear", "--dir", shc, "--job-id", "12", "--task-id", "3",
-                     env={"PATH": os.environ["PATH"]})
+    done = as_nobody(
+        lib,
+        "clear",
+        "--dir",
+        shc,
+        "--job-id",
+        "12",
+        "--task-id",
+        "3",
+        env={"PATH": os.environ["PATH"]},
+    )
     assert done.returncode == 1
-    assert f"{path} belongs to another account (owner root, mode 0644) and {shc} has the " \
-           "sticky bit: only that account (or root) can replace or remove it" in done.stderr
-    assert open(path).read() == "root's decision\n"
+    assert (
+        f"{path} belongs to another account (owner root, mode 0644) and {shc} has the "
+        "sticky bit: only that account (or root) can replace or remove it" in done.stderr
+    )
+    assert Path(path).read_text() == "root's decision\n"
     done = as_nobody(lib, "status", "--dir", shc, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0 and "warning" not in done.stderr  # 1777 is a sound setup

@@ -43,50 +43,83 @@ TASK1_TEXT = f"{TAG} unavailable nodes: n3 drng (disk errors | smart)\n"
 
 # --- parsing -----------------------------------------------------------------------------
 
+
 def test_parse_nodes_dedupes_partitions_and_keeps_reasons_with_bars():
     nodes = parse_nodes(NODES + "n6|idle*|none\nn7|down~|Not responding\n")
     assert [n.describe() for n in nodes] == [
-        "n1 alloc", "n2 alloc", "n3 drng (disk errors | smart)", "n4 alloc", "n5 mix",
-        "n6 idle*", "n7 down~ (Not responding)"]
+        "n1 alloc",
+        "n2 alloc",
+        "n3 drng (disk errors | smart)",
+        "n4 alloc",
+        "n5 mix",
+        "n6 idle*",
+        "n7 down~ (Not responding)",
+    ]
 
 
-@pytest.mark.parametrize("state,flags,matches", [
-    ("drng", "", {"drain"}), ("drain", "", {"drain"}), ("drain", "*", {"drain", "no_respond"}),
-    ("down", "", {"down"}), ("down", "*", {"down", "no_respond"}), ("fail", "", {"fail"}),
-    ("failg", "", {"fail"}), ("idle", "*", {"no_respond"}), ("alloc", "", set()),
-    ("mix", "-", set()), ("comp", "", set()),
-])
+@pytest.mark.parametrize(
+    "state,flags,matches",
+    [
+        ("drng", "", {"drain"}),
+        ("drain", "", {"drain"}),
+        ("drain", "*", {"drain", "no_respond"}),
+        ("down", "", {"down"}),
+        ("down", "*", {"down", "no_respond"}),
+        ("fail", "", {"fail"}),
+        ("failg", "", {"fail"}),
+        ("idle", "*", {"no_respond"}),
+        ("alloc", "", set()),
+        ("mix", "-", set()),
+        ("comp", "", set()),
+    ],
+)
 def test_node_states(state, flags, matches):
     node = NodeState("n1", state, flags, "")
-    assert {name for name in ("drain", "down", "fail", "no_respond") if node.matches([name])} \
-        == matches
+    assert {
+        name for name in ("drain", "down", "fail", "no_respond") if node.matches([name])
+    } == matches
 
 
-@pytest.mark.parametrize("text", ["", "\n", "n1 alloc none\n", "n1|alloc\n", "n1|ALLOC|x\n",
-                                  "n1|alloc|none\n|idle|none\n"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n", "n1 alloc none\n", "n1|alloc\n", "n1|ALLOC|x\n", "n1|alloc|none\n|idle|none\n"],
+)
 def test_parse_nodes_refuses_malformed_or_empty_answers(text):
     with pytest.raises(SlurmError):
         parse_nodes(text)
 
 
 def test_parse_running_tasks():
-    assert [(t.job_id, t.task_id, t.partition, t.hosts)
-            for t in parse_running_tasks(TASKS, "500")] == [
-        ("500", "0", "gpu", ("n1", "n2")), ("500", "1", "gpu", ("n3", "n4")),
-        ("500", "2", "cpu", ("n5",))]
+    assert [
+        (t.job_id, t.task_id, t.partition, t.hosts) for t in parse_running_tasks(TASKS, "500")
+    ] == [
+        ("500", "0", "gpu", ("n1", "n2")),
+        ("500", "1", "gpu", ("n3", "n4")),
+        ("500", "2", "cpu", ("n5",)),
+    ]
     [regular] = parse_running_tasks("77|N/A|debug|n[1-2]\n", "77")
     assert (regular.job_id, regular.task_id) == ("77", "77")
     assert parse_running_tasks("", "500") == []
-    with pytest.raises(SlurmError, match=r"job 501 belongs to array job 500: give the array "
-                                         r"job id \(--job-id 500\)"):
+    with pytest.raises(
+        SlurmError,
+        match=r"job 501 belongs to array job 500: give the array "
+        r"job id \(--job-id 500\)",
+    ):
         parse_running_tasks("500|1|gpu|n[3-4]\n", "501")
-    for bad in ("500|1|gpu\n", "500|x|gpu|n1\n", "500|1|gpu|n1 n2\n", "500|1|gpu|n[3-\n",
-                "500|1|gpu|n[4-3]\n", "500|1|n[3-4]\n"):
+    for bad in (
+        "500|1|gpu\n",
+        "500|x|gpu|n1\n",
+        "500|1|gpu|n1 n2\n",
+        "500|1|gpu|n[3-\n",
+        "500|1|gpu|n[4-3]\n",
+        "500|1|n[3-4]\n",
+    ):
         with pytest.raises(SlurmError):
             parse_running_tasks(bad, "500")
 
 
 # --- passes against a fake Slurm ---------------------------------------------------------
+
 
 class FakeSlurm:
     """Shell scripts standing in for the Slurm client commands; ``sinfo`` records its
@@ -116,12 +149,21 @@ class FakeSlurm:
         return {"PATH": f"{self.bin}:{os.environ['PATH']}"}
 
     def args(self, *extra, producer=PRODUCER):
-        return ["publish-drained", "--dir", str(self.shc), "--job-id", "500",
-                "--audit-log", str(self.audit), "--producer-id", producer, *extra]
+        return [
+            "publish-drained",
+            "--dir",
+            str(self.shc),
+            "--job-id",
+            "500",
+            "--audit-log",
+            str(self.audit),
+            "--producer-id",
+            producer,
+            *extra,
+        ]
 
     def run(self, *extra, producer=PRODUCER, timeout=60):
-        return nvrx_seghealth(*self.args(*extra, producer=producer), env=self.env,
-                              timeout=timeout)
+        return nvrx_seghealth(*self.args(*extra, producer=producer), env=self.env, timeout=timeout)
 
     def decision(self, task):
         return self.shc / f"segment_health_check.500.{task}"
@@ -133,8 +175,11 @@ class FakeSlurm:
 
     def files(self):
         """Every decision file (not the lock or state files) with content and identity."""
-        return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
-                for p in self.shc.iterdir() if not p.name.startswith(".")}
+        return {
+            p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
+            for p in self.shc.iterdir()
+            if not p.name.startswith(".")
+        }
 
 
 @pytest.fixture
@@ -153,9 +198,10 @@ def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
     assert slurm.decision(2).read_text() == "ops: bad cable\n"
     assert f"task 0: cleared {slurm.decision(0)}" in done.stdout
     assert f"task 1: published {slurm.decision(1)}: {TASK1_TEXT.strip()}" in done.stdout
-    assert "pass done: unavailable nodes: n3 drng (disk errors | smart); 3 running tasks; " \
-           "1 published, 0 updated, 1 cleared, 0 conflict, 0 write-failed, 1 unchanged" \
-           in done.stdout
+    assert (
+        "pass done: unavailable nodes: n3 drng (disk errors | smart); 3 running tasks; "
+        "1 published, 0 updated, 1 cleared, 0 conflict, 0 write-failed, 1 unchanged" in done.stdout
+    )
     events = slurm.audit_events()
     assert [(e["event"], e["task_id"]) for e in events] == [("cleared", "0"), ("published", "1")]
     assert events[1]["text"] == TASK1_TEXT.strip() and events[1]["job_id"] == "500"
@@ -169,8 +215,9 @@ def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
     assert done.returncode == 0
     assert slurm.files() == before
     assert len(slurm.audit_events()) == 2
-    assert "0 published, 0 updated, 0 cleared, 0 conflict, 0 write-failed, 3 unchanged" \
-        in done.stdout
+    assert (
+        "0 published, 0 updated, 0 cleared, 0 conflict, 0 write-failed, 3 unchanged" in done.stdout
+    )
 
     slurm.answer("sinfo", NODES.replace("n4|alloc|none", "n4|down|Not responding"))
     slurm.run()  # down counts after 2 passes (the default): the first changes nothing
@@ -178,7 +225,8 @@ def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
     done = slurm.run()
     assert done.returncode == 0
     assert slurm.decision(1).read_text() == (
-        f"{TAG} unavailable nodes: n3 drng (disk errors | smart); n4 down (Not responding)\n")
+        f"{TAG} unavailable nodes: n3 drng (disk errors | smart); n4 down (Not responding)\n"
+    )
     assert slurm.audit_events()[-1]["event"] == "updated"
 
 
@@ -195,9 +243,16 @@ def test_a_blip_excludes_nothing_and_a_state_that_holds_counts(slurm):
     third pass in a row does (the default: no_respond=3). Clearing takes three clean
     passes too. Each pass is its own process: the counts live in the state file."""
     blip = NODES.replace("n5|mix|none", "n5|mix*|none")
-    for sinfo, expected in [(blip, None), (NODES, None), (blip, None), (blip, None),
-                            (blip, "n5 mix*"), (NODES, "n5 mix*"), (NODES, "n5 mix*"),
-                            (NODES, "")]:
+    for sinfo, expected in [
+        (blip, None),
+        (NODES, None),
+        (blip, None),
+        (blip, None),
+        (blip, "n5 mix*"),
+        (NODES, "n5 mix*"),
+        (NODES, "n5 mix*"),
+        (NODES, ""),
+    ]:
         slurm.answer("sinfo", sinfo)
         done = slurm.run("--states", "no_respond")
         assert done.returncode == 0, done.stderr
@@ -236,23 +291,37 @@ def test_producers_never_clear_each_others_decisions(slurm):
 
 
 def test_the_default_producer_id_is_the_account_and_the_states(slurm):
-    done = nvrx_seghealth("publish-drained", "--dir", str(slurm.shc), "--job-id", "500",
-                          "--states", "fail,drain", env=slurm.env)
+    done = nvrx_seghealth(
+        "publish-drained",
+        "--dir",
+        str(slurm.shc),
+        "--job-id",
+        "500",
+        "--states",
+        "fail,drain",
+        env=slurm.env,
+    )
     assert done.returncode == 0, done.stderr
-    assert slurm.decision(1).read_text().startswith(
-        "nvrx-seghealth publish-drained[root-drain+fail]: unavailable nodes: n3 drng")
+    assert (
+        slurm.decision(1)
+        .read_text()
+        .startswith("nvrx-seghealth publish-drained[root-drain+fail]: unavailable nodes: n3 drng")
+    )
     assert (slurm.shc / ".publish-drained.root-drain+fail.500.json").exists()
 
 
-@pytest.mark.parametrize("command,body", [
-    ("squeue", "exec sleep 30\n"),                       # hangs
-    ("sinfo", "sleep 30\necho n3\n"),                    # hangs; its child holds the pipe
-    ("sinfo", "echo 'n1 alloc none'\n"),                 # malformed
-    ("sinfo", "true\n"),                                 # no nodes at all
-    ("sinfo", "echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1\n"),
-    ("squeue", "echo '499|1|gpu|n[3-4]'\n"),             # another array's task
-    ("squeue", "echo '500|1|gpu|n[3-'\n"),               # a host list cut short
-])
+@pytest.mark.parametrize(
+    "command,body",
+    [
+        ("squeue", "exec sleep 30\n"),  # hangs
+        ("sinfo", "sleep 30\necho n3\n"),  # hangs; its child holds the pipe
+        ("sinfo", "echo 'n1 alloc none'\n"),  # malformed
+        ("sinfo", "true\n"),  # no nodes at all
+        ("sinfo", "echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1\n"),
+        ("squeue", "echo '499|1|gpu|n[3-4]'\n"),  # another array's task
+        ("squeue", "echo '500|1|gpu|n[3-'\n"),  # a host list cut short
+    ],
+)
 def test_a_failed_pass_writes_nothing_and_keeps_the_last_decisions(slurm, command, body):
     slurm.decision(0).write_text(f"{TAG} unavailable nodes: n1 drain (old)\n")
     before = slurm.files()  # a good pass would clear task 0 and publish task 1
@@ -262,16 +331,14 @@ def test_a_failed_pass_writes_nothing_and_keeps_the_last_decisions(slurm, comman
     done = slurm.run("--slurm-timeout", "1")
     assert time.monotonic() - started < 15
     assert done.returncode == 1
-    assert "pass failed, nothing written, last decisions kept (passes failing since " \
-           in done.stderr
+    assert "pass failed, nothing written, last decisions kept (passes failing since " in done.stderr
     assert done.stdout == ""
     assert slurm.files() == before
     [event] = slurm.audit_events()
     assert event["event"] == "pass-failed" and event["job_id"] == "500" and event["error"]
 
 
-def test_failing_passes_keep_decisions_status_says_since_when_and_an_opt_in_window_clears(
-        slurm):
+def test_failing_passes_keep_decisions_status_says_since_when_and_an_opt_in_window_clears(slurm):
     assert slurm.run().returncode == 0
     assert slurm.decision(1).read_text() == TASK1_TEXT
     slurm.script("sinfo", "exit 1\n")
@@ -279,9 +346,11 @@ def test_failing_passes_keep_decisions_status_says_since_when_and_an_opt_in_wind
         assert slurm.run().returncode == 1
     assert slurm.decision(1).read_text() == TASK1_TEXT  # never a false clean
     status = nvrx_seghealth("status", "--dir", str(slurm.shc))
-    assert re.search(rf"producer {PRODUCER} \(job 500\): FAILING since \S+Z \(\d+s, 2 passes; "
-                     r"last good pass \d+s ago\); its decisions are kept", status.stdout), \
-        status.stdout
+    assert re.search(
+        rf"producer {PRODUCER} \(job 500\): FAILING since \S+Z \(\d+s, 2 passes; "
+        r"last good pass \d+s ago\); its decisions are kept",
+        status.stdout,
+    ), status.stdout
     report = json.loads(nvrx_seghealth("status", "--dir", str(slurm.shc), "--json").stdout)
     [producer] = report["producers"]
     assert producer["failed_passes"] == 2 and producer["failing_since"] > 0
@@ -304,12 +373,16 @@ def test_what_cannot_be_read_is_left_alone_once_warned_and_the_others_are_writte
     slurm.decision(1).mkdir()  # not a decision this producer can read: not its own
     done = slurm.run()
     assert done.returncode == 0, done.stderr
-    assert f"warning: task 1: {slurm.decision(1)} cannot be read (not a regular file: " \
-           "directory): it is someone else's decision and is left alone" in done.stderr
+    assert (
+        f"warning: task 1: {slurm.decision(1)} cannot be read (not a regular file: "
+        "directory): it is someone else's decision and is left alone" in done.stderr
+    )
     assert slurm.decision(1).is_dir()
     assert slurm.decision(2).read_text() == f"{TAG} unavailable nodes: n5 fail (psu)\n"
     assert [(e["event"], e["task_id"]) for e in slurm.audit_events()] == [
-        ("unreadable", "1"), ("published", "2")]
+        ("unreadable", "1"),
+        ("published", "2"),
+    ]
     assert [p.name for p in slurm.shc.iterdir() if p.name.endswith(".tmp")] == []
     done = slurm.run()  # warned once: not again while it stays so
     assert "warning" not in done.stderr and len(slurm.audit_events()) == 2
@@ -317,11 +390,16 @@ def test_what_cannot_be_read_is_left_alone_once_warned_and_the_others_are_writte
 
 def test_interval_runs_passes_until_sigterm(slurm):
     process = subprocess.Popen(
-        [*COMMAND, *slurm.args("--interval", "0.2")], env={**os.environ, **slurm.env},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [*COMMAND, *slurm.args("--interval", "0.2")],
+        env={**os.environ, **slurm.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        passes = [line for line in (process.stdout.readline() for _ in range(4))
-                  if "pass done" in line]
+        passes = [
+            line for line in (process.stdout.readline() for _ in range(4)) if "pass done" in line
+        ]
         assert len(passes) >= 2  # the first pass publishes (2 lines), then a quiet pass
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
@@ -338,8 +416,11 @@ def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
     slurm.script("squeue", f"touch {started_flag}\nexec sleep 120\n")
     process = subprocess.Popen(
         [*COMMAND, *slurm.args("--interval", "5", "--slurm-timeout", "60")],
-        env={**os.environ, **slurm.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        env={**os.environ, **slurm.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(started_flag.exists, timeout=30)
         sent = time.monotonic()
@@ -348,24 +429,31 @@ def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
         assert time.monotonic() - sent < 5
     finally:
         process.kill()
-        out, err = process.communicate()
+        _out, err = process.communicate()
     assert "stopped by SIGTERM during a pass" in err
     assert list(slurm.files()) == []
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--states", "drain,bogus"], "unknown state(s) bogus; choose from drain, down, fail, "
-                                  "no_respond"),
-    (["--once", "--interval", "5"], "not allowed with argument"),
-    (["--interval", "0"], "'0' is not a positive number of seconds"),
-    (["--slurm-timeout", "inf"], "'inf' is not a positive number of seconds"),
-    (["--passes", "no_respond=0"], "'no_respond=0' is not STATE=N"),
-    (["--passes", "flaky=2"], "'flaky=2' is not STATE=N"),
-    (["--producer-id", "a/b"], "'a/b' is not a producer id"),
-    (["--fs-timeout", "0"], "'0' is not a number of seconds in 0 < s <= 600"),
-    (["--job-id", "500_3"], "'500_3' is one task of array job 500: give the array job id "
-                            "(--job-id 500)"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--states", "drain,bogus"],
+            "unknown state(s) bogus; choose from drain, down, fail, no_respond",
+        ),
+        (["--once", "--interval", "5"], "not allowed with argument"),
+        (["--interval", "0"], "'0' is not a positive number of seconds"),
+        (["--slurm-timeout", "inf"], "'inf' is not a positive number of seconds"),
+        (["--passes", "no_respond=0"], "'no_respond=0' is not STATE=N"),
+        (["--passes", "flaky=2"], "'flaky=2' is not STATE=N"),
+        (["--producer-id", "a/b"], "'a/b' is not a producer id"),
+        (["--fs-timeout", "0"], "'0' is not a number of seconds in 0 < s <= 600"),
+        (
+            ["--job-id", "500_3"],
+            "'500_3' is one task of array job 500: give the array job id (--job-id 500)",
+        ),
+    ],
+)
 def test_usage_errors_exit_2(slurm, args, message):
     done = slurm.run(*args)
     assert done.returncode == 2

@@ -24,8 +24,10 @@ from .runner import nvrx_seghealth
 
 INSTALLED = "Segment health check installed directory={} job_id=41 task_id=2"
 EXCLUDED = "UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded"
-WORKER = "import os, pathlib, sys\npathlib.Path(sys.argv[1]).touch()\n" \
-         "print('worker rank', os.environ['RANK'])\n"
+WORKER = (
+    "import os, pathlib, sys\npathlib.Path(sys.argv[1]).touch()\n"
+    "print('worker rank', os.environ['RANK'])\n"
+)
 
 
 @pytest.fixture
@@ -40,12 +42,22 @@ def job(tmp_path):
 def launch(job, *options, env=None, timeout=120):
     """``nvrx-seghealth run`` of the worker on one node; c10d hosts its store on 127.0.0.1."""
     return nvrx_seghealth(
-        "run", "--nnodes=1", "--nproc-per-node=1", "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0", "--rdzv-conf=join_timeout=30", *options,
-        str(job / "worker.py"), str(job / "worker-ran"),
-        env={**slurm_env(task=2, array_job=41), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-             **(env or {})},
-        timeout=timeout)
+        "run",
+        "--nnodes=1",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--rdzv-conf=join_timeout=30",
+        *options,
+        str(job / "worker.py"),
+        str(job / "worker-ran"),
+        env={
+            **slurm_env(task=2, array_job=41),
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            **(env or {}),
+        },
+        timeout=timeout,
+    )
 
 
 def ft_yaml(job, text):
@@ -56,12 +68,16 @@ def ft_yaml(job, text):
 
 def nested_yaml(job):
     """An NVRx-style file: the fault_tolerance section nested below other settings."""
-    return ft_yaml(job, f"model:\n  layers: 2\ntrainer:\n  fault_tolerance:\n"
-                        f"    rank_heartbeat_timeout: 60\n"
-                        f"    segment_health_check_dir: {job / 'yaml'}\n")
+    return ft_yaml(
+        job,
+        f"model:\n  layers: 2\ntrainer:\n  fault_tolerance:\n"
+        f"    rank_heartbeat_timeout: 60\n"
+        f"    segment_health_check_dir: {job / 'yaml'}\n",
+    )
 
 
 # --- real launches ----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("winner", ["flag", "yaml", "env"])
 def test_flag_beats_yaml_beats_environment_and_each_excludes(job, winner):
@@ -97,24 +113,45 @@ def test_without_any_setting_it_is_plain_torchrun(job):
 
 # --- configuration errors: exit 2, nothing starts ----------------------------------------
 
-@pytest.mark.parametrize("case,message", [
-    ("relative flag", "--ft-segment-health-check-dir must be an absolute path that every "
-                      "launcher can reach, got 'shc'; pass e.g."),
-    ("empty flag", "--ft-segment-health-check-dir is empty"),
-    ("relative yaml", "fault_tolerance.segment_health_check_dir in {cfg} must be an "
-                      "absolute path"),
-    ("number in yaml", "fault_tolerance.segment_health_check_dir in {cfg} must be an absolute "
-                       "directory path (a non-empty string), got int 42"),
-    ("list in yaml", "got list ['/a']"),
-    ("section not a mapping", "'fault_tolerance' must be a mapping of settings, got str"),
-    ("broken yaml", "--ft-cfg-path {cfg} is not valid YAML"),
-    ("missing yaml", "--ft-cfg-path {cfg}: cannot read the file (No such file or directory)"),
-    ("relative env", "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute"),
-    ("comma", "cannot be passed to the rendezvous: --rdzv-conf values cannot contain commas"),
-    ("static backend", "--rdzv-backend=static cannot carry the segment health check (set by "
-                       "--ft-segment-health-check-dir); use --rdzv-backend=c10d or etcd-v2"),
-    ("configured twice", "already configure it: give --rdzv-backend the inner rendezvous"),
-])
+
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        (
+            "relative flag",
+            (
+                "--ft-segment-health-check-dir must be an absolute path that every "
+                "launcher can reach, got 'shc'; pass e.g."
+            ),
+        ),
+        ("empty flag", "--ft-segment-health-check-dir is empty"),
+        (
+            "relative yaml",
+            "fault_tolerance.segment_health_check_dir in {cfg} must be an absolute path",
+        ),
+        (
+            "number in yaml",
+            (
+                "fault_tolerance.segment_health_check_dir in {cfg} must be an absolute "
+                "directory path (a non-empty string), got int 42"
+            ),
+        ),
+        ("list in yaml", "got list ['/a']"),
+        ("section not a mapping", "'fault_tolerance' must be a mapping of settings, got str"),
+        ("broken yaml", "--ft-cfg-path {cfg} is not valid YAML"),
+        ("missing yaml", "--ft-cfg-path {cfg}: cannot read the file (No such file or directory)"),
+        ("relative env", "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute"),
+        ("comma", "cannot be passed to the rendezvous: --rdzv-conf values cannot contain commas"),
+        (
+            "static backend",
+            (
+                "--rdzv-backend=static cannot carry the segment health check (set by "
+                "--ft-segment-health-check-dir); use --rdzv-backend=c10d or etcd-v2"
+            ),
+        ),
+        ("configured twice", "already configure it: give --rdzv-backend the inner rendezvous"),
+    ],
+)
 def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
     cfg = job / "ft.yaml"
     flag = f"--ft-segment-health-check-dir={job / 'flag'}"
@@ -158,8 +195,14 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
 def test_help_lists_torchrun_options_and_the_segment_health_options():
     done = nvrx_seghealth("run", "--help")
     assert done.returncode == 0
-    for text in ("usage: nvrx-seghealth run", "--rdzv-backend", "--nproc-per-node",
-                 "--ft-segment-health-check-dir DIR", "--ft-cfg-path FILE.yaml", "examples:"):
+    for text in (
+        "usage: nvrx-seghealth run",
+        "--rdzv-backend",
+        "--nproc-per-node",
+        "--ft-segment-health-check-dir DIR",
+        "--ft-cfg-path FILE.yaml",
+        "examples:",
+    ):
         assert text in done.stdout
 
 
@@ -176,34 +219,49 @@ def rewritten(*argv, setting=FLAG):
     return args
 
 
-@pytest.mark.parametrize("argv,inner,conf", [
-    (["--rdzv-backend=c10d", "--rdzv-endpoint=h:1"], "c10d", ""),
-    (["--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-conf=is_host=false"], "c10d",
-     "is_host=false,"),
-    (["--rdzv-backend=etcd-v2", "--rdzv-endpoint=h:2379", "--nnodes=2:4"], "etcd-v2", ""),
-])
+@pytest.mark.parametrize(
+    "argv,inner,conf",
+    [
+        (["--rdzv-backend=c10d", "--rdzv-endpoint=h:1"], "c10d", ""),
+        (
+            ["--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-conf=is_host=false"],
+            "c10d",
+            "is_host=false,",
+        ),
+        (["--rdzv-backend=etcd-v2", "--rdzv-endpoint=h:2379", "--nnodes=2:4"], "etcd-v2", ""),
+    ],
+)
 def test_the_users_backend_becomes_the_inner_backend(argv, inner, conf):
     args = rewritten(*argv)
     assert args.rdzv_backend == "segment-health"
     assert args.rdzv_conf == f"{conf}segment_health_check_dir=/shc,inner_backend={inner}"
 
 
-@pytest.mark.parametrize("argv", [["--standalone"], ["--nproc-per-node=2"],
-                                  ["--rdzv-backend=static"]])
+@pytest.mark.parametrize(
+    "argv", [["--standalone"], ["--nproc-per-node=2"], ["--rdzv-backend=static"]]
+)
 def test_torchruns_local_rendezvous_is_wrapped_as_c10d(argv):
     args = rewritten(*argv)
     assert (args.rdzv_backend, args.rdzv_endpoint, args.standalone) == (
-        "segment-health", "localhost:0", False)
+        "segment-health",
+        "localhost:0",
+        False,
+    )
     assert args.rdzv_conf == "segment_health_check_dir=/shc,inner_backend=c10d"
     assert args.rdzv_id != "none"
 
 
 def test_a_hand_made_backend_is_left_alone_when_only_the_environment_is_set():
-    argv = ["--rdzv-backend=segment-health", "--rdzv-endpoint=h:1",
-            "--rdzv-conf=segment_health_check_dir=/other,inner_backend=c10d"]
+    argv = [
+        "--rdzv-backend=segment-health",
+        "--rdzv-endpoint=h:1",
+        "--rdzv-conf=segment_health_check_dir=/other,inner_backend=c10d",
+    ]
     args = rewritten(*argv, setting=ENV)
     assert (args.rdzv_backend, args.rdzv_conf) == (
-        "segment-health", "segment_health_check_dir=/other,inner_backend=c10d")
+        "segment-health",
+        "segment_health_check_dir=/other,inner_backend=c10d",
+    )
     with pytest.raises(ConfigurationError, match="already configure it"):
         rewritten(*argv)
     with pytest.raises(ConfigurationError, match="--rdzv-backend=etcd cannot carry"):

@@ -22,13 +22,18 @@ def test_serves_a_store_that_clients_reach_until_sigterm():
     port = _free_port()
     server = subprocess.Popen(
         [*COMMAND, "store-host", "--host", "127.0.0.1", "--port", str(port)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert server.stdout is not None
         ready = server.stdout.readline()  # printed once the port is bound
         assert f"127.0.0.1:{port}" in ready and "is_host=false" in ready
-        client = TCPStore("127.0.0.1", port, is_master=False,
-                          timeout=datetime.timedelta(seconds=10))
+        client = TCPStore(
+            "127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=10)
+        )
         client.set("key", "value")
         assert client.get("key") == b"value"
         del client
