@@ -38,8 +38,10 @@ def test_compare_shows_what_the_gate_saves(tmp_path):
     # Gated: task 1 never trains; one round, completed, by tasks 0 and 2.
     assert gated["rounds"] == 1 and gated["completed"]
     assert gated["trained"] == {"0": {"tasks": [0, 2], "state": "completed"}}
-    # Ungated: task 1 trains in the first round, which fails with its node.
-    assert 1 in ungated["trained"]["0"]["tasks"] and ungated["trained"]["0"]["state"] == "failed"
+    # Ungated: task 1 is in the first round, which is lost with its node (before or after
+    # every worker of that world started: on a loaded machine its node may fail first).
+    first = ungated["trained"]["0"]
+    assert 1 in first["tasks"] and first["state"] in ("failed", "not-formed")
     assert ungated["rounds"] >= 2 and numbers["rounds_saved"] == ungated["rounds"] - 1
     assert 1 not in ungated["trained"][str(ungated["rounds"] - 1)]["tasks"]
     if ungated["completed"]:
