@@ -146,17 +146,8 @@ def artifact_path(directory: str, job_id: str | int, task_id: str | int) -> str:
     return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job}.{task}")
 
 
-_FILE_TYPES = (
-    (stat.S_ISDIR, "directory"),
-    (stat.S_ISFIFO, "FIFO"),
-    (stat.S_ISSOCK, "socket"),
-    (stat.S_ISCHR, "character device"),
-    (stat.S_ISBLK, "block device"),
-)
-
-
 def _file_type(mode: int) -> str:
-    for test, name in _FILE_TYPES:
+    for test, name in decisionfs.FILE_TYPES:
         if test(mode):
             return name
     return f"file of mode {stat.S_IFMT(mode):#o}"

@@ -61,7 +61,9 @@ LOCK_NAME = ".segment_health_check.lock"
 READ_LIMIT = 64 * 1024
 
 _UNSUPPORTED_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF}
-_FILE_TYPES = (
+#: What a path that is not a regular file is, by ``stat`` mode test (also the consumer's
+#: words for it, :func:`nvrx_seghealth.artifact.judge`).
+FILE_TYPES = (
     (stat.S_ISDIR, "directory"),
     (stat.S_ISFIFO, "FIFO"),
     (stat.S_ISSOCK, "socket"),
@@ -164,7 +166,7 @@ def read_current(path: str, limit: int = READ_LIMIT) -> Current:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _FILE_TYPES if test(st.st_mode)), "special file")
+            kind = next((name for test, name in FILE_TYPES if test(st.st_mode)), "special file")
             return Current("unreadable", error=f"not a regular file: {kind}")
         chunks, left = [], limit
         while left > 0:

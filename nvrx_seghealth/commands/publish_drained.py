@@ -456,7 +456,7 @@ class DrainedPublisher:
             self.before_write(path)
         try:
             written = boundedfs.replace(path, content, current, self.fs_timeout)
-        except FilesystemTimeout as error:
+        except (FilesystemTimeout, OSError, LockBusyError) as error:
             self._record(
                 result,
                 "write-failed",
@@ -465,16 +465,8 @@ class DrainedPublisher:
                 intended=event,
                 error=write_problem(error, self.directory, path, self.fs_timeout),
             )
-            raise _Hung from None
-        except (OSError, LockBusyError) as error:
-            self._record(
-                result,
-                "write-failed",
-                task_id,
-                path,
-                intended=event,
-                error=write_problem(error, self.directory, path, self.fs_timeout),
-            )
+            if isinstance(error, FilesystemTimeout):
+                raise _Hung from None
             return
         result.warnings.extend(written.warnings)
         if written.status == "conflict":
