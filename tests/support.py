@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import socket
 import threading
 import time
 
@@ -19,6 +20,13 @@ def slurm_env(
         env["SLURM_ARRAY_TASK_ID"] = str(task)
         env["SLURM_JOB_ID"] = str(job if job is not None else array_job + 1 + task)
     return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (free when this returns)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def tcp_client(master) -> object:

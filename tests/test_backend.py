@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,16 +15,10 @@ from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 from nvrx_seghealth import BACKEND_NAME, publish_decision, register
 from nvrx_seghealth.backend import create_segment_health_handler
 
-from .support import slurm_env
+from .support import free_port, slurm_env
 
 # One write(2) per line: two workers share the pipe, and print() may write in pieces.
 WORKER = "import os; os.write(1, f\"worker rank {os.environ['RANK']}\\n\".encode())\n"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):

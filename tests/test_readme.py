@@ -17,7 +17,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -32,6 +31,8 @@ from nvrx_seghealth.artifact import ARTIFACT_PREFIX
 from nvrx_seghealth.cli import build_parser
 from nvrx_seghealth.config import BackendSettings
 from nvrx_seghealth.ft_settings import resolve_directory
+
+from .support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -89,12 +90,6 @@ def without_srun(argv: list[str]) -> list[str]:
     while rest[0].startswith("-"):
         rest = rest[1:]
     return rest
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def clean_environment() -> dict[str, str]:

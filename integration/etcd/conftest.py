@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import free_port
+
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_ETCD_INSTALL") == "1"
 
@@ -31,12 +32,6 @@ def _unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true requires a real etcd: {reason}", pytrace=False)
     pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _install() -> None:
@@ -101,7 +96,7 @@ def etcd_server() -> Iterator[EtcdServer]:
     except ImportError:
         _unavailable("python-etcd is missing: pip install -e '.[etcd]'")
     state = Path(tempfile.mkdtemp(prefix="nvrx-seghealth-etcd."))
-    client_port, peer_port = _free_port(), _free_port()
+    client_port, peer_port = free_port(), free_port()
     client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
     log = state / "etcd.log"
     with open(log, "wb") as out:

@@ -7,21 +7,15 @@ free loopback ports in place of ``/var/lib/etcd-rdzv``, ``0.0.0.0:2379`` and
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 
 import pytest
 
+from tests.support import free_port
 from tests.test_readme import commands, examples_under
 
 pytestmark = pytest.mark.etcd
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_the_readme_etcd_command_serves_the_v2_api(etcd_server, tmp_path):
@@ -33,7 +27,7 @@ def test_the_readme_etcd_command_serves_the_v2_api(etcd_server, tmp_path):
         for argv in commands(e.text)
         if argv[0] == "etcd"
     ]
-    port, peer = _free_port(), _free_port()
+    port, peer = free_port(), free_port()
     replaced = [
         arg.replace("/var/lib/etcd-rdzv", str(tmp_path / "data"))
         .replace("0.0.0.0:2379", f"127.0.0.1:{port}")

@@ -18,7 +18,6 @@ import os
 import re
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import pytest
 
 from nvrx_seghealth.artifact import DEFAULT_STAT_TIMEOUT
 from nvrx_seghealth.config import DIRECTORY_ENV
+from tests.support import free_port
 
 if TYPE_CHECKING:
     from conftest import HungMount
@@ -116,12 +116,6 @@ def _pipe_holders(inode: int) -> list[int]:
     return holders
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _read_line(stream: IO[bytes], timeout: float) -> str:
     """The next line the process writes to ``stream`` (and nothing after it), or fail."""
     deadline = time.monotonic() + timeout
@@ -184,7 +178,7 @@ def test_torchrun_fails_open_trains_and_exits(hung_mount: HungMount, tmp_path: P
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--rdzv-backend=segment-health", "--nnodes=1", "--nproc-per-node=1",
-        f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id=hungmount-{uuid.uuid4().hex}",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id=hungmount-{uuid.uuid4().hex}",
         f"--rdzv-conf={conf}", "--max-restarts=0", "--monitor-interval=0.5",
         "--local-addr=127.0.0.1", f"--log-dir={tmp_path / 'elastic'}",
         str(HERE / "allreduce_worker.py"),

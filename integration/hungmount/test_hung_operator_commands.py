@@ -11,6 +11,7 @@ mount that still held them would hold the run too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -25,6 +26,8 @@ from test_hung_mount import _kill_session, _pipe_holders, run_bounded
 from tests.commands.test_publish_drained import FakeSlurm
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from conftest import HungMount
 
 pytestmark = pytest.mark.hungmount
@@ -79,16 +82,7 @@ def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_a
     does not answer and is reported; later calls are refused at once (one stuck helper,
     not one per pass) and each pass then skips the directory; SIGTERM stops the loop and
     the process exits."""
-    slurm = FakeSlurm(tmp_path)
-    command = [
-        CLI,
-        "publish-drained",
-        "--dir",
-        str(hung_mount.path),
-        "--job-id",
-        "500",
-        "--producer-id",
-        "t1",
+    options = [
         "--interval",
         "0.3",
         "--fs-timeout",
@@ -96,25 +90,11 @@ def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_a
         "--audit-log",
         str(tmp_path / "audit.jsonl"),
     ]
-    process = subprocess.Popen(
-        command,
-        env={**os.environ, **slurm.env},
-        text=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
+    with _producer_on(hung_mount, tmp_path, *options) as process:
         time.sleep(6)
         helpers = _fs_helpers(process.pid)
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=10)
-    except BaseException:
-        hung_mount.abort()
-        _kill_session(process)
-        process.communicate(timeout=30)
-        raise
     assert process.returncode == 0, err
     assert err.count("did not answer within 1 s") >= 1, err
     assert "is still not answering" in err, err  # later passes: refused, not sent
@@ -129,21 +109,28 @@ def test_sigterm_stops_publish_drained_while_a_call_hangs(
 ) -> None:
     """With the default 10 s bound, SIGTERM while the first read into the directory (the
     producer's state file) hangs ends the producer at once."""
+    with _producer_on(hung_mount, tmp_path, "--interval", "30") as process:
+        time.sleep(3)  # started, and in the read of its state file (10 s bound)
+        assert process.poll() is None and not (tmp_path / "squeue.args").exists()
+        sent = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _out, err = process.communicate(timeout=8)
+        stopped = time.monotonic() - sent
+    assert process.returncode == 0, err
+    assert "stopped by SIGTERM during a pass" in err
+    assert stopped < 3
+
+
+@contextlib.contextmanager
+def _producer_on(
+    hung_mount: HungMount, tmp_path: Path, *options: str
+) -> Iterator[subprocess.Popen[str]]:
+    """``publish-drained`` for job 500 on the hung directory, with a fake Slurm; if the
+    test fails, the mount is made to answer and the producer's session is killed."""
     slurm = FakeSlurm(tmp_path)
-    command = [
-        CLI,
-        "publish-drained",
-        "--dir",
-        str(hung_mount.path),
-        "--job-id",
-        "500",
-        "--producer-id",
-        "t1",
-        "--interval",
-        "30",
-    ]
+    command = [CLI, "publish-drained", "--dir", str(hung_mount.path), "--job-id", "500"]
     process = subprocess.Popen(
-        command,
+        [*command, "--producer-id", "t1", *options],
         env={**os.environ, **slurm.env},
         text=True,
         stdin=subprocess.DEVNULL,
@@ -152,20 +139,12 @@ def test_sigterm_stops_publish_drained_while_a_call_hangs(
         start_new_session=True,
     )
     try:
-        time.sleep(3)  # started, and in the read of its state file (10 s bound)
-        assert process.poll() is None and not (tmp_path / "squeue.args").exists()
-        sent = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        _out, err = process.communicate(timeout=8)
-        stopped = time.monotonic() - sent
+        yield process
     except BaseException:
         hung_mount.abort()
         _kill_session(process)
         process.communicate(timeout=30)
         raise
-    assert process.returncode == 0, err
-    assert "stopped by SIGTERM during a pass" in err
-    assert stopped < 3
 
 
 def _fs_helpers(pid: int) -> list[int]:

@@ -483,25 +483,14 @@ class DrainedPublisher:
         path = artifact_path(self.directory, self.job_id, task_id)
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
-        except FilesystemTimeout as error:
-            self._record(
-                result,
-                "write-failed",
-                task_id,
-                path,
-                intended="read",
-                error=hung_problem(error, self.directory, self.fs_timeout, wrote=False),
-            )
-            raise _Hung from None
-        except OSError as error:
-            self._record(
-                result,
-                "write-failed",
-                task_id,
-                path,
-                intended="read",
-                error=write_problem(error, self.directory, path, self.fs_timeout),
-            )
+        except OSError as error:  # FilesystemTimeout too: the directory hangs
+            if isinstance(error, FilesystemTimeout):
+                problem = hung_problem(error, self.directory, self.fs_timeout, wrote=False)
+            else:
+                problem = write_problem(error, self.directory, path, self.fs_timeout)
+            self._record(result, "write-failed", task_id, path, intended="read", error=problem)
+            if isinstance(error, FilesystemTimeout):
+                raise _Hung from None
             return
         if current.kind == "unreadable":
             if path not in self.unreadable:

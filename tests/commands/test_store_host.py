@@ -7,19 +7,14 @@ import signal
 import socket
 import subprocess
 
+from ..support import free_port
 from .runner import COMMAND, nvrx_seghealth
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_serves_a_store_that_clients_reach_until_sigterm():
     from torch.distributed import TCPStore
 
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [*COMMAND, "store-host", "--host", "127.0.0.1", "--port", str(port)],
         stdin=subprocess.DEVNULL,
