@@ -40,9 +40,9 @@ from .output import EXIT_OK, usage_error
 
 __all__ = [
     "agent_environment",
+    "launch",
     "launch_parser",
     "register",
-    "run_command",
     "select_segment_health",
     "use_local_rendezvous",
 ]
@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
     """Add the ``run`` subcommand without importing torch.
 
     The subparser takes every argument verbatim (no character starts an option: argv
-    strings cannot contain NUL); :func:`run_command` parses them with torchrun's parser,
+    strings cannot contain NUL); :func:`launch` parses them with torchrun's parser,
     so ``nvrx-seghealth run --help`` shows torchrun's options plus the two added ones.
     """
     parser = subparsers.add_parser(
@@ -80,7 +80,7 @@ def register(subparsers: Any) -> None:
         prefix_chars="\0",
     )
     parser.add_argument("argv", nargs=argparse.REMAINDER)
-    parser.set_defaults(func=run_command)
+    parser.set_defaults(func=launch)
 
 
 def launch_parser() -> argparse.ArgumentParser:
@@ -201,7 +201,7 @@ def select_segment_health(args: argparse.Namespace, setting: DirectorySetting) -
     args.rdzv_backend = BACKEND_NAME
 
 
-def run_command(args: argparse.Namespace) -> int:
+def launch(args: argparse.Namespace) -> int:
     """Parse ``args.argv`` as torchrun does, configure the check, launch; 0 on success.
 
     Returns 2 for a configuration error (nothing started); argparse itself exits 2 for a

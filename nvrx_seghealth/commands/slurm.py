@@ -41,7 +41,7 @@ __all__ = [
     "SlurmError",
     "parse_nodes",
     "parse_running_tasks",
-    "run_command",
+    "run_slurm_command",
 ]
 
 #: ``--states`` names and the compact ``sinfo %t`` states each one covers.
@@ -98,7 +98,7 @@ class RunningTask:
     hosts: tuple[str, ...]
 
 
-def run_command(argv: Sequence[str], timeout: float) -> str:
+def run_slurm_command(argv: Sequence[str], timeout: float) -> str:
     """Run ``argv`` and return its stdout; kill its process group after ``timeout`` s.
 
     Raises:
@@ -201,7 +201,7 @@ class SlurmClient:
 
     def nodes(self, partitions: Iterable[str]) -> list[NodeState]:
         """Every node of ``partitions`` with its state and reason."""
-        out = run_command(
+        out = run_slurm_command(
             ["sinfo", "-p", ",".join(sorted(set(partitions))), "-N", "-h", "-o", "%N|%t|%E"],
             self.timeout,
         )
@@ -209,7 +209,7 @@ class SlurmClient:
 
     def running_tasks(self, job_id: str) -> list[RunningTask]:
         """The running tasks of array job (or regular job) ``job_id``."""
-        out = run_command(
+        out = run_slurm_command(
             ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%P|%N"], self.timeout
         )
         return parse_running_tasks(out, job_id)
