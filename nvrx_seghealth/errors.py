@@ -5,11 +5,30 @@ Standard library only.
 
 from __future__ import annotations
 
-__all__ = ["ConfigurationError", "UnhealthyNodeException"]
+import enum
+
+from .logfmt import FieldValue
+
+__all__ = ["ConfigurationError", "ExclusionReason", "UnhealthyNodeException"]
 
 
 class ConfigurationError(ValueError):
     """A segment-health setting is invalid; the message names the setting and the fix."""
+
+
+class ExclusionReason(str, enum.Enum):
+    """What excluded a launcher: the stable token of :attr:`UnhealthyNodeException.reason`.
+
+    The same token is the ``by`` field of the ``nvrx_seghealth.excluded`` event and the
+    ``reason`` field of the launcher's ERROR line.
+    """
+
+    #: Process 0 found a non-empty decision file.
+    DECISION_FILE = "decision-file"
+    #: The replacement group's marker in the rendezvous store.
+    MARKER = "marker"
+    #: Process 0's ``excluded`` verdict, through the hand-off.
+    VERDICT = "verdict"
 
 
 class UnhealthyNodeException(Exception):
@@ -23,6 +42,9 @@ class UnhealthyNodeException(Exception):
     Attributes:
         job_id: the unit's job id.
         task_id: the unit's task id.
+        reason: what excluded it (a stable token; the message is for people).
+        after_joining: whether the launcher had already joined the round it leaves
+            (a marker seen only once the inner rendezvous returned).
         path: the decision file that excluded the unit (process 0), else ``None``.
         size: that file's size in bytes, else ``None``.
     """
@@ -33,11 +55,26 @@ class UnhealthyNodeException(Exception):
         *,
         job_id: str,
         task_id: str,
+        reason: ExclusionReason,
+        after_joining: bool = False,
         path: str | None = None,
         size: int | None = None,
     ) -> None:
         super().__init__(message)
         self.job_id = job_id
         self.task_id = task_id
+        self.reason = reason
+        self.after_joining = after_joining
         self.path = path
         self.size = size
+
+    def fields(self) -> dict[str, FieldValue]:
+        """The exclusion's stable tokens, as the launcher's ERROR line carries them in
+        logfmt (:func:`~.logfmt.format_fields`): ``reason``, ``after_joining``,
+        ``job_id``, ``task_id``."""
+        return {
+            "reason": self.reason.value,
+            "after_joining": self.after_joining,
+            "job_id": self.job_id,
+            "task_id": self.task_id,
+        }

@@ -73,9 +73,10 @@ from .durations import (
     default_handoff_timeout,
     validate_seconds,
 )
-from .errors import UnhealthyNodeException
+from .errors import ExclusionReason, UnhealthyNodeException
 from .events import ATTEMPT, REQUEST, DecisionRecorder, ExcludedBy
 from .handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
+from .logfmt import format_fields
 from .markers import ReplacementGroupMarkers
 
 __all__ = ["RESPONDER_INTERVAL", "SegmentHealthRendezvousHandler"]
@@ -540,11 +541,21 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         unit = self._unit
         assert unit is not None
         if self._exclusion is None:
-            log.error("Segment health check: %s", message)
-            self._events.excluded(by, path=path, size=size, when=when, marker=marker)
             self._exclusion = UnhealthyNodeException(
-                message, job_id=unit.job_id, task_id=unit.task_id, path=path, size=size
+                message,
+                job_id=unit.job_id,
+                task_id=unit.task_id,
+                reason=ExclusionReason(by.value),
+                after_joining=when == "after-joining",
+                path=path,
+                size=size,
             )
+            log.error(
+                "Segment health check: excluded %s: %s",
+                format_fields(self._exclusion.fields()),
+                message,
+            )
+            self._events.excluded(by, path=path, size=size, when=when, marker=marker)
         return self._exclusion
 
     def _stop_responder(self) -> None:
