@@ -1,5 +1,5 @@
 """``python -m nvrx_seghealth``: the same as the ``nvrx-seghealth`` command."""
 
-from .cli import main
+from .commands import main
 
 raise SystemExit(main())

@@ -28,7 +28,7 @@ import pytest
 
 from bench.__main__ import build_parser as bench_parser
 from nvrx_seghealth.artifact import ARTIFACT_PREFIX
-from nvrx_seghealth.cli import build_parser
+from nvrx_seghealth.commands import build_parser
 from nvrx_seghealth.config import BackendSettings
 from nvrx_seghealth.ft_settings import resolve_directory
 
@@ -274,7 +274,7 @@ def test_install_lines(tmp_path):
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel_file).read(entry_points).decode()
     assert "[torchrun.handlers]" in text and "segment-health" in text
-    assert "nvrx-seghealth = nvrx_seghealth.cli:main" in text
+    assert "nvrx-seghealth = nvrx_seghealth.commands:main" in text
 
 
 def _torchrun_config(argv: list[str]):

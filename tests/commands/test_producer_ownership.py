@@ -111,7 +111,7 @@ def _public_copy(root):
     return lib
 
 
-CLI = "import sys; from nvrx_seghealth.cli import main; sys.exit(main())"
+CLI = "import sys; from nvrx_seghealth.commands import main; sys.exit(main())"
 
 
 def as_nobody(lib, *args, env):

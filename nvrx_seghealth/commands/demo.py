@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .simulation import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
-from .simulation.comparison import Comparison, Variant
-from .simulation.report import render_decisions, render_timeline
-from .simulation.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
+from ..simulation import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
+from ..simulation.comparison import Comparison, Variant
+from ..simulation.report import render_decisions, render_timeline
+from ..simulation.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 
 __all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run"]
 
