@@ -3,8 +3,9 @@
 ``mark``, ``clear``, ``status`` and ``publish-drained`` read, list and write the decision
 directory. On a hung Lustre or NFS client any of those calls can block for good, in an
 uninterruptible sleep that no signal ends. So they run in a helper process
-(:mod:`nvrx_seghealth.decisionfs` served by ``python -I -S``, tagged :data:`HELPER_TAG`),
-as the consumer's stat does (:mod:`nvrx_seghealth.boundedstat`):
+(:mod:`nvrx_seghealth.decisionfs` served by ``python -I -S``, tagged :data:`HELPER_TAG`;
+:mod:`nvrx_seghealth.helperprocess`), as the consumer's stat does
+(:mod:`nvrx_seghealth.boundedstat`):
 
 * one helper is started on first use and reused;
 * a call that has not answered within its bound raises :class:`FilesystemTimeout`; the
@@ -24,14 +25,11 @@ from __future__ import annotations
 import base64
 import json
 import os
-import select
-import subprocess
-import time
 from typing import Any
 
 from . import decisionfs
-from .boundedstat import StatHelperError, _interpreters
 from .decisionfs import Current, LockBusyError, Result, StepError
+from .helperprocess import HelperClient
 
 __all__ = [
     "HELPER_TAG",
@@ -64,81 +62,17 @@ class FilesystemTimeout(TimeoutError):
         self.earlier = earlier
 
 
-class _Helper:
-    def __init__(self) -> None:
-        errors = []
-        for interpreter in _interpreters():
-            try:
-                self.process = subprocess.Popen(
-                    [interpreter, "-I", "-S", decisionfs.__file__, HELPER_TAG],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL,
-                    close_fds=True,
-                    bufsize=0,
-                )
-                break
-            except OSError as error:
-                errors.append(f"{interpreter}: {error.strerror or error}")
-        else:
-            raise StatHelperError(
-                0, "the filesystem helper process cannot be started (" + "; ".join(errors) + ")"
-            )
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.unread = b""
-
-    def ask(self, request: bytes, deadline: float) -> bytes | None:
-        """Send ``request``; the reply line, or ``None`` once ``deadline`` has passed."""
-        assert self.process.stdin is not None and self.process.stdout is not None
-        os.write(self.process.stdin.fileno(), request)
-        replies = self.process.stdout.fileno()
-        while b"\n" not in self.unread:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            if select.select([replies], [], [], remaining)[0]:
-                chunk = os.read(replies, 65536)
-                if not chunk:
-                    raise OSError(0, "the filesystem helper process exited")
-                self.unread += chunk
-        line, _, self.unread = self.unread.partition(b"\n")
-        return line
-
-    def abandon(self) -> None:
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                stream.close()
+def _timeout_error(directory: str, waited: float, earlier: bool) -> FilesystemTimeout:
+    return FilesystemTimeout(directory, waited, earlier=earlier)
 
 
-_helper: _Helper | None = None
-_stuck: dict[str, tuple[_Helper, float]] = {}  # directory -> (abandoned helper, start)
+_client = HelperClient("filesystem", [decisionfs.__file__], HELPER_TAG, _timeout_error)
 
 
 def _call(op: str, directory: str, timeout: float, args: dict[str, Any]) -> Any:
-    global _helper
-    stuck = _stuck.get(directory)
-    if stuck is not None:
-        if stuck[0].process.poll() is None:
-            raise FilesystemTimeout(directory, time.monotonic() - stuck[1], earlier=True)
-        del _stuck[directory]
-    started = time.monotonic()
+    """Run ``op`` of :data:`decisionfs.OPS` in the helper; its result, or its error raised."""
     request = json.dumps({"op": op, "args": args}).encode() + b"\n"
-    if _helper is None or _helper.process.poll() is not None:
-        _helper = _Helper()
-    helper = _helper
-    try:
-        line = helper.ask(request, started + timeout)
-    except BaseException:  # the helper died, or a signal handler ended the wait
-        helper.abandon()
-        _helper = None
-        _stuck[directory] = (helper, started)
-        raise
-    if line is None:
-        helper.abandon()
-        _helper = None
-        _stuck[directory] = (helper, started)
-        raise FilesystemTimeout(directory, time.monotonic() - started)
-    reply = json.loads(line)
+    reply = json.loads(_client.call(directory, request, timeout))
     if "ok" in reply:
         return reply["ok"]
     if "busy" in reply:

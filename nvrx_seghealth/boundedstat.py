@@ -5,7 +5,7 @@ thread sleeps uninterruptibly: no signal wakes it, and a process cannot finish e
 while one of its threads sleeps so. A bounded stat on a thread of the launcher would
 release the caller but keep the launcher from ever exiting. So the stat runs in a
 small helper process (a fresh ``python -I -S``, tagged :data:`HELPER_TAG` in its
-command line):
+command line; :mod:`nvrx_seghealth.helperprocess`):
 
 * The helper is started on first use and reused: a healthy call costs one request and
   one reply over two private pipes.
@@ -26,14 +26,9 @@ Standard library only.
 
 from __future__ import annotations
 
-import errno
 import os
-import select
-import shutil
-import subprocess
-import sys
-import threading
-import time
+
+from .helperprocess import HelperClient, HelperStartError
 
 __all__ = ["HELPER_TAG", "StatHelperError", "StatTimeoutError", "stat_within"]
 
@@ -78,95 +73,15 @@ class StatTimeoutError(TimeoutError):
         self.waited = waited
 
 
-class StatHelperError(OSError):
-    """The helper process could not be started: no stat was made."""
+#: The helper process could not be started: no stat was made.
+StatHelperError = HelperStartError
 
 
-def _interpreters() -> list[str]:
-    """Pythons to run the helper with, best first: this one, then any ``python3``.
-
-    The helper needs only the standard library, so any Python 3 will do when this
-    process's own interpreter cannot be executed (e.g. its path is unreadable to the
-    user this process now runs as).
-    """
-    candidates = [sys.executable, getattr(sys, "_base_executable", ""), shutil.which("python3")]
-    return list(dict.fromkeys(c for c in candidates if c))
+def _timeout_error(path: str, waited: float, _earlier: bool) -> StatTimeoutError:
+    return StatTimeoutError(path, waited)
 
 
-def _start_helper() -> subprocess.Popen[bytes]:
-    errors = []
-    for interpreter in _interpreters():
-        try:
-            return subprocess.Popen(
-                [interpreter, "-I", "-S", "-c", _HELPER_CODE, HELPER_TAG],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                close_fds=True,
-                bufsize=0,
-            )
-        except OSError as error:
-            errors.append(f"{interpreter}: {error.strerror or error}")
-    raise StatHelperError(
-        errno.ENOEXEC, f"the stat helper process cannot be started ({'; '.join(errors)})"
-    )
-
-
-class _Helper:
-    """One helper process and the pipes to it."""
-
-    def __init__(self) -> None:
-        self.process = _start_helper()
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.requests = self.process.stdin.fileno()
-        self.replies = self.process.stdout.fileno()
-        self.poller = select.poll()
-        self.poller.register(self.replies, select.POLLIN)
-        self.unread = b""
-
-    def ask(self, path: bytes, deadline: float) -> bytes | None:
-        """Send one request; return the reply line, or ``None`` when ``deadline`` passed.
-
-        Raises:
-            OSError: the helper is gone (it died, or its pipe broke).
-        """
-        os.write(self.requests, path + b"\0")
-        while b"\n" not in self.unread:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self.poller.poll(max(1, int(remaining * 1000) + 1)):
-                if time.monotonic() >= deadline:
-                    return None
-                continue
-            chunk = os.read(self.replies, 4096)
-            if not chunk:
-                raise OSError(errno.EPIPE, "the stat helper process exited")
-            self.unread += chunk
-        line, _, self.unread = self.unread.partition(b"\n")
-        return line
-
-    def abandon(self) -> None:
-        """Close the pipes; the process exits once its stat (if any) returns."""
-        for stream in (self.process.stdin, self.process.stdout):
-            if stream is not None:
-                stream.close()
-
-
-_lock = threading.Lock()
-_helper: _Helper | None = None
-# path -> (abandoned helper still inside its stat, monotonic start of that stat)
-_stuck: dict[str, tuple[_Helper, float]] = {}
-
-
-def _reap_when_done(path: str, helper: _Helper) -> None:
-    """Wait for an abandoned helper to exit (its stat returned), then forget it.
-
-    Runs on a daemon thread per abandoned helper (at most one per path). ``waitpid``
-    sleeps interruptibly, so this thread does not keep the process from exiting.
-    """
-    helper.process.wait()
-    with _lock:
-        if _stuck.get(path, (None, 0.0))[0] is helper:
-            del _stuck[path]
+_client = HelperClient("stat", ["-c", _HELPER_CODE], HELPER_TAG, _timeout_error)
 
 
 def _parse(path: str, reply: bytes) -> os.stat_result:
@@ -195,42 +110,9 @@ def stat_within(path: str, timeout: float) -> os.stat_result:
         StatTimeoutError: the stat did not return in time, or an earlier stat of the
             same path is still pending.
     """
-    global _helper
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     encoded = os.fsencode(path)
     if b"\0" in encoded:
         raise ValueError(f"embedded null byte in path {path!r}")
-    started = time.monotonic()
-    deadline = started + timeout
-    if not _lock.acquire(timeout=timeout):
-        raise StatTimeoutError(path, time.monotonic() - started)
-    try:
-        if path in _stuck:
-            raise StatTimeoutError(path, time.monotonic() - _stuck[path][1])
-        for attempt in (1, 2):  # a helper that died since the last call is replaced once
-            if _helper is None:
-                _helper = _Helper()
-            helper = _helper
-            try:
-                reply = helper.ask(encoded, deadline)
-                break
-            except OSError:
-                helper.abandon()
-                _helper = None
-                if attempt == 2:
-                    raise
-        if reply is None:
-            helper.abandon()
-            _helper = None
-            _stuck[path] = (helper, started)
-            threading.Thread(
-                target=_reap_when_done,
-                args=(path, helper),
-                name="nvrx-seghealth-reaper",
-                daemon=True,
-            ).start()
-            raise StatTimeoutError(path, time.monotonic() - started)
-        return _parse(path, reply)
-    finally:
-        _lock.release()
+    return _parse(path, _client.call(path, encoded + b"\0", timeout))

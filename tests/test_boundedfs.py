@@ -18,8 +18,9 @@ from nvrx_seghealth.decisionfs import Current
 
 
 def helper_pid():
-    assert boundedfs._helper is not None
-    return boundedfs._helper.process.pid
+    helper = boundedfs._client._helper
+    assert helper is not None
+    return helper.process.pid
 
 
 def test_calls_share_one_helper_and_answer(tmp_path):
