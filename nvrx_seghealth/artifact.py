@@ -41,6 +41,7 @@ from .allocation import validate_id
 from .boundedstat import StatHelperError, StatTimeoutError, stat_within
 from .decisionfs import Current, Result
 from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
+from .errors import ConfigurationError
 
 __all__ = [
     "ARTIFACT_PREFIX",
@@ -100,17 +101,17 @@ class Decision:
         return self.outcome in (Outcome.UNREADABLE, Outcome.NOT_REGULAR)
 
 
-def require_absolute_directory(directory: str, *, what: str = "directory") -> str:
-    """Return ``directory`` when it is an absolute path, else raise ``ValueError``.
+def require_absolute_directory(directory: object, *, what: str = "directory") -> str:
+    """Return ``directory`` when it is an absolute path, else raise ``ConfigurationError``.
 
     ``what`` names the setting in the message (a CLI flag, an rdzv-conf key, ...).
     """
     if not isinstance(directory, str) or not directory:
-        raise ValueError(f"{what} must be a non-empty absolute path, got {directory!r}")
+        raise ConfigurationError(f"{what} must be a non-empty absolute path, got {directory!r}")
     if "\0" in directory:
-        raise ValueError(f"{what} contains a NUL byte: {directory!r}")
+        raise ConfigurationError(f"{what} contains a NUL byte: {directory!r}")
     if not os.path.isabs(directory):
-        raise ValueError(
+        raise ConfigurationError(
             f"{what} must be an absolute path that every launcher can reach, got "
             f"{directory!r}; pass e.g. {os.path.abspath(directory)!r}"
         )
@@ -194,15 +195,15 @@ def judge(path: str, seconds: float) -> Decision:
     return Decision(path, Outcome.CLEAR, "empty decision file", 0)
 
 
-def directory_problem(directory: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT) -> str | None:
+def directory_problem(directory: str, seconds: float) -> str | None:
     """Why ``directory`` cannot hold decisions, or ``None`` when it can or cannot be told.
 
-    One bounded ``stat``. Only a definite answer is a problem: the directory does not
+    One ``stat`` bounded by ``seconds`` (already validated, as for :func:`judge`). Only a definite answer is a problem: the directory does not
     exist, or is not a directory. A stat that fails otherwise (or hangs) returns
     ``None``: the artifact's own stat reports that.
     """
     try:
-        st = stat_within(directory, validate_seconds(STAT_TIMEOUT, stat_timeout))
+        st = stat_within(directory, seconds)
     except FileNotFoundError:
         return f"decision directory {directory} does not exist"
     except (OSError, ValueError):

@@ -21,7 +21,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .config import BackendSettings, ConfigurationError
+from .config import BackendSettings
+from .errors import ConfigurationError
 from .logs import ensure_visible
 
 if TYPE_CHECKING:
@@ -97,13 +98,8 @@ def create_segment_health_handler(
         **settings.inner_config,
     )
     inner, store = _create_inner(inner_params)
-    return SegmentHealthRendezvousHandler(
-        inner,
-        store=store,
-        directory=settings.directory,
-        stat_timeout=settings.stat_timeout,
-        handoff_timeout=settings.handoff_timeout,
-        backend=params.backend,
+    return SegmentHealthRendezvousHandler.from_settings(
+        inner, store=store, settings=settings.check, backend=params.backend
     )
 
 

@@ -24,16 +24,9 @@ import logging
 from collections.abc import Mapping
 
 from .allocation import AllocationUnit, InvalidIdentityError
-from .artifact import (
-    Decision,
-    Outcome,
-    artifact_path,
-    directory_problem,
-    judge,
-    require_absolute_directory,
-    unit_id,
-)
-from .durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
+from .artifact import Decision, Outcome, artifact_path, directory_problem, judge, unit_id
+from .durations import DEFAULT_STAT_TIMEOUT
+from .settings import CheckSettings
 
 __all__ = [
     "SegmentHealthCheck",
@@ -74,16 +67,27 @@ class SegmentHealthCheck:
         *,
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
     ) -> None:
-        self.directory = require_absolute_directory(directory)
-        self.job_id = unit_id("job_id", job_id)
-        self.task_id = unit_id("task_id", task_id)
-        self.path = artifact_path(directory, self.job_id, self.task_id)
-        self.stat_timeout = validate_seconds(STAT_TIMEOUT, stat_timeout)
+        settings = CheckSettings.validate(directory, stat_timeout=stat_timeout)
+        self._setup(settings, unit_id("job_id", job_id), unit_id("task_id", task_id))
+
+    @classmethod
+    def for_unit(cls, settings: CheckSettings, unit: AllocationUnit) -> SegmentHealthCheck:
+        """The check of ``unit`` with ``settings``, both already validated."""
+        check = cls.__new__(cls)
+        check._setup(settings, unit.job_id, unit.task_id)
+        return check
+
+    def _setup(self, settings: CheckSettings, job_id: str, task_id: str) -> None:
+        self.directory = settings.directory
+        self.job_id = job_id
+        self.task_id = task_id
+        self.path = artifact_path(settings.directory, job_id, task_id)
+        self.stat_timeout = settings.stat_timeout
         self._directory_looked_at = False
 
     def evaluate(self) -> Decision:
         """Stat the artifact once and return the decision; warn when failing open."""
-        decision = judge(self.path, self.stat_timeout)  # the bound was validated above
+        decision = judge(self.path, self.stat_timeout)
         if decision.failed_open:
             log.warning(
                 "Segment health check cannot judge %s (%s); proceeding (fail open)",
@@ -129,18 +133,15 @@ def unit_from_env(environ: Mapping[str, str] | None = None) -> AllocationUnit | 
 
 
 def install_check(
-    directory: str,
-    unit: AllocationUnit | None,
-    *,
-    stat_timeout: float = DEFAULT_STAT_TIMEOUT,
+    settings: CheckSettings, unit: AllocationUnit | None
 ) -> SegmentHealthCheck | None:
     """Install the check for ``unit`` when it is its process 0; log the install line."""
     if unit is None or not unit.is_process_zero:
         return None
-    check = SegmentHealthCheck(directory, unit.job_id, unit.task_id, stat_timeout=stat_timeout)
+    check = SegmentHealthCheck.for_unit(settings, unit)
     log.info(
         "Segment health check installed directory=%s job_id=%s task_id=%s",
-        directory,
+        settings.directory,
         unit.job_id,
         unit.task_id,
     )
@@ -166,6 +167,5 @@ def get_segment_health_check(
     """
     if not directory:
         return None
-    require_absolute_directory(directory)
-    validate_seconds(STAT_TIMEOUT, stat_timeout)
-    return install_check(directory, unit_from_env(environ), stat_timeout=stat_timeout)
+    settings = CheckSettings.validate(directory, stat_timeout=stat_timeout)
+    return install_check(settings, unit_from_env(environ))

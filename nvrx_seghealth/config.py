@@ -22,8 +22,9 @@ backend would ignore it and the check would be off without a word.
 Without ``segment_health_check_dir`` the environment variable
 ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used (empty counts as unset); with neither, the
 check is disabled and the backend is a pure pass-through. Every value is validated
-here, before any rendezvous starts, and a bad one raises :class:`ConfigurationError`
-naming the key and the fix.
+here, once, before any rendezvous starts (the timeouts even when the check is off), and
+a bad one raises :class:`ConfigurationError` naming the key and the fix; the layers
+below take the :class:`~.settings.CheckSettings` as it is.
 
 Does not import torch.
 """
@@ -31,30 +32,21 @@ Does not import torch.
 from __future__ import annotations
 
 import difflib
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .artifact import require_absolute_directory
-from .durations import (
-    DEFAULT_STAT_TIMEOUT,
-    HANDOFF_TIMEOUT,
-    STAT_TIMEOUT,
-    DurationSetting,
-    validate_seconds,
-)
+from .durations import DEFAULT_STAT_TIMEOUT
 from .errors import ConfigurationError
+from .settings import ENVIRONMENT_SOURCE, CheckSettings, check_settings, directory_from_environment
 
 __all__ = [
-    "DIRECTORY_ENV",
     "DIRECTORY_KEY",
     "HANDOFF_TIMEOUT_KEY",
     "INNER_BACKENDS",
     "INNER_BACKEND_KEY",
     "STAT_TIMEOUT_KEY",
     "BackendSettings",
-    "ConfigurationError",
     "lookalike",
 ]
 
@@ -62,7 +54,7 @@ DIRECTORY_KEY = "segment_health_check_dir"
 STAT_TIMEOUT_KEY = "segment_health_check_stat_timeout"
 HANDOFF_TIMEOUT_KEY = "segment_health_check_handoff_timeout"
 INNER_BACKEND_KEY = "inner_backend"
-DIRECTORY_ENV = "NVRX_SEGMENT_HEALTH_CHECK_DIR"
+#: The rendezvous backends the wrapper can run inside, the default first.
 INNER_BACKENDS = ("c10d", "etcd-v2")
 
 
@@ -98,26 +90,17 @@ def _refuse_lookalikes(config: Mapping[str, Any]) -> None:
             )
 
 
-def _directory(config: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
-    if DIRECTORY_KEY in config:
-        value, what = config[DIRECTORY_KEY], f"rdzv-conf {DIRECTORY_KEY}"
-        if value in ("", None):
-            raise ConfigurationError(
-                f"{what} is empty; give the absolute decision directory, or omit the key "
-                "to disable the segment health check"
-            )
-    else:
-        value, what = environ.get(DIRECTORY_ENV) or None, f"environment variable {DIRECTORY_ENV}"
-        if value is None:
-            return None
-    try:
-        return require_absolute_directory(str(value), what=what)
-    except ValueError as error:
-        raise ConfigurationError(str(error)) from None
-
-
-def _seconds(config: Mapping[str, Any], key: str, setting: DurationSetting) -> float:
-    return validate_seconds(setting, config[key], given_as=f"rdzv-conf {key}")
+def _directory(config: Mapping[str, Any], environ: Mapping[str, str] | None) -> tuple[Any, str]:
+    """The directory as written (``None``: nothing gives one) and how it was given."""
+    if DIRECTORY_KEY not in config:
+        return directory_from_environment(environ), ENVIRONMENT_SOURCE
+    value = config[DIRECTORY_KEY]
+    if value in ("", None):
+        raise ConfigurationError(
+            f"rdzv-conf {DIRECTORY_KEY} is empty; give the absolute decision directory, or "
+            "omit the key to disable the segment health check"
+        )
+    return value, f"rdzv-conf {DIRECTORY_KEY}"
 
 
 def _inner_backend(config: Mapping[str, Any]) -> str:
@@ -136,17 +119,12 @@ class BackendSettings:
     """The validated settings of one ``segment-health`` rendezvous handler.
 
     Attributes:
-        directory: the decision directory, or ``None`` (check disabled).
-        stat_timeout: seconds one artifact ``stat`` may take.
-        handoff_timeout: seconds a sibling waits for process 0's verdict; ``None``: the
-            default (:func:`~.durations.default_handoff_timeout`); ``0``: no hand-off.
+        check: the check's settings, or ``None`` (no directory: the check is off).
         inner_backend: ``c10d`` or ``etcd-v2``.
         inner_config: the rendezvous configuration without this package's keys.
     """
 
-    directory: str | None
-    stat_timeout: float
-    handoff_timeout: float | None
+    check: CheckSettings | None
     inner_backend: str
     inner_config: dict[str, Any] = field(default_factory=dict)
 
@@ -154,25 +132,24 @@ class BackendSettings:
     def from_rdzv_config(
         cls, config: Mapping[str, Any], environ: Mapping[str, str] | None = None
     ) -> BackendSettings:
-        """Validate ``config`` (``RendezvousParameters.config``) and the environment.
+        """Validate ``config`` (``RendezvousParameters.config``) and the environment
+        (``environ``, default ``os.environ``).
 
         Raises:
             ConfigurationError: a value is invalid.
         """
-        env = os.environ if environ is None else environ
         _refuse_lookalikes(config)
+        directory, directory_as = _directory(config, environ)
+        check = check_settings(
+            directory,
+            stat_timeout=config.get(STAT_TIMEOUT_KEY, DEFAULT_STAT_TIMEOUT),
+            handoff_timeout=config.get(HANDOFF_TIMEOUT_KEY),
+            directory_as=directory_as,
+            stat_timeout_as=f"rdzv-conf {STAT_TIMEOUT_KEY}",
+            handoff_timeout_as=f"rdzv-conf {HANDOFF_TIMEOUT_KEY}",
+        )
         return cls(
-            directory=_directory(config, env),
-            stat_timeout=(
-                _seconds(config, STAT_TIMEOUT_KEY, STAT_TIMEOUT)
-                if STAT_TIMEOUT_KEY in config
-                else DEFAULT_STAT_TIMEOUT
-            ),
-            handoff_timeout=(
-                _seconds(config, HANDOFF_TIMEOUT_KEY, HANDOFF_TIMEOUT)
-                if HANDOFF_TIMEOUT_KEY in config
-                else None
-            ),
+            check=check,
             inner_backend=_inner_backend(config),
             inner_config={k: v for k, v in config.items() if k not in OUR_KEYS},
         )

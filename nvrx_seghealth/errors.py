@@ -47,6 +47,7 @@ class UnhealthyNodeException(Exception):
             (a marker seen only once the inner rendezvous returned).
         path: the decision file that excluded the unit (process 0), else ``None``.
         size: that file's size in bytes, else ``None``.
+        marker: the text of the marker that excluded the launcher, else ``None``.
     """
 
     def __init__(
@@ -59,6 +60,7 @@ class UnhealthyNodeException(Exception):
         after_joining: bool = False,
         path: str | None = None,
         size: int | None = None,
+        marker: str | None = None,
     ) -> None:
         super().__init__(message)
         self.job_id = job_id
@@ -67,6 +69,7 @@ class UnhealthyNodeException(Exception):
         self.after_joining = after_joining
         self.path = path
         self.size = size
+        self.marker = marker
 
     def fields(self) -> dict[str, FieldValue]:
         """The exclusion's stable tokens, as the launcher's ERROR line carries them in

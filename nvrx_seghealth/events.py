@@ -45,6 +45,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from .allocation import AllocationUnit
 from .artifact import Decision, Outcome
+from .errors import ExclusionReason
 from .logfmt import FieldValue, format_fields, parse_fields
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
     "METRIC_GROUP",
     "DecisionRecorder",
     "EventName",
-    "ExcludedBy",
     "FailOpenReason",
     "MetricName",
     "format_fields",
@@ -80,7 +80,8 @@ class EventName(str, enum.Enum):
     #: ``trigger`` and ``detail`` for the decision file; ``action`` and ``error`` for
     #: the wrapper's own work; ``request`` and ``waited_s`` for a missing verdict.
     FAIL_OPEN = "nvrx_seghealth.fail_open"
-    #: The launcher leaves (once per launcher). Fields: ``by`` (an :class:`ExcludedBy`),
+    #: The launcher leaves (once per launcher). Fields: ``by`` (an
+    #: :class:`~.errors.ExclusionReason`),
     #: ``path`` and ``size`` (decision file), ``when`` (``before-joining`` or
     #: ``after-joining``, marker and verdict), ``marker`` (the marker's text).
     EXCLUDED = "nvrx_seghealth.excluded"
@@ -106,17 +107,6 @@ class FailOpenReason(str, enum.Enum):
     WRAPPER_ERROR = "wrapper-error"
     #: A sibling had no verdict from process 0 within the hand-off timeout.
     NO_VERDICT = "no-verdict"
-
-
-class ExcludedBy(str, enum.Enum):
-    """What excluded a launcher (``by`` of ``excluded``)."""
-
-    #: Process 0 found a non-empty decision file.
-    DECISION_FILE = "decision-file"
-    #: The replacement group's marker in the store.
-    MARKER = "marker"
-    #: Process 0's ``excluded`` verdict.
-    VERDICT = "verdict"
 
 
 class MetricName(str, enum.Enum):
@@ -199,7 +189,7 @@ class DecisionRecorder:
             FailOpenReason.WRAPPER_ERROR, action=action, error=f"{type(error).__name__}: {error}"
         )
 
-    def excluded(self, by: ExcludedBy, **fields: FieldValue) -> None:
+    def excluded(self, by: ExclusionReason, **fields: FieldValue) -> None:
         """The launcher is excluded (the handler records it once)."""
         self._event(EventName.EXCLUDED, NodeState.FAILED, by=by.value, **fields)
         self._metric(MetricName.EXCLUDED.value, 1)

@@ -24,7 +24,6 @@ Standard library plus PyYAML; no torch.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +31,9 @@ from typing import Any
 import yaml
 
 from .artifact import require_absolute_directory
-from .config import DIRECTORY_ENV, DIRECTORY_KEY, ConfigurationError, lookalike
+from .config import DIRECTORY_KEY, lookalike
+from .errors import ConfigurationError
+from .settings import ENVIRONMENT_SOURCE, directory_from_environment
 
 __all__ = [
     "CFG_FLAG",
@@ -66,10 +67,7 @@ class DirectorySetting:
     @property
     def from_environment(self) -> bool:
         """True when only the environment variable configured the directory."""
-        return self.source == _ENV_SOURCE
-
-
-_ENV_SOURCE = f"environment variable {DIRECTORY_ENV}"
+        return self.source == ENVIRONMENT_SOURCE
 
 
 def _find_section(data: Any, seen: set[int] | None = None) -> Any:
@@ -162,10 +160,7 @@ def directory_from_yaml(path: str) -> str | None:
 
 
 def _validated(value: str, source: str) -> DirectorySetting:
-    try:
-        return DirectorySetting(require_absolute_directory(value, what=source), source)
-    except ValueError as error:
-        raise ConfigurationError(str(error)) from None
+    return DirectorySetting(require_absolute_directory(value, what=source), source)
 
 
 def resolve_directory(
@@ -192,6 +187,5 @@ def resolve_directory(
         return _validated(flag_value, flag)
     if from_yaml is not None:
         return _validated(from_yaml, f"{YAML_FIELD} in {cfg_path}")
-    env = os.environ if environ is None else environ
-    value = env.get(DIRECTORY_ENV)
-    return _validated(value, _ENV_SOURCE) if value else None
+    value = directory_from_environment(environ)
+    return None if value is None else _validated(value, ENVIRONMENT_SOURCE)

@@ -1,10 +1,8 @@
 import pytest
 
-from nvrx_seghealth.config import (
-    DIRECTORY_ENV,
-    BackendSettings,
-    ConfigurationError,
-)
+from nvrx_seghealth.config import BackendSettings
+from nvrx_seghealth.errors import ConfigurationError
+from nvrx_seghealth.settings import DIRECTORY_ENV, CheckSettings
 
 
 def settings(config, env=None):
@@ -13,8 +11,7 @@ def settings(config, env=None):
 
 def test_defaults_disable_the_check_and_wrap_c10d():
     s = settings({"timeout": 900, "is_host": "false"})
-    assert (s.directory, s.stat_timeout, s.inner_backend) == (None, 10.0, "c10d")
-    assert s.handoff_timeout is None  # the handler derives it from the stat bound
+    assert (s.check, s.inner_backend) == (None, "c10d")
     assert s.inner_config == {"timeout": 900, "is_host": "false"}
 
 
@@ -28,16 +25,26 @@ def test_our_keys_do_not_reach_the_inner_backend():
             "join_timeout": "60",
         }
     )
-    assert (s.directory, s.stat_timeout, s.inner_backend) == ("/shc", 2.5, "etcd-v2")
-    assert s.handoff_timeout == 0.0
+    assert s.check == CheckSettings("/shc", stat_timeout=2.5, handoff_timeout=0.0)
+    assert not s.check.handoff_enabled and s.inner_backend == "etcd-v2"
     assert s.inner_config == {"join_timeout": "60"}
 
 
 def test_rdzv_conf_beats_environment_and_environment_is_the_fallback():
     env = {DIRECTORY_ENV: "/from/env"}
-    assert settings({"segment_health_check_dir": "/from/conf"}, env).directory == "/from/conf"
-    assert settings({}, env).directory == "/from/env"
-    assert settings({}, {DIRECTORY_ENV: ""}).directory is None
+    assert settings({"segment_health_check_dir": "/from/conf"}, env).check.directory == "/from/conf"
+    assert settings({}, env).check.directory == "/from/env"
+    assert settings({}, {DIRECTORY_ENV: ""}).check is None
+
+
+def test_the_handoff_timeout_defaults_to_the_stat_bound_plus_the_margin():
+    s = settings({"segment_health_check_dir": "/shc", "segment_health_check_stat_timeout": "4"})
+    assert s.check == CheckSettings("/shc", stat_timeout=4.0, handoff_timeout=24.0)
+
+
+def test_timeouts_are_validated_while_the_check_is_off():
+    with pytest.raises(ConfigurationError):
+        settings({"segment_health_check_stat_timeout": "0"})
 
 
 @pytest.mark.parametrize(

@@ -25,10 +25,10 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 
 from nvrx_seghealth.allocation import AllocationUnit
 from nvrx_seghealth.artifact import Decision, Outcome
+from nvrx_seghealth.errors import ExclusionReason
 from nvrx_seghealth.events import (
     METRIC_GROUP,
     DecisionRecorder,
-    ExcludedBy,
     FailOpenReason,
 )
 
@@ -59,7 +59,7 @@ def test_nothing_is_built_while_torch_records_nowhere():
     inner = StaticInner()
     events = recorder(inner)
     events.installed("/shared/shc")
-    events.excluded(ExcludedBy.DECISION_FILE, path="/shared/shc/x", size=3)
+    events.excluded(ExclusionReason.DECISION_FILE, path="/shared/shc/x", size=3)
     assert inner.run_id_reads == 0
 
 
@@ -72,7 +72,7 @@ def test_each_decision_is_one_event_with_its_fields_and_metrics():
             Decision("/p", Outcome.NOT_REGULAR, "not a regular file: directory"), 0.001, "request"
         )
         events.judged(Decision("/p", Outcome.UNHEALTHY, "non-empty", 7), 0.0005, "attempt")
-        events.excluded(ExcludedBy.DECISION_FILE, path="/p", size=7)
+        events.excluded(ExclusionReason.DECISION_FILE, path="/p", size=7)
         events.marker_published("1")
         events.verdict_published("excluded", 16777215, True, "attempt")
     assert seen.names() == [
@@ -236,7 +236,7 @@ def test_a_failing_handler_never_raises_and_warns_once(caplog):
     caplog.set_level(logging.DEBUG, logger="nvrx_seghealth")
     with routed(RaisingHandler(), RaisingMetrics()):
         events = recorder()
-        events.excluded(ExcludedBy.MARKER, when="before-joining")
+        events.excluded(ExclusionReason.MARKER, when="before-joining")
         events.judged(Decision("/p", Outcome.CLEAR, "empty", 0), 0.001, "attempt")
     ours = [r for r in caplog.records if r.name == "nvrx_seghealth.events"]
     assert [r.levelno for r in ours] == [

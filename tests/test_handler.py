@@ -30,8 +30,9 @@ from nvrx_seghealth import (
     artifact,
     publish_decision,
 )
+from nvrx_seghealth.coordinator import RESPONDER_INTERVAL
+from nvrx_seghealth.errors import ExclusionReason
 from nvrx_seghealth.events import parse_fields
-from nvrx_seghealth.handler import RESPONDER_INTERVAL
 from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
@@ -116,13 +117,19 @@ def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_sto
     assert (excluded.error.job_id, excluded.error.task_id) == (str(ARRAY), "1")
     assert excluded.error.path == os.path.join(shc, f"segment_health_check.{ARRAY}.1")
     assert excluded.error.size == len("n3 drained")
-    assert "is non-empty (10 bytes)" in str(excluded.error)
+    assert excluded.error.reason is ExclusionReason.DECISION_FILE
     assert [j.error for j in (healthy0, healthy2)] == [None, None]
     assert {j.result.world_size for j in (healthy0, healthy2)} == {2}
     assert sorted(j.result.rank for j in (healthy0, healthy2)) == [0, 1]
     assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).marked_groups() == ["1"]
     errors = our_records(caplog, logging.ERROR)
-    assert len(errors) == 1 and "task_id=1 is excluded" in errors[0]
+    assert len(errors) == 1
+    fields = parse_fields(errors[0])  # the line's tokens
+    assert (fields["reason"], fields["after_joining"], fields["task_id"]) == (
+        "decision-file",
+        "false",
+        "1",
+    )
 
 
 def test_without_a_verdict_a_marked_group_is_refused_without_joining(tcp_store, shc):
@@ -133,7 +140,8 @@ def test_without_a_verdict_a_marked_group_is_refused_without_joining(tcp_store, 
     healthy = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 2)]
     joined = join_all(healthy)
     assert isinstance(refused.error, UnhealthyNodeException)
-    assert "(before joining)" in str(refused.error) and "from process 0" in str(refused.error)
+    assert (refused.error.reason, refused.error.after_joining) == (ExclusionReason.MARKER, False)
+    assert refused.error.marker == "from process 0"
     assert [j.result.world_size for j in joined] == [2, 2]
     assert [h.num_nodes_waiting() for h in healthy] == [0, 0]  # not waiting either
 
@@ -145,8 +153,9 @@ def test_siblings_asking_after_an_exclusion_are_refused_at_once(tcp_store, shc):
     started = time.monotonic()
     for procid in (1, 2):  # the bound is 30 s; the exclusion answers every request
         sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=procid))
-        with pytest.raises(UnhealthyNodeException, match="marked the replacement group"):
+        with pytest.raises(UnhealthyNodeException) as refused:
             sibling.next_rendezvous()
+        assert refused.value.reason is ExclusionReason.MARKER
     assert time.monotonic() - started < 5
     assert participants(tcp_store) == 0
 
@@ -176,8 +185,7 @@ def test_sibling_that_starts_first_waits_for_the_verdict_and_never_joins(tcp_sto
     assert isinstance(process0.error, UnhealthyNodeException)
     sibling.wait()
     assert isinstance(sibling.error, UnhealthyNodeException)
-    assert "(before joining)" in str(sibling.error)
-    assert "marked the replacement group unhealthy" in str(sibling.error)
+    assert (sibling.error.reason, sibling.error.after_joining) == (ExclusionReason.MARKER, False)
     task2 = Join(launcher(tcp_store, shc, slurm_env(task=2), 2, 3))
     assert task0.wait().result.world_size == task2.wait().result.world_size == 2
     assert rendezvous_round(tcp_store) == 0  # the first round, no re-run
@@ -194,15 +202,15 @@ def test_slow_healthy_process_zero_holds_its_sibling_until_the_verdict(tcp_store
 
 def test_without_a_verdict_the_sibling_joins_after_the_bound(tcp_store, shc, caplog):
     """Fail open: a missing process 0 holds its sibling only for the hand-off bound."""
-    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2, handoff_timeout=1.0))
-    wait_until(lambda: participants(tcp_store) == 1, timeout=10)
-    task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
-    assert sibling.wait().result.world_size == task0.wait().result.world_size == 2
-    warnings = our_records(caplog, logging.WARNING)
-    assert (
-        len(warnings) == 1
-        and "no verdict from process 0 of array task 1000_1 within 1 s" in warnings[0]
-    )
+    with captured() as telemetry:
+        sibling = Join(
+            launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2, handoff_timeout=1.0)
+        )
+        wait_until(lambda: participants(tcp_store) == 1, timeout=10)
+        task0 = Join(launcher(tcp_store, shc, slurm_env(task=0), 2, 2))
+        assert sibling.wait().result.world_size == task0.wait().result.world_size == 2
+    assert len(our_records(caplog, logging.WARNING)) == 1
+    assert [f["reason"] for f in telemetry.fields("fail_open", task="1")] == ["no-verdict"]
 
 
 def test_sibling_that_joined_without_a_verdict_is_excluded_right_after_the_round(tcp_store, shc):
@@ -217,7 +225,7 @@ def test_sibling_that_joined_without_a_verdict_is_excluded_right_after_the_round
     for join in (sibling, task0, task2):
         join.wait()
     assert isinstance(sibling.error, UnhealthyNodeException)
-    assert "(after joining)" in str(sibling.error)
+    assert (sibling.error.reason, sibling.error.after_joining) == (ExclusionReason.MARKER, True)
     assert task0.result.world_size == task2.result.world_size == 3  # the round needs a rerun
 
 
@@ -258,8 +266,10 @@ def test_a_healthy_answer_to_an_earlier_request_never_admits_a_later_one(tcp_sto
     view.publish(Answer(Verdict.HEALTHY, request))
     markers.publish("1", "process 0 of the next attempt")
     sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=1), 1, 1, handoff_timeout=0.5)
-    with pytest.raises(UnhealthyNodeException, match=r"\(before joining\).*next attempt"):
+    with pytest.raises(UnhealthyNodeException) as refused:
         sibling.next_rendezvous()
+    assert (refused.value.reason, refused.value.after_joining) == (ExclusionReason.MARKER, False)
+    assert refused.value.marker == "process 0 of the next attempt"
     assert participants(tcp_store) == 0
 
 
@@ -270,7 +280,7 @@ def test_an_excluded_verdict_refuses_even_without_a_marker(tcp_store, shc):
     view = view_of(tcp_store)
     view.publish(Answer(Verdict.EXCLUDED, view.read()[0]))
     assert isinstance(sibling.wait().error, UnhealthyNodeException)
-    assert "gave the verdict 'excluded'" in str(sibling.error)
+    assert sibling.error.reason is ExclusionReason.VERDICT
     assert participants(tcp_store) == 0
 
 
@@ -309,9 +319,9 @@ def test_exclusion_sticks_even_if_the_decision_is_cleared(tcp_store, shc):
     with pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
     os.unlink(path)
-    with pytest.raises(UnhealthyNodeException, match="non-empty") as again:
+    with pytest.raises(UnhealthyNodeException) as again:
         handler.next_rendezvous()
-    assert again.value.path == path
+    assert (again.value.reason, again.value.path) == (ExclusionReason.DECISION_FILE, path)
     assert handler.excluded
 
 
@@ -330,8 +340,9 @@ def test_regular_job_raises_and_publishes_nothing(tcp_store, shc):
     handler = launcher(tcp_store, shc, slurm_env(job=77), 1, 1)
     assert handler.markers is None
     keys = tcp_store.num_keys()
-    with pytest.raises(UnhealthyNodeException, match="job_id=77 task_id=77"):
+    with pytest.raises(UnhealthyNodeException) as excluded:
         handler.next_rendezvous()
+    assert (excluded.value.job_id, excluded.value.task_id) == ("77", "77")
     assert tcp_store.num_keys() == keys
 
 
@@ -397,10 +408,10 @@ def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc
         directory=shc,
         environ=slurm_env(task=1),
     )
-    with pytest.raises(UnhealthyNodeException):
+    with captured() as telemetry, pytest.raises(UnhealthyNodeException):
         handler.next_rendezvous()
-    warnings = our_records(caplog, logging.WARNING)
-    assert any("could not publish" in w for w in warnings)
+    actions = [f["action"] for f in telemetry.fields("fail_open")]
+    assert "publish-marker" in actions and "publish-verdict" in actions
 
 
 def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
@@ -410,11 +421,12 @@ def test_failure_to_read_a_marker_fails_open(tcp_store, shc, caplog):
         directory=shc,
         environ=slurm_env(task=1, procid=1),
     )
-    assert handler.next_rendezvous().world_size == 1
-    warnings = our_records(caplog, logging.WARNING)
-    assert len(warnings) == 3  # the request, the marker before and after joining
-    assert "could not ask process 0 for a verdict" in warnings[0]
-    assert all("could not read the marker" in w for w in warnings[1:])
+    with captured() as telemetry:
+        assert handler.next_rendezvous().world_size == 1
+    assert len(our_records(caplog, logging.WARNING)) == 3
+    # the request, the marker before and after joining
+    actions = [f["action"] for f in telemetry.fields("fail_open")]
+    assert actions == ["request-verdict", "read-marker", "read-marker"]
 
 
 def test_every_other_method_delegates(tcp_store, shc, monkeypatch):
@@ -508,7 +520,7 @@ def test_a_decision_found_between_rounds_refuses_the_restarting_sibling(tcp_stor
     publish_decision(shc, str(ARRAY), "1", "drained while training")  # DRAIN: no eviction
     refused = Join(sibling).wait(timeout=10)
     assert isinstance(refused.error, UnhealthyNodeException)
-    assert "(before joining)" in str(refused.error)
+    assert refused.error.after_joining is False
     assert process0.num_nodes_waiting() == 0  # the sibling never entered the wait list
     with pytest.raises(UnhealthyNodeException):  # process 0 at its next boundary
         process0.next_rendezvous()
@@ -548,9 +560,13 @@ def test_a_failing_check_fails_open_with_one_warning(tcp_store, shc, caplog, mon
         raise RuntimeError("a bug in the check")
 
     monkeypatch.setattr(handler.check, "evaluate", broken)
-    assert handler.next_rendezvous().world_size == 1
-    warnings = our_records(caplog, logging.WARNING)
-    assert len(warnings) == 1 and "RuntimeError" in warnings[0]
+    with captured() as telemetry:
+        assert handler.next_rendezvous().world_size == 1
+    assert len(our_records(caplog, logging.WARNING)) == 1
+    failed = telemetry.fields("fail_open")
+    assert [(f["action"], f["error"].split(":")[0]) for f in failed] == [
+        ("evaluate", "RuntimeError")
+    ]
 
 
 def test_a_directory_that_does_not_exist_gets_one_warning(tcp_store, tmp_path, caplog):

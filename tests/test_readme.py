@@ -298,7 +298,8 @@ def test_torchrun_command_lines():
         config = _torchrun_config(argv[1:])
         assert config.rdzv_backend == "segment-health"
         settings = BackendSettings.from_rdzv_config(config.rdzv_configs, environ={})
-        assert settings.directory == "/shared/job/segment-health-check"
+        assert settings.check is not None
+        assert settings.check.directory == "/shared/job/segment-health-check"
         if settings.inner_backend == "c10d":  # the store outside every unit
             assert config.rdzv_configs.get("is_host") == "false"
 
@@ -327,7 +328,8 @@ def test_launcher_command_lines(tmp_path, monkeypatch):
 
         config = config_from_args(args)[0]
         settings = BackendSettings.from_rdzv_config(config.rdzv_configs, environ={})
-        assert settings.directory == setting.directory and settings.inner_backend == "c10d"
+        assert settings.check is not None and settings.check.directory == setting.directory
+        assert settings.inner_backend == "c10d"
 
 
 def test_composition_example(tcp_store):

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING
 import pytest
 
 from nvrx_seghealth.artifact import DEFAULT_STAT_TIMEOUT
-from nvrx_seghealth.config import DIRECTORY_ENV
+from nvrx_seghealth.settings import DIRECTORY_ENV
 from tests.support import free_port
 
 if TYPE_CHECKING:

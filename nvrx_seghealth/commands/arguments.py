@@ -12,9 +12,10 @@ import textwrap
 from typing import Any
 
 from ..allocation import InvalidIdentityError, validate_id
-from ..config import DIRECTORY_ENV, ConfigurationError
 from ..durations import DEFAULT_STAT_TIMEOUT
+from ..errors import ConfigurationError
 from ..ft_settings import resolve_directory
+from ..settings import DIRECTORY_ENV
 from .output import EXIT_STATUSES, exit_status_text
 
 __all__ = [
