@@ -56,6 +56,7 @@ __all__ = [
     "judge",
     "publish_decision",
     "require_absolute_directory",
+    "unit_artifact_path",
     "unit_id",
 ]
 
@@ -143,8 +144,13 @@ def artifact_path(directory: str, job_id: str | int, task_id: str | int) -> str:
         TypeError: an id is neither a ``str`` nor an ``int``.
     """
     require_absolute_directory(directory)
-    job, task = unit_id("job_id", job_id), unit_id("task_id", task_id)
-    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job}.{task}")
+    return unit_artifact_path(directory, unit_id("job_id", job_id), unit_id("task_id", task_id))
+
+
+def unit_artifact_path(directory: str, job_id: str, task_id: str) -> str:
+    """:func:`artifact_path` for a directory and ids already validated (a
+    :class:`~.settings.CheckSettings` and an :class:`~.allocation.AllocationUnit`)."""
+    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job_id}.{task_id}")
 
 
 def _file_type(mode: int) -> str:

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Mapping
 
 from .allocation import AllocationUnit, InvalidIdentityError
-from .artifact import Decision, Outcome, artifact_path, directory_problem, judge, unit_id
+from .artifact import Decision, Outcome, directory_problem, judge, unit_artifact_path, unit_id
 from .durations import DEFAULT_STAT_TIMEOUT
 from .settings import CheckSettings
 
@@ -81,7 +81,7 @@ class SegmentHealthCheck:
         self.directory = settings.directory
         self.job_id = job_id
         self.task_id = task_id
-        self.path = artifact_path(settings.directory, job_id, task_id)
+        self.path = unit_artifact_path(settings.directory, job_id, task_id)
         self.stat_timeout = settings.stat_timeout
         self._directory_looked_at = False
 
