@@ -108,13 +108,16 @@ def require_absolute_directory(directory: object, *, what: str = "directory") ->
     ``what`` names the setting in the message (a CLI flag, an rdzv-conf key, ...).
     """
     if not isinstance(directory, str) or not directory:
-        raise ConfigurationError(f"{what} must be a non-empty absolute path, got {directory!r}")
+        raise ConfigurationError(
+            f"{what} must be a non-empty absolute path, got {directory!r}", setting=what
+        )
     if "\0" in directory:
-        raise ConfigurationError(f"{what} contains a NUL byte: {directory!r}")
+        raise ConfigurationError(f"{what} contains a NUL byte: {directory!r}", setting=what)
     if not os.path.isabs(directory):
         raise ConfigurationError(
             f"{what} must be an absolute path that every launcher can reach, got "
-            f"{directory!r}; pass e.g. {os.path.abspath(directory)!r}"
+            f"{directory!r}; pass e.g. {os.path.abspath(directory)!r}",
+            setting=what,
         )
     return directory
 

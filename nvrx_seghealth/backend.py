@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .config import BackendSettings
+from .config import INNER_BACKEND_KEY, BackendSettings
 from .errors import ConfigurationError
 from .logs import ensure_visible
 
@@ -52,7 +52,8 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
         except ImportError:
             raise ConfigurationError(
                 "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
-                "(the package's etcd extra: pip install '.[etcd]' from a checkout)"
+                "(the package's etcd extra: pip install '.[etcd]' from a checkout)",
+                setting=f"rdzv-conf {INNER_BACKEND_KEY}=etcd-v2",
             ) from None
         from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
 

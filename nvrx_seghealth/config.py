@@ -86,7 +86,8 @@ def _refuse_lookalikes(config: Mapping[str, Any]) -> None:
         if meant is not None:
             raise ConfigurationError(
                 f"rdzv-conf {key} is not a segment-health setting (did you mean {meant}?); "
-                f"the settings are {', '.join(OUR_KEYS)}"
+                f"the settings are {', '.join(OUR_KEYS)}",
+                setting=f"rdzv-conf {key}",
             )
 
 
@@ -98,7 +99,8 @@ def _directory(config: Mapping[str, Any], environ: Mapping[str, str] | None) -> 
     if value in ("", None):
         raise ConfigurationError(
             f"rdzv-conf {DIRECTORY_KEY} is empty; give the absolute decision directory, or "
-            "omit the key to disable the segment health check"
+            "omit the key to disable the segment health check",
+            setting=f"rdzv-conf {DIRECTORY_KEY}",
         )
     return value, f"rdzv-conf {DIRECTORY_KEY}"
 
@@ -109,7 +111,8 @@ def _inner_backend(config: Mapping[str, Any]) -> str:
         raise ConfigurationError(
             f"rdzv-conf {INNER_BACKEND_KEY}={value!r} is not supported; use one of "
             f"{', '.join(INNER_BACKENDS)} (the inner backend must share its store for "
-            "replacement-group markers)"
+            "replacement-group markers)",
+            setting=f"rdzv-conf {INNER_BACKEND_KEY}",
         )
     return str(value)
 

@@ -107,7 +107,8 @@ def validate_seconds(setting: DurationSetting, value: object, *, given_as: str =
     if not (math.isfinite(seconds) and low_ok and seconds <= setting.maximum):
         raise ConfigurationError(
             f"{given_as or setting.name}={value!r} is not a number of seconds in "
-            f"{setting.range_text}; it sets {setting.meaning} (e.g. {setting.example:g})"
+            f"{setting.range_text}; it sets {setting.meaning} (e.g. {setting.example:g})",
+            setting=given_as or setting.name,
         )
     return seconds
 

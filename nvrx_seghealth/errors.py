@@ -13,7 +13,18 @@ __all__ = ["ConfigurationError", "ExclusionReason", "UnhealthyNodeException"]
 
 
 class ConfigurationError(ValueError):
-    """A segment-health setting is invalid; the message names the setting and the fix."""
+    """A segment-health setting is invalid; the message names the setting and the fix.
+
+    Attributes:
+        setting: the setting, as the user wrote it (``rdzv-conf
+            segment_health_check_stat_timeout``, ``--ft-segment-health-check-dir``,
+            ``environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR``, ...), when one
+            setting is at fault; else ``None``.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
 
 
 class ExclusionReason(str, enum.Enum):

@@ -115,36 +115,42 @@ def directory_from_yaml(path: str) -> str | None:
     except OSError as error:
         raise ConfigurationError(
             f"{what}: cannot read the file ({error.strerror or error}); give the path of a "
-            "readable YAML file"
+            "readable YAML file",
+            setting=CFG_FLAG,
         ) from None
     except (yaml.YAMLError, UnicodeDecodeError, ValueError) as error:
         detail = " ".join(str(error).split())
         raise ConfigurationError(
-            f"{what} is not valid YAML ({detail}); fix the file or drop {CFG_FLAG}"
+            f"{what} is not valid YAML ({detail}); fix the file or drop {CFG_FLAG}",
+            setting=CFG_FLAG,
         ) from None
     except RecursionError:
         raise ConfigurationError(
-            f"{what} is nested too deeply to be read as YAML; fix the file or drop {CFG_FLAG}"
+            f"{what} is nested too deeply to be read as YAML; fix the file or drop {CFG_FLAG}",
+            setting=CFG_FLAG,
         ) from None
     try:
         section = _find_section(data)
     except RecursionError:
         raise ConfigurationError(
             f"{what} is nested too deeply to look for '{YAML_SECTION}'; fix the file or drop "
-            f"{CFG_FLAG}"
+            f"{CFG_FLAG}",
+            setting=CFG_FLAG,
         ) from None
     if section is None:
         return None
     if not isinstance(section, Mapping):
         raise ConfigurationError(
             f"{what}: '{YAML_SECTION}' must be a mapping of settings, got "
-            f"{type(section).__name__} {section!r}"
+            f"{type(section).__name__} {section!r}",
+            setting=YAML_SECTION,
         )
     for field in section:  # NVRx's other fault_tolerance settings are not ours to judge
         if lookalike(str(field), (DIRECTORY_KEY,)) is not None:
             raise ConfigurationError(
                 f"{YAML_SECTION}.{field} in {path} is not a setting (did you mean "
-                f"{YAML_FIELD}?); as written, the segment health check would be off"
+                f"{YAML_FIELD}?); as written, the segment health check would be off",
+                setting=f"{YAML_SECTION}.{field}",
             )
     value = section.get(DIRECTORY_KEY)
     if value is None:
@@ -154,7 +160,8 @@ def directory_from_yaml(path: str) -> str | None:
             f"{YAML_FIELD} in {path} must be an absolute directory path (a non-empty "
             f"string), got {type(value).__name__} {value!r}; write e.g. "
             f"'{DIRECTORY_KEY}: /shared/job/segment-health-check', or remove the field to "
-            "disable the check"
+            "disable the check",
+            setting=YAML_FIELD,
         )
     return value
 
@@ -182,7 +189,8 @@ def resolve_directory(
     if flag_value is not None:
         if not flag_value:
             raise ConfigurationError(
-                f"{flag} is empty; give the absolute decision directory, or omit the option"
+                f"{flag} is empty; give the absolute decision directory, or omit the option",
+                setting=flag,
             )
         return _validated(flag_value, flag)
     if from_yaml is not None:

@@ -19,6 +19,7 @@ import pytest
 
 import nvrx_seghealth
 from nvrx_seghealth import artifact
+from nvrx_seghealth.allocation import InvalidIdentityError
 from nvrx_seghealth.artifact import (
     Outcome,
     artifact_path,
@@ -27,6 +28,7 @@ from nvrx_seghealth.artifact import (
     publish_decision,
     require_absolute_directory,
 )
+from nvrx_seghealth.errors import ConfigurationError
 
 
 @pytest.fixture
@@ -62,20 +64,23 @@ def test_path_layout(tmp_path):
 
 @pytest.mark.parametrize("directory", ["relative/dir", "", "./x"])
 def test_relative_directory_is_refused(directory):
-    with pytest.raises(ValueError, match="absolute"):
+    with pytest.raises(ConfigurationError) as refused:
         artifact_path(directory, "1", "2")
+    assert refused.value.setting == "directory"
 
 
 def test_directory_message_names_the_setting_and_a_fix():
-    with pytest.raises(ValueError, match=r"--my-flag must be an absolute path.*pass e\.g\. '/"):
+    with pytest.raises(ConfigurationError) as refused:
         require_absolute_directory("shc", what="--my-flag")
+    assert refused.value.setting == "--my-flag"
+    assert repr(os.path.abspath("shc")) in str(refused.value)  # the fix: an absolute path
 
 
 @pytest.mark.parametrize(
     "job_id,task_id", [("../x", "1"), ("1", "../../etc/passwd"), ("1", "2/..")]
 )
 def test_ids_cannot_escape_the_directory(job_id, task_id):
-    with pytest.raises(ValueError, match="decimal"):
+    with pytest.raises(InvalidIdentityError):
         artifact_path("/shared", job_id, task_id)
 
 

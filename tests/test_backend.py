@@ -14,6 +14,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
 from nvrx_seghealth import BACKEND_NAME, publish_decision, register
 from nvrx_seghealth.backend import create_segment_health_handler
+from nvrx_seghealth.errors import ConfigurationError
 
 from .support import free_port, slurm_env
 
@@ -112,8 +113,9 @@ def test_bad_configuration_fails_before_any_rendezvous():
         segment_health_check_dir="relative/shc",
     )
     started = time.monotonic()
-    with pytest.raises(ValueError, match="segment_health_check_dir must be an absolute path"):
+    with pytest.raises(ConfigurationError) as refused:
         create_segment_health_handler(params)
+    assert refused.value.setting == "rdzv-conf segment_health_check_dir"
     assert time.monotonic() - started < 5
 
 

@@ -8,6 +8,8 @@ import os
 import pytest
 
 from nvrx_seghealth import SegmentHealthCheck, get_segment_health_check, publish_decision
+from nvrx_seghealth.allocation import InvalidIdentityError
+from nvrx_seghealth.errors import ConfigurationError
 
 from .support import slurm_env
 
@@ -70,8 +72,9 @@ def test_no_directory_disables(directory):
 
 def test_relative_directory_is_a_configuration_error_on_every_launcher():
     for env in (slurm_env(task=1), slurm_env(task=1, procid=3), {}):
-        with pytest.raises(ValueError, match="must be an absolute path"):
+        with pytest.raises(ConfigurationError) as refused:
             get_segment_health_check("shared/shc", env)
+        assert refused.value.setting == "directory"
 
 
 def test_hostile_identity_is_refused_with_one_warning(tmp_path, caplog):
@@ -108,12 +111,14 @@ def test_fail_open_warns_once_per_evaluation_naming_path_and_type(tmp_path, capl
 
 
 def test_constructor_validates_everything(tmp_path):
-    with pytest.raises(ValueError, match="absolute"):
+    with pytest.raises(ConfigurationError) as refused:
         SegmentHealthCheck("rel", "1", "2")
-    with pytest.raises(ValueError, match="decimal"):
+    assert refused.value.setting == "directory"
+    with pytest.raises(InvalidIdentityError):
         SegmentHealthCheck(str(tmp_path), "1", "../2")
-    with pytest.raises(ValueError, match="stat_timeout"):
+    with pytest.raises(ConfigurationError) as refused:
         SegmentHealthCheck(str(tmp_path), "1", "2", stat_timeout=0)
+    assert refused.value.setting == "stat_timeout"
 
 
 @pytest.mark.parametrize("env", [{"SLURM_PROCID": "0"}, {}], ids=["no-job-id", "no-slurm"])

