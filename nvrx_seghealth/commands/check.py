@@ -25,7 +25,7 @@ from ..artifact import (
     directory_problem,
     evaluate,
 )
-from ..config import ConfigurationError
+from ..errors import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of, slurm_id
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json, usage_error
 

@@ -26,7 +26,7 @@ from typing import Any
 from ..allocation import AllocationUnit, InvalidIdentityError
 from ..artifact import DEFAULT_STAT_TIMEOUT, Outcome, artifact_path, evaluate
 from ..boundedstat import StatTimeoutError, stat_within
-from ..config import ConfigurationError
+from ..errors import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of
 from .fsproblems import permission_problems
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json

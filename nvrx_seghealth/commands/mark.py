@@ -18,8 +18,8 @@ from typing import Any
 
 from .. import boundedfs
 from ..artifact import artifact_path
-from ..config import ConfigurationError
 from ..decisionfs import LockBusyError, Result
+from ..errors import ConfigurationError
 from .arguments import (
     add_command,
     add_directory_option,

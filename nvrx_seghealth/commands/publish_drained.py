@@ -66,8 +66,8 @@ from .. import boundedfs
 from ..artifact import ARTIFACT_PREFIX, artifact_path
 from ..boundedfs import FilesystemTimeout
 from ..boundedstat import stat_within
-from ..config import ConfigurationError
 from ..decisionfs import Current, LockBusyError
+from ..errors import ConfigurationError
 from .arguments import (
     add_command,
     add_directory_option,

@@ -34,7 +34,8 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from ..backend import BACKEND_NAME
-from ..config import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS, ConfigurationError
+from ..config import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS
+from ..errors import ConfigurationError
 from ..ft_settings import CFG_FLAG, DIRECTORY_FLAG, YAML_FIELD, DirectorySetting, resolve_directory
 from .output import EXIT_OK, usage_error
 

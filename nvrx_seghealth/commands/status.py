@@ -27,7 +27,7 @@ from .. import boundedfs
 from ..artifact import Decision, Outcome, judge
 from ..boundedfs import FilesystemTimeout
 from ..boundedstat import stat_within
-from ..config import ConfigurationError
+from ..errors import ConfigurationError
 from .arguments import (
     add_command,
     add_directory_option,

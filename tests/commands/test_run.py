@@ -16,7 +16,7 @@ from nvrx_seghealth.commands.run import (
     select_segment_health,
     use_local_rendezvous,
 )
-from nvrx_seghealth.config import ConfigurationError
+from nvrx_seghealth.errors import ConfigurationError
 from nvrx_seghealth.ft_settings import DirectorySetting
 
 from ..support import slurm_env
