@@ -22,6 +22,23 @@ def slurm_env(
     return env
 
 
+def exclusion_tokens(
+    job_id: str, task_id: str, reason: str = "decision-file", *, after_joining: bool = False
+) -> str:
+    """The stable tokens an exclusion's ERROR line carries (``reason=... job_id=...``)."""
+    from nvrx_seghealth import ExclusionReason, UnhealthyNodeException
+    from nvrx_seghealth.logfmt import format_fields
+
+    error = UnhealthyNodeException(
+        "",
+        job_id=job_id,
+        task_id=task_id,
+        reason=ExclusionReason(reason),
+        after_joining=after_joining,
+    )
+    return format_fields(error.fields())
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (free when this returns)."""
     with socket.socket() as probe:

@@ -34,6 +34,7 @@ import pytest
 from nvrx_seghealth.simulation.records import LAUNCHER_ENV, WorkerRecord, read_records
 from nvrx_seghealth.simulation.store_host import StoreHost
 from tests.commands.runner import nvrx_seghealth
+from tests.support import exclusion_tokens
 
 if TYPE_CHECKING:
     from conftest import Job, SlurmCluster
@@ -84,14 +85,11 @@ def array_task_exit_reported(out: str) -> bool:
 
 
 def exclusion_line(job_id: str, task_id: str, decision: Path) -> re.Pattern[str]:
-    """Process 0's exclusion log line (logged before it publishes the marker, so srun
-    cannot end the launcher before it is written)."""
-    return re.compile(
-        rf"^0: .*nvrx_seghealth\.handler: Segment health check: allocation unit "
-        rf"job_id={job_id} task_id={task_id} is excluded: decision file "
-        rf"{re.escape(str(decision))} is non-empty",
-        re.MULTILINE,
-    )
+    """Process 0's exclusion log line, by its tokens (the decision file excluded the
+    unit) and the file it names. It is logged before the marker is published, so srun
+    cannot end the launcher before it is written."""
+    tokens = exclusion_tokens(job_id, task_id)
+    return re.compile(rf"^0: .*{re.escape(tokens)}\b.*{re.escape(str(decision))}\b", re.MULTILINE)
 
 
 def install_line(process: int, directory: Path, job_id: str, task_id: str) -> re.Pattern[str]:
