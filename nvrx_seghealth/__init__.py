@@ -77,6 +77,16 @@ __all__ = [
     "register",
 ]
 
+# Tracebacks name the public package, not the internal module that defines them.
+for _exception in (
+    ConfigurationError,
+    DecisionConflict,
+    InvalidIdentityError,
+    UnhealthyNodeException,
+):
+    _exception.__module__ = __name__
+del _exception
+
 
 def __getattr__(name: str) -> Any:
     if name == "SegmentHealthRendezvousHandler":

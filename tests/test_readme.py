@@ -32,7 +32,7 @@ from nvrx_seghealth.commands import build_parser
 from nvrx_seghealth.config import BackendSettings
 from nvrx_seghealth.ft_settings import resolve_directory
 
-from .support import free_port
+from .support import exclusion_tokens, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -209,6 +209,8 @@ def test_try_it_on_one_machine(tmp_path):
     assert output.count(installed) == 3, output[-4000:]  # try-1, try-2, run
     assert output.count("worker 0 of 2: sum of ranks 1") == 2  # try-1 and run trained
     assert "UnhealthyNodeException" in output and "launcher exit code: 1" in output
+    tokens = exclusion_tokens("1000", "7")  # as the composition section shows them
+    assert tokens in output and f"`{tokens}`" in README.read_text()
     assert re.search(r"^1000\s+7\s+unhealthy", output, re.MULTILINE)  # status after mark
     assert (decisions / f"{ARTIFACT_PREFIX}.1000.7").stat().st_size == 0  # cleared
 
