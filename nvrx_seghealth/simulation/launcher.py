@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..config import DIRECTORY_ENV
+from ..settings import DIRECTORY_ENV
 from .paths import RunPaths, read_log
 from .processes import signal_group, spawn
 from .records import LAUNCHER_ENV
@@ -64,7 +64,8 @@ def rendezvous_config(
     }
     if spec.rendezvous == "c10d":
         # The store is hosted by a harness process outside every allocation unit: an
-        # excluded unit hosting it would take the rendezvous down (DESIGN.md section 4).
+        # excluded unit hosting it would take the rendezvous down, since the TCPStore
+        # lives in its host launcher and dies when that launcher exits.
         # Only a scenario showing exactly that has a launcher host it.
         hosts = label is not None and label == spec.store_in_launcher
         config["is_host"] = "true" if hosts else "false"

@@ -1,8 +1,8 @@
 """Slurm-like identities for simulated launchers.
 
-Mirrors what ``sbatch --array`` + ``srun -N<n> --ntasks-per-node=1`` export (see
-``notes/slurm-on-one-machine.md``): every launcher of a unit sees the same job and array
-ids and differs only in ``SLURM_PROCID``/``SLURM_NODEID``. Like real Slurm, the array's
+Mirrors what ``sbatch --array`` + ``srun -N<n> --ntasks-per-node=1`` export on a real
+cluster: every launcher of a unit sees the same job and array ids and differs only in
+``SLURM_PROCID``/``SLURM_NODEID``. Like real Slurm, the array's
 *last* task gets ``SLURM_JOB_ID == SLURM_ARRAY_JOB_ID`` and the others new ids, so job
 ids alone do not name a task.
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["BACKENDS", "INNER_BACKENDS", "JobSpec", "StartAfter"]
+from ..config import INNER_BACKENDS
+
+__all__ = ["BACKENDS", "JobSpec", "StartAfter"]
 
 #: Rendezvous backends a simulated launcher can use.
 BACKENDS = ("segment-health", "c10d")
-#: Rendezvous backends ``segment-health`` can wrap (its ``inner_backend``).
-INNER_BACKENDS = ("c10d", "etcd-v2")
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 c10d normally hosts its TCPStore inside the launcher whose address matches the
 endpoint; if that launcher's unit is excluded and exits, the store dies with it and
-every node loses the rendezvous (DESIGN.md section 4). The simulation therefore runs
+every node loses the rendezvous (README.md, "When to choose etcd-v2 over c10d"). The
+simulation therefore runs
 the store in a separate process, and launchers get ``is_host=false``.
 
 :class:`StoreHost` starts the server process (:mod:`.store_server`), waits for its
