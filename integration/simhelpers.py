@@ -6,7 +6,9 @@ import re
 
 import pytest
 
+from nvrx_seghealth.errors import ExclusionReason
 from nvrx_seghealth.simulation import JobResult, StartAfter, render_report
+from nvrx_seghealth.simulation.logtokens import Exclusion, exclusion
 
 #: Bound for one simulated job. A healthy 6-launcher job takes 20-30 s on 2 busy cores;
 #: the slowest scenario (the race, with a restart) about 60 s.
@@ -56,7 +58,8 @@ def assert_excluded_by_decision(result: JobResult, unit: int) -> None:
         f"Segment health check installed directory={result.paths.decisions} "
         f"job_id={job_id} task_id={task_id}" in text
     )
-    assert f"is excluded: decision file {path} is non-empty" in text
+    assert exclusion(text) == Exclusion(ExclusionReason.DECISION_FILE, after_joining=False)
+    assert str(path) in text
     assert "UnhealthyNodeException" in text
     assert not re.search(JOINED, text)
 
@@ -67,7 +70,7 @@ def assert_refused_by_marker(result: JobResult, unit: int, procid: int) -> None:
     text = sibling.log()
     assert sibling.started and not sibling.killed_by_srun
     assert sibling.returncode not in (None, 0, 93)
-    assert "is excluded (before joining): its process 0 marked the replacement group" in text
+    assert exclusion(text) == Exclusion(ExclusionReason.MARKER, after_joining=False)
     assert "Segment health check installed" not in text  # only process 0 installs it
     assert not re.search(JOINED, text)
     assert not [w for w in result.workers if w.launcher == sibling.label]

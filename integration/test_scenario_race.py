@@ -11,7 +11,9 @@ import re
 
 from simhelpers import JOINED, JOINING, assert_excluded_by_decision
 
+from nvrx_seghealth.errors import ExclusionReason
 from nvrx_seghealth.simulation import JobSpec, StartAfter
+from nvrx_seghealth.simulation.logtokens import Exclusion, exclusion
 
 #: The late sibling's worker is running in round 0.
 SIBLING_WORKER_UP = r"task1\.proc1: round 0, rank"
@@ -42,7 +44,7 @@ def test_sibling_started_first_costs_no_round_with_the_handoff(simulate) -> None
     assert_excluded_by_decision(result, 1)
     # It waited for its process 0 and left on its verdict, never joining.
     assert re.search(r"process 0 of array task 1000_1 answered request \d+: excluded", text)
-    assert "is excluded (before joining): its process 0 marked the replacement group" in text
+    assert exclusion(text) == Exclusion(ExclusionReason.MARKER, after_joining=False)
     assert not re.search(JOINED, text)
     assert not [w for w in result.workers if w.array_task == 1]
     # The spares were selected in the first round: no additional rendezvous.
@@ -162,7 +164,7 @@ def test_without_the_handoff_a_sibling_leaving_a_completed_round_costs_one_round
     result = simulate(spec)
 
     sibling = result.launcher(1, 1)
-    assert "is excluded (after joining): its process 0 marked" in sibling.log()
+    assert exclusion(sibling.log()) == Exclusion(ExclusionReason.MARKER, after_joining=True)
     assert not re.search(JOINED, sibling.log())
     assert sibling.returncode not in (None, 0, 93)
     assert_excluded_by_decision(result, 1)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from simhelpers import JOB_TIMEOUT, report
 
+from nvrx_seghealth.errors import ExclusionReason
 from nvrx_seghealth.simulation import JobSpec, SimulatedJob
+from nvrx_seghealth.simulation.logtokens import Exclusion, exclusion
 
 
 def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
@@ -47,6 +49,6 @@ def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
         ("task2.proc1", 0),
     ]
     # Task 2 ran in round 0 and was excluded when it came back to the rendezvous.
-    assert text.index("task2.proc0: round 0, rank") < text.index(
-        f"is excluded: decision file {result.decisions[2]} is non-empty"
-    )
+    assert exclusion(text) == Exclusion(ExclusionReason.DECISION_FILE, after_joining=False)
+    decision_file = f"reason={ExclusionReason.DECISION_FILE.value}"
+    assert text.index("task2.proc0: round 0, rank") < text.index(decision_file)

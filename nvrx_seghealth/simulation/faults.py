@@ -1,7 +1,7 @@
 """The fault matrix: ordinary failures that torchrun survives, each defined once.
 
-"Do no harm" (DESIGN.md section 3): with the check on and nothing marked, every failure
-torchrun survives must be survived the same way and about as fast through the
+"Do no harm" (README.md, "Do no harm"): with the check on and nothing marked, every
+failure torchrun survives must be survived the same way and about as fast through the
 ``segment-health`` wrapper as through plain ``c10d``. Each :class:`Fault` here is one
 such failure: the job it hits (one :class:`.spec.JobSpec`, run once per backend with
 :meth:`Fault.spec_for`), how the harness injects it, and which injected events its
@@ -204,9 +204,14 @@ def _kill_worker(job: SimulatedJob, world: Round, label: str) -> None:
 
 def _spares_waiting(job: SimulatedJob, labels: Iterable[str], deadline: float) -> None:
     wanted = frozenset(labels)
+
+    def waiting() -> bool:
+        spares = job.rendezvous_lists()["spares"]
+        return spares is not None and wanted <= spares
+
     _await(
         job,
-        lambda: wanted <= job.rendezvous_lists()["spares"],
+        waiting,
         deadline,
         f"{', '.join(sorted(wanted))} waiting as spares",
     )

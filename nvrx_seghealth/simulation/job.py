@@ -23,10 +23,9 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from ..artifact import publish_decision
 from ..markers import ReplacementGroupMarkers
@@ -35,6 +34,7 @@ from .outcome import FaultEvent, JobResult, LauncherOutcome
 from .paths import RunPaths
 from .processes import kill_if_running, stop_all
 from .records import WorkerRecord, read_records
+from .rendezvous_state import read_store
 from .slurm import allocation_unit
 from .spec import JobSpec
 from .srun import KILL_WAIT, Step
@@ -180,40 +180,38 @@ class SimulatedJob:
         launcher = self.launchers[label]
         if not launcher.running or launcher.pid is None:
             raise ValueError(f"{label} is not running; not killing its agent")
-        rounds = [w.round for w in self.workers()]
+        rounds = [w.round for w in self.workers() if w.round is not None]
         event = self.record_fault(
             f"SIGKILL agent pid {launcher.pid} of {label}", max(rounds, default=None)
         )
         os.kill(launcher.pid, signal.SIGKILL)
         return event
 
-    def rendezvous_lists(self) -> dict[str, frozenset[str]]:
+    def rendezvous_lists(self) -> dict[str, frozenset[str] | None]:
         """The launchers the c10d rendezvous lists now, by list, read from the live store.
 
         Keys: ``participants`` (of the current round), ``waiting`` (torch's wait list:
         nodes that make the running world restart) and ``spares`` (torch's redundancy
         list: nodes beyond ``--nnodes``' maximum, waiting without making anyone restart).
-        Nodes are matched to launchers by their agent's PID, as torch names them.
+        Nodes are matched to launchers by their agent's PID, as torch names them. A list
+        is ``None`` when it is unknown: no node has joined yet, or torch's state could not
+        be read (:mod:`.rendezvous_state`).
 
         Raises:
             ValueError: the harness does not host the store (etcd-v2, or a launcher does).
         """
-        from .worker import c10d_rendezvous_state
-
         if not self.spec.harness_hosts_store:
             raise ValueError("the rendezvous state is only read from the harness's store")
-        state = c10d_rendezvous_state(self.store.client(), self.run_id)
+        state = read_store(self.store.client(), self.run_id)
         by_pid = {launcher.pid: label for label, launcher in self.launchers.items()}
 
-        def labels(nodes: Iterable[Any]) -> frozenset[str]:
-            return frozenset(by_pid[node.pid] for node in nodes if node.pid in by_pid)
+        def labels(pids: frozenset[int] | None) -> frozenset[str] | None:
+            return None if pids is None else frozenset(by_pid[p] for p in pids if p in by_pid)
 
-        if state is None:
-            return {"participants": frozenset(), "waiting": frozenset(), "spares": frozenset()}
         return {
             "participants": labels(state.participants),
-            "waiting": labels(state.wait_list),
-            "spares": labels(state.redundancy_list),
+            "waiting": labels(state.waiting),
+            "spares": labels(state.spares),
         }
 
     def markers(self) -> ReplacementGroupMarkers:

@@ -28,7 +28,8 @@ class FaultEvent:
         what: which fault, e.g. ``"SIGKILL worker pid 123 of task1.proc1"``.
         at: wall-clock time of the injection.
         round: the round of the world the fault hit; ``None`` when no world had
-            started workers yet (a launcher that starts late delays the first world).
+            started workers yet (a launcher that starts late delays the first world),
+            or when the round of the worker it hit is unknown.
     """
 
     what: str
@@ -148,9 +149,15 @@ class JobResult:
 
     @property
     def rounds(self) -> list[Round]:
-        """The rounds that started workers, in order."""
-        numbers = sorted({w.round for w in self.workers})
+        """The rounds that started workers, in order (workers of an unknown round are
+        in none: :attr:`workers_of_unknown_round`)."""
+        numbers = sorted({w.round for w in self.workers if w.round is not None})
         return [self._round(n) for n in numbers]
+
+    @property
+    def workers_of_unknown_round(self) -> list[WorkerRecord]:
+        """The workers that could not read their round from torch's rendezvous state."""
+        return [w for w in self.workers if w.round is None]
 
     def _round(self, number: int) -> Round:
         workers = sorted((w for w in self.workers if w.round == number), key=lambda w: w.rank)

@@ -34,7 +34,8 @@ class WorkerRecord:
         rank: global rank. world_size: global world size.
         group_rank: its launcher's rank in the rendezvous.
         group_world_size: launchers in the rendezvous round.
-        round: the rendezvous round that formed this world (0-based).
+        round: the rendezvous round that formed this world (0-based); ``None`` when
+            torch's rendezvous state could not be read (:mod:`.rendezvous_state`).
         restart_count: ``TORCHELASTIC_RESTART_COUNT`` (failure restarts only;
             membership changes do not count).
         started_at: wall-clock time the worker started.
@@ -53,7 +54,7 @@ class WorkerRecord:
     world_size: int
     group_rank: int
     group_world_size: int
-    round: int
+    round: int | None
     restart_count: int
     started_at: float
     initialized_at: float | None = None

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import signal
 from collections.abc import Sequence
 
+from ..errors import ExclusionReason
+from . import logtokens
+from .logtokens import Exclusion
 from .outcome import JobResult, LauncherOutcome, Round
 
 __all__ = [
@@ -21,16 +23,30 @@ __all__ = [
     "render_timeline",
 ]
 
-# How the segment-health wrapper reports an exclusion (nvrx_seghealth.handler).
-_EXIT_REASONS = (
-    (r"is excluded: decision file", "excluded by its decision file"),
-    (r"is excluded \(before joining\)", "refused to join: its task was marked"),
-    (r"is excluded \(after joining\)", "left after joining: its task was marked"),
-    (r"RendezvousClosedError", "the rendezvous was closed"),
-    (r"RendezvousTimeoutError", "the rendezvous join timed out"),
-    # How the simulation's worker takes a broken node down (simulation.worker).
-    (r"broken node \(", "its node failed"),
+#: torch's own errors a launcher may end with, by exception class name (a stable token).
+_TORCH_ERRORS = (
+    ("RendezvousClosedError", "the rendezvous was closed"),
+    ("RendezvousTimeoutError", "the rendezvous join timed out"),
 )
+
+
+def _excluded(exclusion: Exclusion) -> str:
+    if exclusion.reason is ExclusionReason.DECISION_FILE:
+        return "excluded by its decision file"
+    if exclusion.after_joining:
+        return "left after joining: its task was marked"
+    return "refused to join: its task was marked"
+
+
+def _why(log: str) -> str | None:
+    """Why a launcher ended, from the tokens of its log (:mod:`.logtokens`)."""
+    exclusion = logtokens.exclusion(log)
+    if exclusion is not None:
+        return _excluded(exclusion)
+    for name, reason in _TORCH_ERRORS:
+        if name in log:
+            return reason
+    return "its node failed" if logtokens.broke_its_node(log) else None
 
 
 def describe_exit(outcome: LauncherOutcome) -> str:
@@ -45,11 +61,8 @@ def describe_exit(outcome: LauncherOutcome) -> str:
     if outcome.killed_by_srun:
         return f"terminated by srun (exit {code})"
     how = f"exit {code}" if code > 0 else f"killed by {signal.Signals(-code).name}"
-    text = outcome.log()
-    for pattern, reason in _EXIT_REASONS:
-        if re.search(pattern, text):
-            return f"{how}, {reason}"
-    return how
+    why = _why(outcome.log())
+    return how if why is None else f"{how}, {why}"
 
 
 def _unit_line(result: JobResult, unit: int) -> str:
@@ -108,6 +121,11 @@ def render_report(result: JobResult) -> str:
         )
     if not result.rounds:
         lines.append("  none")
+    unknown = result.workers_of_unknown_round
+    if unknown:
+        lines.append(
+            f"  round unknown: {len(unknown)} worker(s) could not read torch's rendezvous state"
+        )
     if result.faults:
         lines += ["", "Faults injected"]
     for fault in result.faults:
@@ -148,14 +166,17 @@ def render_timeline(result: JobResult) -> str:
     """One line per launcher, in seconds from the job's launch.
 
     Columns: when it started; for each round, when its worker started in it (its
-    node trained in that round, from the worker records; ``-``: not in it); when it
+    node trained in that round, from the worker records; ``-``: not in it; a last
+    ``round unknown`` column for workers that could not read their round); when it
     was excluded and by what (from its recorded ``nvrx_seghealth.excluded`` event, a
     column shown when a segment-health job recorded telemetry); when and how it ended.
     """
-    numbers = [r.number for r in result.rounds]
+    numbers: list[int | None] = [r.number for r in result.rounds]
+    if result.workers_of_unknown_round:
+        numbers.append(None)
     spec = result.spec
     telemetry = spec.record_telemetry and spec.backend == "segment-health"
-    header = ["launcher", "started", *(f"round {n}" for n in numbers)]
+    header = ["launcher", "started", *(f"round {'unknown' if n is None else n}" for n in numbers)]
     header += ["excluded"] * telemetry + ["ended", "how"]
     rows = [header]
 
@@ -163,7 +184,7 @@ def render_timeline(result: JobResult) -> str:
         return "-" if when is None else f"{when - result.started_at:.1f}"
 
     for label, outcome in result.launchers.items():
-        joined: dict[int, float] = {}
+        joined: dict[int | None, float] = {}
         for worker in result.workers:
             if worker.launcher == label:
                 joined[worker.round] = min(

@@ -4,8 +4,13 @@ It joins a gloo process group, computes for a while without collectives when ask
 (``--compute-seconds``, in the first ``--compute-rounds`` rounds), runs a few
 ``all_reduce`` steps, and records who it was
 (launcher, array task, ranks, rendezvous round, restart count) and how far it got in
-``--results-dir`` (see :mod:`.records`). It ends with ``destroy_process_group()``:
-without it some exits abort (``notes/torch-elastic-facts.md``).
+``--results-dir`` (see :mod:`.records`). It reads its round from torch's rendezvous state
+(:mod:`.rendezvous_state`; torch does not tell workers the round): its agent stays a
+participant while the worker runs, and a round only advances once every participant has
+left, so the state's round is this worker's. When the state cannot be read the round is
+recorded as unknown (``None``, with one WARNING) and the worker computes in no round.
+It ends with ``destroy_process_group()``:
+a gloo process group still alive at interpreter exit can abort the exit.
 
 Contract: exits 0 only when every step's all-reduce summed to the world size.
 """
@@ -17,24 +22,22 @@ import dataclasses
 import datetime
 import logging
 import os
-import pickle
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
+from ..config import INNER_BACKENDS
+from ..logfmt import format_fields
+from .logtokens import BROKEN_NODE_FAULT, FAULT_FIELD
 from .records import LAUNCHER_ENV, WorkerRecord, write_record
+from .rendezvous_state import read_endpoint
 
 __all__ = [
     "BROKEN_EXIT_CODE",
     "BROKEN_HOW_ENV",
     "BROKEN_TASKS_ENV",
-    "ROUND_READERS",
-    "c10d_rendezvous_state",
-    "etcd_rendezvous_round",
     "main",
-    "rendezvous_round",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,64 +60,6 @@ def _on_broken_node(array_task: int | None) -> bool:
     return array_task is not None and str(array_task) in broken
 
 
-def rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) -> int:
-    """The round of the c10d rendezvous that started this worker.
-
-    torch does not tell workers the round, so this reads the rendezvous state the way
-    torch's dynamic handler does: the c10d backend keeps it pickled under
-    ``torch.rendezvous.<run_id>`` in the rendezvous store. The value is this worker's
-    round: its agent stays a participant while the worker runs, and a round only
-    advances once every participant has left.
-    """
-    from torch.distributed import TCPStore
-
-    host, port = endpoint.rsplit(":", 1)
-    store = TCPStore(host, int(port), is_master=False, timeout=timeout)
-    state = c10d_rendezvous_state(store, run_id)
-    if state is None:
-        raise RuntimeError(f"no rendezvous state for run {run_id!r} at {endpoint}")
-    return int(state.round)
-
-
-def c10d_rendezvous_state(store: Any, run_id: str) -> Any:
-    """torch's dynamic-rendezvous state of ``run_id`` in the c10d ``store``, or ``None``.
-
-    It is torch's own ``_RendezvousState`` (``round``, ``participants``, ``wait_list``,
-    ``redundancy_list``, ...), read with torch's c10d backend and unpickled as torch's
-    dynamic handler does; ``None`` before any node joined.
-    """
-    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
-        C10dRendezvousBackend,
-    )
-
-    state = C10dRendezvousBackend(store, run_id).get_state()
-    return None if state is None else pickle.loads(state[0])
-
-
-def etcd_rendezvous_round(endpoint: str, run_id: str, timeout: datetime.timedelta) -> int:
-    """The round of the etcd-v2 rendezvous that started this worker.
-
-    The etcd-v2 backend keeps the same pickled state as c10d, base64-encoded in one etcd
-    key per run (``/torch/elastic/rendezvous/<run_id>``). It is read through torch's own
-    ``create_backend``, so the key is torch's and not a copy of it. The value is this
-    worker's round for the reason given in :func:`rendezvous_round`.
-    """
-    from torch.distributed.elastic.rendezvous import RendezvousParameters
-    from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
-
-    read_timeout = max(1, int(timeout.total_seconds()))
-    params = RendezvousParameters("etcd-v2", endpoint, run_id, 1, 1, read_timeout=read_timeout)
-    backend, _ = create_backend(params)
-    state = backend.get_state()
-    if state is None:
-        raise RuntimeError(f"no etcd-v2 rendezvous state for run {run_id!r} at {endpoint}")
-    return int(pickle.loads(state[0]).round)
-
-
-#: How a worker reads its round, by the rendezvous (``JobSpec.rendezvous``) that ran.
-ROUND_READERS = {"c10d": rendezvous_round, "etcd-v2": etcd_rendezvous_round}
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--results-dir", type=Path, required=True)
@@ -123,7 +68,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--rdzv-backend",
-        choices=sorted(ROUND_READERS),
+        choices=INNER_BACKENDS,
         default="c10d",
         help="the rendezvous that keeps the round (default: c10d)",
     )
@@ -154,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     env = os.environ
     timeout = datetime.timedelta(seconds=args.timeout)
+    launcher = env[LAUNCHER_ENV]
+    state = read_endpoint(
+        args.rdzv_backend, args.rdzv_endpoint, env["TORCHELASTIC_RUN_ID"], timeout
+    )
+    if state.round is None:
+        log.warning("%s: rendezvous round unknown: %s", launcher, state.problem)
     record = WorkerRecord(
-        launcher=env[LAUNCHER_ENV],
+        launcher=launcher,
         array_task=int(env["SLURM_ARRAY_TASK_ID"]) if "SLURM_ARRAY_TASK_ID" in env else None,
         procid=int(env["SLURM_PROCID"]),
         pid=os.getpid(),
@@ -163,25 +114,29 @@ def main(argv: list[str] | None = None) -> int:
         world_size=int(env["WORLD_SIZE"]),
         group_rank=int(env["GROUP_RANK"]),
         group_world_size=int(env["GROUP_WORLD_SIZE"]),
-        round=ROUND_READERS[args.rdzv_backend](
-            args.rdzv_endpoint, env["TORCHELASTIC_RUN_ID"], timeout
-        ),
+        round=state.round,
         restart_count=int(env["TORCHELASTIC_RESTART_COUNT"]),
         started_at=time.time(),
     )
     write_record(args.results_dir, record)
     log.info(
-        "%s: round %d, rank %d of %d", record.launcher, record.round, record.rank, record.world_size
+        "%s: round %s, rank %d of %d",
+        record.launcher,
+        "unknown" if record.round is None else record.round,
+        record.rank,
+        record.world_size,
     )
     dist.init_process_group("gloo", timeout=timeout)
     record = dataclasses.replace(record, initialized_at=time.time())
     write_record(args.results_dir, record)
     if _on_broken_node(record.array_task):
-        log.error("%s: broken node (%s); crashing after joining", record.launcher, BROKEN_TASKS_ENV)
+        fields = {FAULT_FIELD: BROKEN_NODE_FAULT, "listed_in": BROKEN_TASKS_ENV}
+        log.error("%s: crashing after joining %s", record.launcher, format_fields(fields))
         if os.environ.get(BROKEN_HOW_ENV) == "node":
             os.kill(os.getppid(), signal.SIGKILL)  # the parent is this worker's torchrun agent
         os._exit(BROKEN_EXIT_CODE)  # a crash: no clean shutdown of the process group
-    if record.round < args.compute_rounds and args.compute_seconds > 0:
+    computes = record.round is not None and record.round < args.compute_rounds
+    if computes and args.compute_seconds > 0:
         # Between collectives nothing tells this worker that a peer died: only its
         # agent, through num_nodes_waiting, or the next collective would.
         seconds = args.compute_seconds

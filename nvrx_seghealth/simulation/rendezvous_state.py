@@ -1,0 +1,140 @@
+"""torch's dynamic-rendezvous state, read without trusting its private shape.
+
+torch's ``DynamicRendezvousHandler`` keeps one state per run in its backend: the c10d
+backend in the rendezvous store, the etcd-v2 backend in one etcd key. Each backend's
+``get_state()`` (public API) returns that state as the bytes of a pickled
+``_RendezvousState``, a private class whose attributes (``round``, ``complete``,
+``closed``, ``participants``, ``wait_list``, ``redundancy_list``) any torch release may
+change. The harness reads it to learn a worker's round and who waits where.
+
+This module is the one place that unpickles it. :func:`decode` turns the bytes into a
+:class:`RendezvousSnapshot` and never raises: a fact it cannot read (the bytes do not
+unpickle, an attribute is missing or of another type) is ``None``, "unknown", and
+:attr:`RendezvousSnapshot.problem` says why. Reaching the backend is another matter: a
+store or etcd that does not answer raises as torch's backend does.
+
+Importing this module needs only the standard library; :func:`read_store` and
+:func:`read_endpoint` import torch.
+"""
+
+from __future__ import annotations
+
+import datetime
+import pickle
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["RendezvousSnapshot", "decode", "read_endpoint", "read_store"]
+
+
+@dataclass(frozen=True)
+class RendezvousSnapshot:
+    """What one read of a run's rendezvous state showed; ``None`` is "unknown".
+
+    Nodes are named by the PID of the process whose handler joined (torch's agent).
+
+    Attributes:
+        round: the current round (0-based).
+        complete: whether the current round has completed.
+        closed: whether the rendezvous is closed.
+        participants: the nodes of the current round.
+        waiting: the wait list: nodes that make a running round re-form.
+        spares: the redundancy list: nodes beyond the maximum, waiting without making
+            anyone restart.
+        problem: why some fact is unknown (for a log line); ``None`` when all are known.
+    """
+
+    round: int | None = None
+    complete: bool | None = None
+    closed: bool | None = None
+    participants: frozenset[int] | None = None
+    waiting: frozenset[int] | None = None
+    spares: frozenset[int] | None = None
+    problem: str | None = None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _bool(value: object) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _pids(nodes: object) -> frozenset[int] | None:
+    """The PIDs of ``nodes`` (a collection of torch's node descriptions; a dict's keys)."""
+    if not isinstance(nodes, Iterable) or isinstance(nodes, (str, bytes)):
+        return None
+    pids = [getattr(node, "pid", None) for node in nodes]
+    known = [pid for pid in map(_int, pids) if pid is not None]
+    return frozenset(known) if len(known) == len(pids) else None
+
+
+#: Each snapshot fact, the state attribute it comes from, and how it is read.
+_FACTS: tuple[tuple[str, str, Callable[[object], Any]], ...] = (
+    ("round", "round", _int),
+    ("complete", "complete", _bool),
+    ("closed", "closed", _bool),
+    ("participants", "participants", _pids),
+    ("waiting", "wait_list", _pids),
+    ("spares", "redundancy_list", _pids),
+)
+
+
+def decode(raw: bytes | None) -> RendezvousSnapshot:
+    """The snapshot of ``raw``, the state bytes of a backend's ``get_state()``.
+
+    ``None`` (no state stored: no node has joined yet) and bytes that do not unpickle
+    give a snapshot with every fact unknown. Never raises.
+    """
+    if raw is None:
+        return RendezvousSnapshot(problem="no rendezvous state is stored")
+    try:
+        state = pickle.loads(raw)
+    except Exception as error:  # noqa: BLE001  (whatever the bytes hold, the answer is "unknown")
+        return RendezvousSnapshot(problem=f"the state does not unpickle: {error!r}")
+    facts = {name: read(getattr(state, attribute, None)) for name, attribute, read in _FACTS}
+    unread = [attribute for name, attribute, _ in _FACTS if facts[name] is None]
+    problem = None
+    if unread:
+        problem = f"{type(state).__name__} has no readable {', '.join(unread)}"
+    return RendezvousSnapshot(**facts, problem=problem)
+
+
+def read_store(store: Any, run_id: str) -> RendezvousSnapshot:
+    """The snapshot of run ``run_id`` in the c10d rendezvous ``store`` (a torch ``Store``),
+    read through torch's own c10d backend."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+
+    state = C10dRendezvousBackend(store, run_id).get_state()
+    return decode(None if state is None else state[0])
+
+
+def read_endpoint(
+    backend: str, endpoint: str, run_id: str, timeout: datetime.timedelta
+) -> RendezvousSnapshot:
+    """The snapshot of run ``run_id`` of the rendezvous ``backend`` at ``endpoint``.
+
+    ``c10d``: the TCPStore at ``HOST:PORT``. ``etcd-v2``: the etcd at ``endpoint``,
+    through torch's own ``create_backend``, so the key is torch's and not a copy of it.
+
+    Raises:
+        ValueError: ``backend`` is neither.
+    """
+    if backend == "c10d":
+        from torch.distributed import TCPStore
+
+        host, port = endpoint.rsplit(":", 1)
+        return read_store(TCPStore(host, int(port), is_master=False, timeout=timeout), run_id)
+    if backend == "etcd-v2":
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+
+        read_timeout = max(1, int(timeout.total_seconds()))
+        params = RendezvousParameters(backend, endpoint, run_id, 1, 1, read_timeout=read_timeout)
+        state = create_backend(params)[0].get_state()
+        return decode(None if state is None else state[0])
+    raise ValueError(f"no rendezvous state reader for backend {backend!r}")
