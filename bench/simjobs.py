@@ -54,9 +54,11 @@ class JobFacts:
 
 
 def _rounds(records: list[WorkerRecord]) -> dict[int, list[WorkerRecord]]:
+    """The records by round; a worker whose round could not be read is in none."""
     rounds: dict[int, list[WorkerRecord]] = {}
     for record in records:
-        rounds.setdefault(record.round, []).append(record)
+        if record.round is not None:
+            rounds.setdefault(record.round, []).append(record)
     return rounds
 
 

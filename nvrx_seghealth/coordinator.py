@@ -250,10 +250,9 @@ class Coordinator(abc.ABC):
                 size=size,
                 marker=marker,
             )
+            # The tokens end the line, so a logfmt reader takes them as they are.
             log.error(
-                "Segment health check: excluded %s: %s",
-                format_fields(self.exclusion.fields()),
-                message,
+                "Segment health check: %s; %s", message, format_fields(self.exclusion.fields())
             )
             when = None if path is not None else _when(after_joining)
             self._events.excluded(reason, path=path, size=size, when=when, marker=marker)

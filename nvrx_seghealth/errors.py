@@ -83,7 +83,7 @@ class UnhealthyNodeException(Exception):
         self.marker = marker
 
     def fields(self) -> dict[str, FieldValue]:
-        """The exclusion's stable tokens, as the launcher's ERROR line carries them in
+        """The exclusion's stable tokens, as the launcher's ERROR line ends with them in
         logfmt (:func:`~.logfmt.format_fields`): ``reason``, ``after_joining``,
         ``job_id``, ``task_id``."""
         return {

@@ -10,7 +10,6 @@ import datetime
 import gc
 import logging
 import os
-import pickle
 import threading
 import time
 
@@ -34,6 +33,7 @@ from nvrx_seghealth.coordinator import RESPONDER_INTERVAL
 from nvrx_seghealth.errors import ConfigurationError, ExclusionReason
 from nvrx_seghealth.events import parse_fields
 from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
+from nvrx_seghealth.simulation.rendezvous_state import read_store
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
 from .telemetry import captured
@@ -81,8 +81,7 @@ def launcher(master, directory, env, min_nodes=2, max_nodes=3, handoff_timeout=N
 
 def participants(master, run_id=RUN):
     """How many nodes the rendezvous state in the store lists as participants."""
-    state = C10dRendezvousBackend(tcp_client(master), run_id).get_state()
-    return 0 if state is None else len(pickle.loads(state[0]).participants)
+    return len(read_store(tcp_client(master), run_id).participants or ())
 
 
 def our_records(caplog, level):
@@ -162,8 +161,7 @@ def test_siblings_asking_after_an_exclusion_are_refused_at_once(tcp_store, shc):
 
 def rendezvous_round(master, run_id=RUN):
     """The round number in the rendezvous state (it advances only when a round re-forms)."""
-    state = C10dRendezvousBackend(tcp_client(master), run_id).get_state()
-    return pickle.loads(state[0]).round
+    return read_store(tcp_client(master), run_id).round
 
 
 def waiting_for_a_verdict(master, task):

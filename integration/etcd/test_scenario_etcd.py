@@ -5,8 +5,8 @@ With ``inner_backend=etcd-v2`` the rendezvous state and store live in a real etc
 launcher that hosts the TCPStore in a c10d job, the launcher whose address is the
 endpoint — then costs nothing but the task: the spares take its place and the job
 completes. The contrast runs the same job with c10d and that launcher hosting the store
-(``is_host=true``): its exclusion takes the store and the whole job down (DESIGN.md
-section 4).
+(``is_host=true``): its exclusion takes the store and the whole job down (the TCPStore
+lives in its host launcher and dies with it).
 
 Rounds are counted from facts, never from timing: the worker records (each worker reads
 its round from the rendezvous state) and, for etcd-v2, the rendezvous state in etcd itself.
@@ -15,7 +15,6 @@ its round from the rendezvous state) and, for etcd-v2, the rendezvous state in e
 from __future__ import annotations
 
 import base64
-import pickle
 import re
 
 import pytest
@@ -30,6 +29,7 @@ from simhelpers import (
 
 from nvrx_seghealth.handoff import EVERY_REQUEST, Answer, Verdict, decode
 from nvrx_seghealth.simulation import JobSpec, SimulatedJob, StartAfter
+from nvrx_seghealth.simulation.rendezvous_state import decode as decode_state
 
 #: Where torch's etcd-v2 backend keeps the rendezvous state (one key per run) and its
 #: store (``etcd_rendezvous_backend.create_backend``).
@@ -93,14 +93,11 @@ def test_etcd_v2_job_completes_without_the_task_that_would_host_a_c10d_store(
     # etcd itself: the run's rendezvous state is round 0, completed and then closed by
     # the finished job, with exactly the launchers of tasks 1 and 2 as participants.
     raw_state = etcd_server.raw(f"{STATE_PREFIX}/{run}")
-    state = pickle.loads(base64.b64decode(raw_state[f"{STATE_PREFIX}/{run}"]))
-    print(
-        f"etcd {STATE_PREFIX}/{run}: round={state.round} complete={state.complete} "
-        f"closed={state.closed} participants={sorted(n.pid for n in state.participants)}"
-    )
+    state = decode_state(base64.b64decode(raw_state[f"{STATE_PREFIX}/{run}"]))
+    print(f"etcd {STATE_PREFIX}/{run}: {state}")
     assert (state.round, state.complete, state.closed) == (0, True, True)
     trainers = {result.launcher(u, p).pid for u in (1, 2) for p in (0, 1)}
-    assert {node.pid for node in state.participants} == trainers
+    assert set(state.participants or ()) == trainers
 
     # etcd itself: the marker of task 0 and nothing else, under this run's namespace.
     raw_store = etcd_server.raw(STORE_PREFIX)

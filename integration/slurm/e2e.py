@@ -89,7 +89,7 @@ def exclusion_line(job_id: str, task_id: str, decision: Path) -> re.Pattern[str]
     unit) and the file it names. It is logged before the marker is published, so srun
     cannot end the launcher before it is written."""
     tokens = exclusion_tokens(job_id, task_id)
-    return re.compile(rf"^0: .*{re.escape(tokens)}\b.*{re.escape(str(decision))}\b", re.MULTILINE)
+    return re.compile(rf"^0: .*{re.escape(str(decision))}\b.*; {re.escape(tokens)}$", re.MULTILINE)
 
 
 def install_line(process: int, directory: Path, job_id: str, task_id: str) -> re.Pattern[str]:

@@ -205,7 +205,7 @@ class SimulatedJob:
         state = read_store(self.store.client(), self.run_id)
         by_pid = {launcher.pid: label for label, launcher in self.launchers.items()}
 
-        def labels(pids: frozenset[int] | None) -> frozenset[str] | None:
+        def labels(pids: tuple[int, ...] | None) -> frozenset[str] | None:
             return None if pids is None else frozenset(by_pid[p] for p in pids if p in by_pid)
 
         return {

@@ -4,8 +4,8 @@ A launcher's log holds its torchrun agent's output and its workers'. Two kinds o
 carry logfmt fields (:func:`~nvrx_seghealth.logfmt.parse_fields`) meant to be read back:
 
 - the segment-health wrapper's exclusion, one ERROR line per excluded launcher:
-  ``Segment health check: excluded reason=<token> after_joining=<true|false> job_id=<j>
-  task_id=<t>: <message>``, the fields of
+  ``Segment health check: <message>; reason=<token> after_joining=<true|false>
+  job_id=<j> task_id=<t>``, ending with the fields of
   :meth:`~nvrx_seghealth.errors.UnhealthyNodeException.fields`, whose ``reason`` is an
   :class:`~nvrx_seghealth.errors.ExclusionReason`;
 - the simulated worker (:mod:`.worker`) taking its broken node down:

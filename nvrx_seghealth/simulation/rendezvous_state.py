@@ -32,7 +32,8 @@ __all__ = ["RendezvousSnapshot", "decode", "read_endpoint", "read_store"]
 class RendezvousSnapshot:
     """What one read of a run's rendezvous state showed; ``None`` is "unknown".
 
-    Nodes are named by the PID of the process whose handler joined (torch's agent).
+    Nodes are named by the PID of the process whose handler joined (torch's agent),
+    one entry per node, in order: handlers of one process repeat its PID.
 
     Attributes:
         round: the current round (0-based).
@@ -48,9 +49,9 @@ class RendezvousSnapshot:
     round: int | None = None
     complete: bool | None = None
     closed: bool | None = None
-    participants: frozenset[int] | None = None
-    waiting: frozenset[int] | None = None
-    spares: frozenset[int] | None = None
+    participants: tuple[int, ...] | None = None
+    waiting: tuple[int, ...] | None = None
+    spares: tuple[int, ...] | None = None
     problem: str | None = None
 
 
@@ -62,13 +63,14 @@ def _bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _pids(nodes: object) -> frozenset[int] | None:
-    """The PIDs of ``nodes`` (a collection of torch's node descriptions; a dict's keys)."""
+def _pids(nodes: object) -> tuple[int, ...] | None:
+    """The PIDs of ``nodes`` (a collection of torch's node descriptions; a dict's keys),
+    one per node, sorted."""
     if not isinstance(nodes, Iterable) or isinstance(nodes, (str, bytes)):
         return None
     pids = [getattr(node, "pid", None) for node in nodes]
     known = [pid for pid in map(_int, pids) if pid is not None]
-    return frozenset(known) if len(known) == len(pids) else None
+    return tuple(sorted(known)) if len(known) == len(pids) else None
 
 
 #: Each snapshot fact, the state attribute it comes from, and how it is read.

@@ -28,7 +28,7 @@ def facts(snapshot: RendezvousSnapshot) -> dict[str, object]:
 
 
 def test_reads_a_real_c10d_rendezvous_state(tcp_store) -> None:
-    me = frozenset({os.getpid()})  # torch names a node by its handler's process
+    me = (os.getpid(),)  # torch names a node by its handler's process
     assert facts(read_store(tcp_client(tcp_store), RUN)) == UNKNOWN_FACTS  # nobody joined
 
     member = dynamic_handler(tcp_client(tcp_store), 1, 1)
@@ -38,7 +38,7 @@ def test_reads_a_real_c10d_rendezvous_state(tcp_store) -> None:
 
     snapshot = read_store(tcp_client(tcp_store), RUN)
     assert snapshot == RendezvousSnapshot(
-        round=0, complete=True, closed=False, participants=me, waiting=frozenset(), spares=me
+        round=0, complete=True, closed=False, participants=me, waiting=(), spares=me
     )
     endpoint = f"127.0.0.1:{tcp_store.port}"
     timeout = datetime.timedelta(seconds=10)
@@ -68,7 +68,7 @@ class _Renamed:
 
 def test_a_state_of_another_shape_gives_unknown_facts() -> None:
     snapshot = decode(pickle.dumps(_Renamed()))
-    assert facts(snapshot) == UNKNOWN_FACTS | {"complete": True, "waiting": frozenset({12})}
+    assert facts(snapshot) == UNKNOWN_FACTS | {"complete": True, "waiting": (12,)}
     assert snapshot.problem == (
         "_Renamed has no readable round, closed, participants, redundancy_list"
     )

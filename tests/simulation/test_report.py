@@ -28,8 +28,8 @@ def excluded_line(reason: ExclusionReason, after_joining: bool) -> str:
     """An exclusion's ERROR line as the handler logs it (torch's agent log format)."""
     tokens = exclusion_tokens("1000", "1", reason.value, after_joining=after_joining)
     return (
-        "[E1201 12:00:00.000 123 nvrx_seghealth/handler.py:553] Segment health check: "
-        f"excluded {tokens}: any words at all: is excluded (before joining)"
+        "[E1201 12:00:00.000 123 nvrx_seghealth/coordinator.py:253] Segment health check: "
+        f"any words at all: is excluded (before joining); {tokens}"
     )
 
 
