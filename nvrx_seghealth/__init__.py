@@ -34,8 +34,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .allocation import AllocationUnit, InvalidIdentityError
-from .artifact import (
+from ._allocation import AllocationUnit, InvalidIdentityError
+from ._artifact import (
     DEFAULT_STAT_TIMEOUT,
     Decision,
     DecisionConflict,
@@ -45,14 +45,14 @@ from .artifact import (
     evaluate,
     publish_decision,
 )
-from .backend import BACKEND_NAME, register
-from .check import SegmentHealthCheck, get_segment_health_check
-from .errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
-from .logfmt import parse_fields
-from .markers import ReplacementGroupMarkers
+from ._backend import BACKEND_NAME, register
+from ._check import SegmentHealthCheck, get_segment_health_check
+from ._errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
+from ._logfmt import parse_fields
+from ._markers import ReplacementGroupMarkers
 
 if TYPE_CHECKING:
-    from .handler import SegmentHealthRendezvousHandler
+    from ._handler import SegmentHealthRendezvousHandler
 
 __all__ = [
     "BACKEND_NAME",
@@ -90,7 +90,7 @@ del _exception
 
 def __getattr__(name: str) -> Any:
     if name == "SegmentHealthRendezvousHandler":
-        from .handler import SegmentHealthRendezvousHandler
+        from ._handler import SegmentHealthRendezvousHandler
 
         return SegmentHealthRendezvousHandler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

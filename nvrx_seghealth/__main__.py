@@ -1,5 +1,5 @@
 """``python -m nvrx_seghealth``: the same as the ``nvrx-seghealth`` command."""
 
-from .commands import main
+from ._commands import main
 
 raise SystemExit(main())

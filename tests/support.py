@@ -27,7 +27,7 @@ def exclusion_tokens(
 ) -> str:
     """The stable tokens an exclusion's ERROR line carries (``reason=... job_id=...``)."""
     from nvrx_seghealth import ExclusionReason, UnhealthyNodeException
-    from nvrx_seghealth.logfmt import format_fields
+    from nvrx_seghealth._logfmt import format_fields
 
     error = UnhealthyNodeException(
         "",
@@ -96,7 +96,7 @@ def publish_concurrently(store_for_thread, run_id: str, array_job_id: str, group
     ``store_for_thread()`` returns a new client. All threads start publishing together;
     returns the errors raised (none expected).
     """
-    from nvrx_seghealth.markers import ReplacementGroupMarkers
+    from nvrx_seghealth._markers import ReplacementGroupMarkers
 
     barrier = threading.Barrier(len(groups))
     errors = []

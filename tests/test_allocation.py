@@ -1,6 +1,6 @@
 import pytest
 
-from nvrx_seghealth.allocation import AllocationUnit, InvalidIdentityError, validate_id
+from nvrx_seghealth._allocation import AllocationUnit, InvalidIdentityError, validate_id
 
 from .support import slurm_env
 

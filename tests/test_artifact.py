@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 import nvrx_seghealth
-from nvrx_seghealth import artifact
-from nvrx_seghealth.allocation import InvalidIdentityError
-from nvrx_seghealth.artifact import (
+from nvrx_seghealth import _artifact as artifact
+from nvrx_seghealth._allocation import InvalidIdentityError
+from nvrx_seghealth._artifact import (
     Outcome,
     artifact_path,
     clear_decision,
@@ -28,7 +28,7 @@ from nvrx_seghealth.artifact import (
     publish_decision,
     require_absolute_directory,
 )
-from nvrx_seghealth.errors import ConfigurationError
+from nvrx_seghealth._errors import ConfigurationError
 
 
 @pytest.fixture
@@ -201,7 +201,7 @@ def test_name_too_long_fails_open(tmp_path):
 
 _EVALUATE_AS_NOBODY = """
 import json, sys
-from nvrx_seghealth.artifact import evaluate
+from nvrx_seghealth._artifact import evaluate
 print(json.dumps([[d.outcome.value, d.reason] for d in map(evaluate, sys.argv[1:])]))
 """
 

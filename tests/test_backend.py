@@ -14,8 +14,8 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
 from nvrx_seghealth import BACKEND_NAME, publish_decision, register
-from nvrx_seghealth.backend import create_segment_health_handler
-from nvrx_seghealth.errors import ConfigurationError
+from nvrx_seghealth._backend import create_segment_health_handler
+from nvrx_seghealth._errors import ConfigurationError
 
 from .support import exclusion_tokens, free_port, slurm_env
 
@@ -125,11 +125,11 @@ def test_a_store_client_says_where_it_waits_for_the_store(tcp_store, caplog):
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     endpoint = f"127.0.0.1:{tcp_store.port}"
-    caplog.set_level(logging.INFO, logger="nvrx_seghealth.backend")
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth._backend")
     handler = create_segment_health_handler(
         RendezvousParameters(BACKEND_NAME, endpoint, "run", 1, 1, is_host="false")
     )
-    (said,) = [r for r in caplog.records if r.name == "nvrx_seghealth.backend"]
+    (said,) = [r for r in caplog.records if r.name == "nvrx_seghealth._backend"]
     assert endpoint in said.getMessage() and "store-host" in said.getMessage()
     handler.shutdown()
 
@@ -213,7 +213,7 @@ class NoEtcd(importlib.abc.MetaPathFinder):
 sys.modules.pop("etcd", None)
 sys.meta_path.insert(0, NoEtcd())
 from torch.distributed.elastic.rendezvous import RendezvousParameters
-from nvrx_seghealth.backend import create_segment_health_handler
+from nvrx_seghealth._backend import create_segment_health_handler
 try:
     create_segment_health_handler(RendezvousParameters(
         "segment-health", "127.0.0.1:2379", "run", 1, 1, inner_backend="etcd-v2"))

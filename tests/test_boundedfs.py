@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from nvrx_seghealth import boundedfs
-from nvrx_seghealth.boundedfs import FilesystemTimeout
-from nvrx_seghealth.decisionfs import Current
+from nvrx_seghealth import _boundedfs as boundedfs
+from nvrx_seghealth._boundedfs import FilesystemTimeout
+from nvrx_seghealth._decisionfs import Current
 
 
 def helper_pid():

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from nvrx_seghealth.artifact import Outcome, evaluate
-from nvrx_seghealth.boundedstat import HELPER_TAG, StatTimeoutError, stat_within
-from nvrx_seghealth.errors import ConfigurationError
+from nvrx_seghealth._artifact import Outcome, evaluate
+from nvrx_seghealth._boundedstat import HELPER_TAG, StatTimeoutError, stat_within
+from nvrx_seghealth._errors import ConfigurationError
 
 
 def helper_pids() -> list[int]:

@@ -8,8 +8,8 @@ import os
 import pytest
 
 from nvrx_seghealth import SegmentHealthCheck, get_segment_health_check, publish_decision
-from nvrx_seghealth.allocation import InvalidIdentityError
-from nvrx_seghealth.errors import ConfigurationError
+from nvrx_seghealth._allocation import InvalidIdentityError
+from nvrx_seghealth._errors import ConfigurationError
 
 from .support import slurm_env
 

@@ -1,18 +1,18 @@
 import pytest
 
-from nvrx_seghealth.config import (
+from nvrx_seghealth._config import (
     HANDOFF_TIMEOUT_KEY as HANDOFF,
 )
-from nvrx_seghealth.config import (
+from nvrx_seghealth._config import (
     OUR_KEYS,
     BackendSettings,
     lookalike,
 )
-from nvrx_seghealth.config import (
+from nvrx_seghealth._config import (
     STAT_TIMEOUT_KEY as STAT,
 )
-from nvrx_seghealth.errors import ConfigurationError
-from nvrx_seghealth.settings import DIRECTORY_ENV, CheckSettings
+from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._settings import DIRECTORY_ENV, CheckSettings
 
 
 def settings(config, env=None):

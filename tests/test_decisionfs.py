@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from nvrx_seghealth import artifact, decisionfs
-from nvrx_seghealth.artifact import DecisionConflict, clear_decision, publish_decision
-from nvrx_seghealth.decisionfs import LOCK_NAME, Current, LockBusyError, StepError
+from nvrx_seghealth import _artifact as artifact
+from nvrx_seghealth import _decisionfs as decisionfs
+from nvrx_seghealth._artifact import DecisionConflict, clear_decision, publish_decision
+from nvrx_seghealth._decisionfs import LOCK_NAME, Current, LockBusyError, StepError
 
 
 @pytest.fixture

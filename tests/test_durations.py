@@ -6,14 +6,14 @@ import pytest
 import torch.distributed as dist
 
 from nvrx_seghealth import SegmentHealthCheck, SegmentHealthRendezvousHandler
-from nvrx_seghealth.config import BackendSettings
-from nvrx_seghealth.durations import (
+from nvrx_seghealth._config import BackendSettings
+from nvrx_seghealth._durations import (
     HANDOFF_TIMEOUT,
     STAT_TIMEOUT,
     default_handoff_timeout,
     validate_seconds,
 )
-from nvrx_seghealth.errors import ConfigurationError
+from nvrx_seghealth._errors import ConfigurationError
 
 from .support import slurm_env
 

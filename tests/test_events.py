@@ -1,4 +1,4 @@
-"""``nvrx_seghealth.events``: decisions as torch's rendezvous events and metrics.
+"""``nvrx_seghealth._events``: decisions as torch's rendezvous events and metrics.
 
 Real torch telemetry: the events go through torch's own ``record_rdzv_event`` to a
 handler configured where torch looks for it, the metrics through ``put_metric`` to a
@@ -23,10 +23,10 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     RendezvousTimeout,
 )
 
-from nvrx_seghealth.allocation import AllocationUnit
-from nvrx_seghealth.artifact import Decision, Outcome
-from nvrx_seghealth.errors import ExclusionReason
-from nvrx_seghealth.events import (
+from nvrx_seghealth._allocation import AllocationUnit
+from nvrx_seghealth._artifact import Decision, Outcome
+from nvrx_seghealth._errors import ExclusionReason
+from nvrx_seghealth._events import (
     METRIC_GROUP,
     DecisionRecorder,
     FailOpenReason,
@@ -238,7 +238,7 @@ def test_a_failing_handler_never_raises_and_warns_once(caplog):
         events = recorder()
         events.excluded(ExclusionReason.MARKER, when="before-joining")
         events.judged(Decision("/p", Outcome.CLEAR, "empty", 0), 0.001, "attempt")
-    ours = [r for r in caplog.records if r.name == "nvrx_seghealth.events"]
+    ours = [r for r in caplog.records if r.name == "nvrx_seghealth._events"]
     assert [r.levelno for r in ours] == [
         logging.WARNING,
         logging.DEBUG,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from nvrx_seghealth.config import lookalike
-from nvrx_seghealth.errors import ConfigurationError
-from nvrx_seghealth.ft_settings import directory_from_yaml
+from nvrx_seghealth._config import lookalike
+from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._ft_settings import directory_from_yaml
 
 
 def yaml_file(tmp_path, text):

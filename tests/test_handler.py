@@ -26,14 +26,14 @@ from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,
     UnhealthyNodeException,
-    artifact,
     publish_decision,
 )
-from nvrx_seghealth.coordinator import RESPONDER_INTERVAL
-from nvrx_seghealth.errors import ConfigurationError, ExclusionReason
-from nvrx_seghealth.events import parse_fields
-from nvrx_seghealth.handoff import Answer, Verdict, VerdictHandoff
-from nvrx_seghealth.simulation.rendezvous_state import read_store
+from nvrx_seghealth import _artifact as artifact
+from nvrx_seghealth._coordinator import RESPONDER_INTERVAL
+from nvrx_seghealth._errors import ConfigurationError, ExclusionReason
+from nvrx_seghealth._events import parse_fields
+from nvrx_seghealth._handoff import Answer, Verdict, VerdictHandoff
+from nvrx_seghealth._simulation.rendezvous_state import read_store
 
 from .support import Join, join_all, slurm_env, tcp_client, wait_until
 from .telemetry import captured

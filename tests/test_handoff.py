@@ -12,9 +12,9 @@ import time
 import pytest
 import torch.distributed as dist
 
-from nvrx_seghealth.allocation import InvalidIdentityError
-from nvrx_seghealth.handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
-from nvrx_seghealth.markers import ReplacementGroupMarkers
+from nvrx_seghealth._allocation import InvalidIdentityError
+from nvrx_seghealth._handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
+from nvrx_seghealth._markers import ReplacementGroupMarkers
 
 from .support import tcp_client
 

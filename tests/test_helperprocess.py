@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from nvrx_seghealth.helperprocess import HelperClient
+from nvrx_seghealth._helperprocess import HelperClient
 
 ECHO = r"""
 import os, sys, time

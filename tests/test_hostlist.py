@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nvrx_seghealth.hostlist import MAX_HOSTS, HostlistError, expand
+from nvrx_seghealth._hostlist import MAX_HOSTS, HostlistError, expand
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
-"""``nvrx_seghealth.logfmt``: the events' ``key=value`` fields read back exactly."""
+"""``nvrx_seghealth._logfmt``: the events' ``key=value`` fields read back exactly."""
 
 from __future__ import annotations
 
-from nvrx_seghealth.logfmt import format_fields, parse_fields
+from nvrx_seghealth._logfmt import format_fields, parse_fields
 
 
 def test_fields_read_back_exactly():

@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch.distributed as dist
 
-from nvrx_seghealth.markers import ReplacementGroupMarkers
+from nvrx_seghealth._markers import ReplacementGroupMarkers
 
 from .support import publish_concurrently, tcp_client
 

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import build_parser as bench_parser
-from nvrx_seghealth.artifact import ARTIFACT_PREFIX
-from nvrx_seghealth.commands import build_parser
-from nvrx_seghealth.config import BackendSettings
-from nvrx_seghealth.ft_settings import resolve_directory
+from nvrx_seghealth._artifact import ARTIFACT_PREFIX
+from nvrx_seghealth._commands import build_parser
+from nvrx_seghealth._config import BackendSettings
+from nvrx_seghealth._ft_settings import resolve_directory
 
 from .support import exclusion_tokens, free_port
 
@@ -276,7 +276,7 @@ def test_install_lines(tmp_path):
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel_file).read(entry_points).decode()
     assert "[torchrun.handlers]" in text and "segment-health" in text
-    assert "nvrx-seghealth = nvrx_seghealth.commands:main" in text
+    assert "nvrx-seghealth = nvrx_seghealth._commands:main" in text
 
 
 def _torchrun_config(argv: list[str]):
@@ -307,7 +307,7 @@ def test_torchrun_command_lines():
 
 
 def test_launcher_command_lines(tmp_path, monkeypatch):
-    from nvrx_seghealth.commands.run import launch_parser, select_segment_health
+    from nvrx_seghealth._commands.run import launch_parser, select_segment_health
 
     (yaml,) = examples_under("nvrx-seghealth run", "yaml")
     (tmp_path / "ft.yaml").write_text(yaml.text)
@@ -464,7 +464,7 @@ def test_inline_operator_commands_parse():
 
 def test_exit_code_table_is_the_code_s():
     """README's exit codes are :data:`EXIT_STATUSES`, the source of every ``--help``."""
-    from nvrx_seghealth.commands.output import EXIT_STATUSES
+    from nvrx_seghealth._commands.output import EXIT_STATUSES
 
     text = README.read_text()
     table = text[text.index("| command | 0 | 1 | 2 |") :].split("\n\n", 1)[0].splitlines()[2:]

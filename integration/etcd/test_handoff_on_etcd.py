@@ -12,7 +12,7 @@ import uuid
 import pytest
 from test_markers_on_etcd import etcd_store
 
-from nvrx_seghealth.markers import ReplacementGroupMarkers
+from nvrx_seghealth._markers import ReplacementGroupMarkers
 from tests.test_handoff import (  # noqa: F401  (collected here with the etcd fixture)
     test_a_new_process_zero_instance_answers_correctly,
     test_a_standing_answer_covers_every_request_made_while_it_stands,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from nvrx_seghealth.commands.debounce import DEFAULT_PASSES, Debouncer
-from nvrx_seghealth.commands.slurm import NodeState
+from nvrx_seghealth._commands.debounce import DEFAULT_PASSES, Debouncer
+from nvrx_seghealth._commands.slurm import NodeState
 
 
 def seen(*states):

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 import nvrx_seghealth as package
-from nvrx_seghealth.commands.publish_drained import DrainedPublisher, producer_tag
-from nvrx_seghealth.commands.slurm import SlurmClient
+from nvrx_seghealth._commands.publish_drained import DrainedPublisher, producer_tag
+from nvrx_seghealth._commands.slurm import SlurmClient
 
 from .runner import nvrx_seghealth
 from .test_publish_drained import NODES, FakeSlurm
@@ -111,7 +111,7 @@ def _public_copy(root):
     return lib
 
 
-CLI = "import sys; from nvrx_seghealth.commands import main; sys.exit(main())"
+CLI = "import sys; from nvrx_seghealth._commands import main; sys.exit(main())"
 
 
 def as_nobody(lib, *args, env):

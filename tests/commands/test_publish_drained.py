@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from nvrx_seghealth.commands.publish_drained import producer_tag
-from nvrx_seghealth.commands.slurm import (
+from nvrx_seghealth._commands.publish_drained import producer_tag
+from nvrx_seghealth._commands.slurm import (
     NodeState,
     SlurmError,
     parse_nodes,

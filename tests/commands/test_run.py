@@ -10,14 +10,14 @@ import time
 import pytest
 
 from nvrx_seghealth import publish_decision
-from nvrx_seghealth.commands.run import (
+from nvrx_seghealth._commands.run import (
     agent_environment,
     launch_parser,
     select_segment_health,
     use_local_rendezvous,
 )
-from nvrx_seghealth.errors import ConfigurationError
-from nvrx_seghealth.ft_settings import DirectorySetting
+from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._ft_settings import DirectorySetting
 
 from ..support import slurm_env
 from .runner import nvrx_seghealth

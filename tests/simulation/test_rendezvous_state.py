@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from nvrx_seghealth.simulation.rendezvous_state import (
+from nvrx_seghealth._simulation.rendezvous_state import (
     RendezvousSnapshot,
     decode,
     read_endpoint,

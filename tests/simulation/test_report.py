@@ -7,18 +7,18 @@ from pathlib import Path
 import pytest
 
 from nvrx_seghealth import UnhealthyNodeException, publish_decision
-from nvrx_seghealth.errors import ExclusionReason
-from nvrx_seghealth.logfmt import format_fields
-from nvrx_seghealth.simulation import JobResult, JobSpec, WorkerRecord, render_report
-from nvrx_seghealth.simulation.logtokens import (
+from nvrx_seghealth._errors import ExclusionReason
+from nvrx_seghealth._logfmt import format_fields
+from nvrx_seghealth._simulation import JobResult, JobSpec, WorkerRecord, render_report
+from nvrx_seghealth._simulation.logtokens import (
     BROKEN_NODE_FAULT,
     FAULT_FIELD,
     Exclusion,
     exclusion,
 )
-from nvrx_seghealth.simulation.outcome import LauncherOutcome
-from nvrx_seghealth.simulation.paths import RunPaths
-from nvrx_seghealth.simulation.report import describe_exit, render_timeline
+from nvrx_seghealth._simulation.outcome import LauncherOutcome
+from nvrx_seghealth._simulation.paths import RunPaths
+from nvrx_seghealth._simulation.report import describe_exit, render_timeline
 
 from ..support import exclusion_tokens, slurm_env
 from ..test_handler import launcher
@@ -28,7 +28,7 @@ def excluded_line(reason: ExclusionReason, after_joining: bool) -> str:
     """An exclusion's ERROR line as the handler logs it (torch's agent log format)."""
     tokens = exclusion_tokens("1000", "1", reason.value, after_joining=after_joining)
     return (
-        "[E1201 12:00:00.000 123 nvrx_seghealth/coordinator.py:253] Segment health check: "
+        "[E1201 12:00:00.000 123 nvrx_seghealth/_coordinator.py:253] Segment health check: "
         f"any words at all: is excluded (before joining); {tokens}"
     )
 

@@ -1,0 +1,113 @@
+"""Options shared by the operator commands: the decision directory and unit ids.
+
+Standard library plus PyYAML (through :mod:`nvrx_seghealth._ft_settings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import textwrap
+from typing import Any
+
+from .._allocation import InvalidIdentityError, validate_id
+from .._durations import DEFAULT_STAT_TIMEOUT
+from .._errors import ConfigurationError
+from .._ft_settings import resolve_directory
+from .._settings import DIRECTORY_ENV
+from .output import EXIT_STATUSES, exit_status_text
+
+__all__ = [
+    "add_command",
+    "add_directory_option",
+    "add_fs_timeout_option",
+    "directory_of",
+    "fs_seconds",
+    "slurm_id",
+]
+
+
+def add_command(
+    subparsers: Any, name: str, summary: str, description: str, examples: str
+) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` with a one-line ``summary`` (shown in the command list),
+    a ``description`` and an ``examples`` epilog (both dedented and shown as written),
+    followed by its exit statuses when :data:`~.output.EXIT_STATUSES` lists ``name``."""
+    epilog = "examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  ")
+    if name in EXIT_STATUSES:
+        epilog += "\n\n" + exit_status_text(name)
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        name,
+        help=summary,
+        description=textwrap.dedent(description).strip(),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
+
+
+_SQUEUE_FORM = re.compile(r"([0-9]+)_([0-9]+)")
+
+
+def slurm_id(value: str) -> str:
+    """argparse type: a Slurm job or task id (decimal digits only).
+
+    ``123_7``, the form ``squeue`` prints for an array task, is refused with a hint to
+    split it.
+    """
+    try:
+        return validate_id("id", value)
+    except InvalidIdentityError as error:
+        split = _SQUEUE_FORM.fullmatch(value)
+        if split:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is squeue's <array job id>_<task id>: give --job-id "
+                f"{split[1]} --task-id {split[2]}"
+            ) from None
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def fs_seconds(value: str) -> float:
+    """argparse type: seconds a filesystem call may take, in ``0 < s <= 600``."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (0 < seconds <= 600):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds in 0 < s <= 600")
+    return seconds
+
+
+def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--fs-timeout S``: the bound of every call into the decision directory."""
+    parser.add_argument(
+        "--fs-timeout",
+        type=fs_seconds,
+        default=DEFAULT_STAT_TIMEOUT,
+        metavar="S",
+        help="seconds one read, list or write in the decision directory may take before "
+        f"the command gives up (a hung shared filesystem; default: "
+        f"{DEFAULT_STAT_TIMEOUT:g})",
+    )
+
+
+def add_directory_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--dir DIR`` (default: ``$NVRX_SEGMENT_HEALTH_CHECK_DIR``)."""
+    parser.add_argument(
+        "--dir",
+        metavar="DIR",
+        help=f"absolute decision directory (default: ${DIRECTORY_ENV})",
+    )
+
+
+def directory_of(args: argparse.Namespace) -> str:
+    """The validated ``--dir``, else the environment's directory.
+
+    Raises:
+        ConfigurationError: relative or empty, or neither is given.
+    """
+    setting = resolve_directory(args.dir, flag="--dir")
+    if setting is None:
+        raise ConfigurationError(f"no decision directory: give --dir DIR or set {DIRECTORY_ENV}")
+    return setting.directory

@@ -1,0 +1,142 @@
+"""``nvrx-seghealth check``: the consumer's decision for one allocation unit, on demand.
+
+The evaluation is the consumer's own (:func:`nvrx_seghealth._artifact.evaluate`, one
+``stat`` bounded by the same default timeout, the file never opened). Unlike the
+consumer, ``check`` evaluates on every launcher, whatever ``SLURM_PROCID`` says: it
+answers an operator's question, it installs nothing.
+
+A missing decision in a directory that does not exist proceeds, as for the launcher, with
+a hint: a typo in ``--dir`` must not look like a healthy unit.
+
+Exit codes: :data:`~.output.EXIT_STATUSES` (``check``). Standard library plus PyYAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from .._allocation import AllocationUnit, InvalidIdentityError
+from .._artifact import (
+    DEFAULT_STAT_TIMEOUT,
+    Decision,
+    Outcome,
+    artifact_path,
+    directory_problem,
+    evaluate,
+)
+from .._errors import ConfigurationError
+from .arguments import add_command, add_directory_option, directory_of, slurm_id
+from .output import EXIT_FAILURE, EXIT_OK, paint, print_json, usage_error
+
+__all__ = ["check_command", "register"]
+
+NAME = "check"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``check`` subcommand."""
+    parser = add_command(
+        subparsers,
+        NAME,
+        "show the consumer's decision for one allocation unit (exit 1 when excluded)",
+        """
+        Evaluate the decision file of one allocation unit exactly as the launcher's
+        process 0 does: one bounded stat, the file is never read. Without --job-id and
+        --task-id the unit comes from this process's Slurm environment
+        (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID, else SLURM_JOB_ID), whatever its
+        SLURM_PROCID.
+        """,
+        """
+        nvrx-seghealth check --dir /shared/job/shc --job-id 123 --task-id 7
+        srun --ntasks-per-node=1 nvrx-seghealth check --dir /shared/job/shc
+        NVRX_SEGMENT_HEALTH_CHECK_DIR=/shared/job/shc \\
+            nvrx-seghealth check --job-id 123 --task-id 7 --json
+        """,
+    )
+    add_directory_option(parser)
+    parser.add_argument(
+        "--job-id",
+        type=slurm_id,
+        metavar="J",
+        help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)",
+    )
+    parser.add_argument(
+        "--task-id",
+        type=slurm_id,
+        metavar="T",
+        help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=check_command)
+
+
+def _unit_ids(args: argparse.Namespace) -> tuple[str, str]:
+    if (args.job_id is None) != (args.task_id is None):
+        raise ConfigurationError("give --job-id and --task-id together, or neither")
+    if args.job_id is not None:
+        return args.job_id, args.task_id
+    try:
+        unit = AllocationUnit.from_env()
+    except InvalidIdentityError as error:
+        raise ConfigurationError(f"invalid Slurm identity: {error}") from None
+    if unit is None:
+        raise ConfigurationError(
+            "not inside a Slurm job (no SLURM_JOB_ID): give --job-id and --task-id"
+        )
+    return unit.job_id, unit.task_id
+
+
+def _report(decision: Decision, job_id: str, task_id: str, hint: str | None) -> None:
+    if not decision.proceed:
+        verdict = paint("EXCLUDED", "red")
+    elif decision.failed_open:
+        verdict = paint("PROCEED (fail open)", "yellow")
+    else:
+        verdict = paint("PROCEED", "green")
+    print(
+        f"{verdict}  job_id={job_id} task_id={task_id}: {decision.outcome.value}: {decision.reason}"
+    )
+    print(f"  decision file: {decision.path}")
+    if hint:
+        print(f"  hint: {hint}")
+
+
+def _hint(decision: Decision, directory: str) -> str | None:
+    """Why an absent decision may not mean "healthy": the directory itself is missing."""
+    if decision.outcome is not Outcome.ABSENT:
+        return None
+    problem = directory_problem(directory, DEFAULT_STAT_TIMEOUT)
+    if problem is None:
+        return None
+    return (
+        f"{problem}, so no producer can have written there: fix --dir (or "
+        "$NVRX_SEGMENT_HEALTH_CHECK_DIR), or create it where the producer writes"
+    )
+
+
+def check_command(args: argparse.Namespace) -> int:
+    """Evaluate one unit's decision; print it; see :data:`~.output.EXIT_STATUSES`."""
+    try:
+        directory = directory_of(args)
+        job_id, task_id = _unit_ids(args)
+    except ConfigurationError as error:
+        return usage_error(NAME, str(error))
+    decision = evaluate(artifact_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
+    hint = _hint(decision, directory)
+    if args.json:
+        print_json(
+            {
+                "path": decision.path,
+                "job_id": job_id,
+                "task_id": task_id,
+                "outcome": decision.outcome.value,
+                "reason": decision.reason,
+                "size": decision.size,
+                "proceed": decision.proceed,
+                "hint": hint,
+            }
+        )
+    else:
+        _report(decision, job_id, task_id, hint)
+    return EXIT_OK if decision.proceed else EXIT_FAILURE

@@ -1,0 +1,226 @@
+"""``nvrx-seghealth run``: torchrun, plus ``ft_launcher``'s segment health check options.
+
+Every torchrun option is torchrun's own: the command parses with
+``torch.distributed.run.get_args_parser()`` (plus two options) and launches with
+``torch.distributed.run.run()``. The two added options:
+
+* ``--ft-segment-health-check-dir DIR``: the decision directory;
+* ``--ft-cfg-path FILE.yaml``: a YAML file whose ``fault_tolerance`` section (at any
+  depth) may give ``segment_health_check_dir``.
+
+Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` (see
+:mod:`nvrx_seghealth._ft_settings`). With a directory, the rendezvous becomes the
+``segment-health`` backend around the user's one: ``--rdzv-backend`` becomes
+``segment-health`` and ``--rdzv-conf`` gains ``segment_health_check_dir=DIR`` and
+``inner_backend=`` ``c10d`` or ``etcd-v2``. As in NVRx's ``ft_launcher``,
+``--rdzv-backend`` defaults to ``c10d`` (torchrun's ``static`` cannot carry the check)
+and ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` is set unless the environment sets it. One node
+without ``--rdzv-endpoint`` (or ``--standalone``) is torchrun's local c10d rendezvous,
+wrapped as c10d. Without any directory setting the command is otherwise torchrun.
+
+A configuration error (relative directory, broken YAML, unsupported backend, a directory
+that cannot travel in ``--rdzv-conf``, the backend's keys set twice) prints one line
+naming the setting and the fix and exits 2 before anything starts. Once launched,
+errors and exit codes are torchrun's: a failed worker or an excluded unit raises out of
+the launcher, which exits 1 with the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import uuid
+from collections.abc import MutableMapping
+from typing import Any
+
+from .._backend import BACKEND_NAME
+from .._config import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS
+from .._errors import ConfigurationError
+from .._ft_settings import CFG_FLAG, DIRECTORY_FLAG, YAML_FIELD, DirectorySetting, resolve_directory
+from .output import EXIT_OK, usage_error
+
+__all__ = [
+    "agent_environment",
+    "launch",
+    "launch_parser",
+    "register",
+    "select_segment_health",
+    "use_local_rendezvous",
+]
+
+NAME = "run"
+
+EXAMPLES = f"""
+examples:
+  # one launcher per node; an excluded process 0 ends its unit's step
+  srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\
+    nvrx-seghealth run --nnodes=2:8 --nproc-per-node=8 \\
+      --rdzv-backend=c10d --rdzv-endpoint=store-host:29400 --rdzv-id="$SLURM_ARRAY_JOB_ID" \\
+      --rdzv-conf=is_host=false \\
+      {DIRECTORY_FLAG}=/shared/job/segment-health-check train.py --lr 0.1
+
+  # the directory from an NVRx-style YAML file (fault_tolerance.segment_health_check_dir)
+  nvrx-seghealth run --standalone --nproc-per-node=2 {CFG_FLAG}=ft.yaml train.py
+
+precedence: {DIRECTORY_FLAG} > {YAML_FIELD} in {CFG_FLAG} > $NVRX_SEGMENT_HEALTH_CHECK_DIR;
+none of them: plain torchrun.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``run`` subcommand without importing torch.
+
+    The subparser takes every argument verbatim (no character starts an option: argv
+    strings cannot contain NUL); :func:`launch` parses them with torchrun's parser,
+    so ``nvrx-seghealth run --help`` shows torchrun's options plus the two added ones.
+    """
+    parser = subparsers.add_parser(
+        NAME,
+        help="launch like torchrun, with --ft-segment-health-check-dir / --ft-cfg-path",
+        add_help=False,
+        prefix_chars="\0",
+    )
+    parser.add_argument("argv", nargs=argparse.REMAINDER)
+    parser.set_defaults(func=launch)
+
+
+def launch_parser() -> argparse.ArgumentParser:
+    """torchrun's own parser (imports torch) as ``nvrx-seghealth run``, plus the two options."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = f"nvrx-seghealth {NAME}"
+    parser.description = (
+        "torchrun with the segment health check: every torchrun option works as in "
+        "torchrun; the options below select the segment-health rendezvous backend around "
+        "--rdzv-backend (c10d or etcd-v2)."
+    )
+    parser.epilog = EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.set_defaults(rdzv_backend="c10d")  # as ft_launcher: static cannot carry the check
+    group = parser.add_argument_group("segment health check")
+    group.add_argument(
+        DIRECTORY_FLAG,
+        "--ft_segment_health_check_dir",
+        dest="ft_segment_health_check_dir",
+        metavar="DIR",
+        help="absolute decision directory that every launcher can reach",
+    )
+    group.add_argument(
+        CFG_FLAG,
+        "--ft_cfg_path",
+        dest="ft_cfg_path",
+        metavar="FILE.yaml",
+        help=f"YAML file with {YAML_FIELD} (the fault_tolerance section may be nested)",
+    )
+    return parser
+
+
+def _conf_keys(rdzv_conf: str) -> set[str]:
+    return {item.split("=", 1)[0].strip() for item in rdzv_conf.split(",") if item.strip()}
+
+
+def use_local_rendezvous(args: argparse.Namespace) -> None:
+    """One node and no endpoint: torchrun's local c10d rendezvous (``--standalone``).
+
+    torch's ``run()`` does this for its ``static`` default; with ``c10d`` (this command's
+    default) and no endpoint it would host a store on the fixed port 29400 instead.
+    """
+    from torch.distributed.run import parse_min_max_nnodes
+
+    if (
+        args.rdzv_backend in ("static", "c10d")
+        and not args.rdzv_endpoint
+        and args.master_port is None
+        and parse_min_max_nnodes(args.nnodes)[1] == 1
+    ):
+        args.standalone = True
+
+
+def agent_environment(environ: MutableMapping[str, str]) -> None:
+    """Set ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` unless ``environ`` sets it, as NVRx does.
+
+    torch's agent then skips its rank exchange between rounds, in which a launcher that
+    left a completed round (an excluded unit's sibling) stalls every other agent until
+    the store read times out. Set it to ``0`` when nodes run different workers.
+    """
+    environ.setdefault("TORCH_ELASTIC_WORKER_IDENTICAL", "1")
+
+
+def _inner_backend(args: argparse.Namespace, source: str) -> str:
+    """The rendezvous torchrun would run, made explicit (mirrors ``run()`` of torch 2.13).
+
+    ``--standalone`` is torchrun's local c10d rendezvous: set it up here, because
+    ``run()`` would replace ``--rdzv-backend`` for it.
+    """
+    if args.standalone:
+        args.standalone = False
+        args.rdzv_endpoint, args.rdzv_id = "localhost:0", str(uuid.uuid4())
+        return "c10d"
+    if args.rdzv_backend not in INNER_BACKENDS:
+        raise ConfigurationError(
+            f"--rdzv-backend={args.rdzv_backend} cannot carry the segment health check "
+            f"(set by {source}); use --rdzv-backend={' or '.join(INNER_BACKENDS)}, or drop "
+            "the segment health check setting"
+        )
+    return str(args.rdzv_backend)
+
+
+def select_segment_health(args: argparse.Namespace, setting: DirectorySetting) -> None:
+    """Rewrite torchrun's ``args`` so the ``segment-health`` backend wraps the rendezvous.
+
+    Leaves ``args`` untouched when the user configured the backend by hand
+    (``--rdzv-backend=segment-health`` or its keys in ``--rdzv-conf``) and the directory
+    comes only from the environment: the backend reads the environment itself.
+
+    Raises:
+        ConfigurationError: the directory cannot travel in ``--rdzv-conf`` (comma, or
+            leading/trailing space), the rendezvous cannot be wrapped, or the flag/YAML
+            directory conflicts with a hand-made backend configuration.
+    """
+    directory = setting.directory
+    manual = args.rdzv_backend == BACKEND_NAME or bool(
+        _conf_keys(args.rdzv_conf) & {DIRECTORY_KEY, INNER_BACKEND_KEY}
+    )
+    if manual:
+        if setting.from_environment:
+            return
+        raise ConfigurationError(
+            f"{setting.source} selects the {BACKEND_NAME} backend itself, but --rdzv-backend/"
+            f"--rdzv-conf already configure it: give --rdzv-backend the inner rendezvous "
+            f"(c10d or etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf"
+        )
+    if "," in directory or directory != directory.strip():
+        raise ConfigurationError(
+            f"{setting.source} {directory!r} cannot be passed to the rendezvous: "
+            "--rdzv-conf values cannot contain commas or leading/trailing spaces; use a "
+            "directory path without them (e.g. a symlink to it)"
+        )
+    inner = _inner_backend(args, setting.source)
+    extra = f"{DIRECTORY_KEY}={directory},{INNER_BACKEND_KEY}={inner}"
+    args.rdzv_conf = f"{args.rdzv_conf},{extra}" if args.rdzv_conf.strip() else extra
+    args.rdzv_backend = BACKEND_NAME
+
+
+def launch(args: argparse.Namespace) -> int:
+    """Parse ``args.argv`` as torchrun does, configure the check, launch; 0 on success.
+
+    Returns 2 for a configuration error (nothing started); argparse itself exits 2 for a
+    malformed command line. Launch failures propagate as in torchrun.
+    """
+    from torch.distributed.elastic.multiprocessing.errors import record
+    from torch.distributed.run import run
+
+    launch_args = launch_parser().parse_args(args.argv)
+    use_local_rendezvous(launch_args)
+    try:
+        setting = resolve_directory(
+            launch_args.ft_segment_health_check_dir, launch_args.ft_cfg_path
+        )
+        if setting is not None:
+            select_segment_health(launch_args, setting)
+    except ConfigurationError as error:
+        return usage_error(NAME, str(error))
+    agent_environment(os.environ)
+    record(run)(launch_args)
+    return EXIT_OK

@@ -1,0 +1,222 @@
+"""``nvrx-seghealth status``: every decision file of a directory, and how its producers are.
+
+Each file is judged as the consumer judges it (:func:`nvrx_seghealth._artifact.judge`),
+so the state column says what the unit's process 0 would do. For an unhealthy file the
+table also shows the first line of the producer's diagnostic text. Below the table, one
+line per ``publish-drained`` producer that keeps its state in the directory: when its
+last pass ran, and since when its passes fail (its decisions are then kept, stale).
+
+Every call into the directory is bounded by ``--fs-timeout`` (a hung filesystem is
+reported, exit 1). A directory that users other than its owner can write without the
+sticky bit (or a parent like it) is warned about on stderr
+(:func:`~.fsproblems.permission_problems`).
+
+Exit codes: :data:`~.output.EXIT_STATUSES` (``status``). Standard library plus PyYAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+from .. import _boundedfs as boundedfs
+from .._artifact import Decision, Outcome, judge
+from .._boundedfs import FilesystemTimeout
+from .._boundedstat import stat_within
+from .._errors import ConfigurationError
+from .arguments import (
+    add_command,
+    add_directory_option,
+    add_fs_timeout_option,
+    directory_of,
+    slurm_id,
+)
+from .decisions import DecisionFile, first_line, list_decisions, list_directory
+from .fsproblems import permission_problems
+from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table, usage_error
+from .publish_drained import STATE_FILE
+
+__all__ = ["register", "status_command"]
+
+NAME = "status"
+
+_STATE_COLOURS = {
+    Outcome.UNHEALTHY: "red",
+    Outcome.CLEAR: "green",
+    Outcome.ABSENT: None,
+    Outcome.UNREADABLE: "yellow",
+    Outcome.NOT_REGULAR: "yellow",
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``status`` subcommand."""
+    parser = add_command(
+        subparsers,
+        NAME,
+        "list the decision files of a directory",
+        """
+        One row per decision file (segment_health_check.<job_id>.<task_id>; other
+        names and temporary files are ignored): job, task, the state the launcher would
+        see (unhealthy, clear, not-a-regular-file, unreadable; absent for a dangling
+        symlink), size, age, and the first line of the producer's diagnostic text;
+        then each publish-drained producer of the directory: its last pass, and since
+        when its passes have failed (its decisions are kept meanwhile). Warns when users
+        other than the directory's owner can write there without the sticky bit.
+        """,
+        """
+        nvrx-seghealth status --dir /shared/job/shc
+        nvrx-seghealth status --dir /shared/job/shc --job-id 123 --json
+        """,
+    )
+    add_directory_option(parser)
+    parser.add_argument("--job-id", type=slurm_id, metavar="J", help="only this job's files")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_fs_timeout_option(parser)
+    parser.set_defaults(func=status_command)
+
+
+def _describe(entry: DecisionFile, now: float, timeout: float) -> dict[str, Any]:
+    decision: Decision = judge(entry.path, timeout)
+    age = diagnostic = None
+    if decision.outcome in (Outcome.UNHEALTHY, Outcome.CLEAR, Outcome.NOT_REGULAR):
+        with contextlib.suppress(OSError):  # gone or hung since the evaluation: no age
+            age = now - stat_within(entry.path, timeout).st_mtime
+    if decision.outcome is Outcome.UNHEALTHY:
+        with contextlib.suppress(OSError, FilesystemTimeout):
+            current = boundedfs.read_current(entry.path, timeout)
+            if current.kind == "content":
+                diagnostic = first_line(current.data)
+    return {
+        "job_id": entry.job_id,
+        "task_id": entry.task_id,
+        "path": entry.path,
+        "state": decision.outcome.value,
+        "reason": decision.reason,
+        "size": decision.size,
+        "age_seconds": None if age is None else round(age, 3),
+        "diagnostic": diagnostic,
+    }
+
+
+def _producers(
+    names: list[str], directory: str, job_id: str | None, timeout: float
+) -> list[dict[str, Any]]:
+    """The state of each ``publish-drained`` producer that keeps it in ``directory``."""
+    producers = []
+    for name in sorted(names):
+        match = STATE_FILE.fullmatch(name)
+        if match is None or job_id not in (None, match["job"]):
+            continue
+        row: dict[str, Any] = {"producer_id": match["id"], "job_id": match["job"]}
+        try:
+            state = json.loads(boundedfs.read_current(f"{directory}/{name}", timeout).data)
+            row.update(
+                {
+                    key: state[key]
+                    for key in (
+                        "last_pass",
+                        "last_ok",
+                        "failing_since",
+                        "failed_passes",
+                        "last_error",
+                    )
+                }
+            )
+            row["interval"] = state.get("interval")
+        except (OSError, FilesystemTimeout, ValueError, KeyError, TypeError) as error:
+            row["unreadable"] = str(error) or type(error).__name__
+        producers.append(row)
+    return producers
+
+
+def _producer_line(row: dict[str, Any], now: float) -> str:
+    who = f"producer {row['producer_id']} (job {row['job_id']})"
+    if "unreadable" in row:
+        return f"{who}: state file unreadable ({row['unreadable']})"
+    quiet = now - row["last_pass"]
+    if row["failing_since"] is None:
+        line = f"{who}: last pass {format_age(quiet)} ago, ok"
+    else:
+        good = "never" if row["last_ok"] is None else f"{format_age(now - row['last_ok'])} ago"
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["failing_since"]))
+        line = (
+            f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
+            f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
+            f"kept as they were: {row['last_error']}"
+        )
+    interval = row["interval"]
+    if interval and quiet > max(3 * interval, interval + 60):
+        line += (
+            f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
+            f"{interval:g} s: its decisions are not kept up to date, restart it"
+        )
+    return line
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """List the directory's decisions; see :data:`~.output.EXIT_STATUSES`."""
+    try:
+        directory = directory_of(args)
+    except ConfigurationError as error:
+        return usage_error(NAME, str(error))
+    try:
+        names = list_directory(directory, args.fs_timeout)
+    except FileNotFoundError:
+        print(
+            f"nvrx-seghealth {NAME}: the decision directory {directory} does not exist: "
+            "fix --dir, or create it where the producer writes",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    except (OSError, FilesystemTimeout) as error:
+        print(f"nvrx-seghealth {NAME}: cannot list {directory}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    warnings = permission_problems(directory, args.fs_timeout)
+    for warning in warnings:
+        print(f"nvrx-seghealth {NAME}: warning: {warning}", file=sys.stderr)
+    now = time.time()
+    rows = [
+        _describe(entry, now, args.fs_timeout)
+        for entry in list_decisions(names, directory, args.job_id)
+    ]
+    producers = _producers(names, directory, args.job_id, args.fs_timeout)
+    if args.json:
+        print_json(
+            {
+                "directory": directory,
+                "decisions": rows,
+                "producers": producers,
+                "warnings": warnings,
+            }
+        )
+        return EXIT_OK
+    if not rows:
+        print(f"no decision files in {directory}")
+    else:
+        cells = [
+            [
+                row["job_id"],
+                row["task_id"],
+                row["state"],
+                "-" if row["size"] is None else str(row["size"]),
+                "-" if row["age_seconds"] is None else format_age(row["age_seconds"]),
+                row["diagnostic"]
+                or ("" if row["state"] in ("clear", "unhealthy") else row["reason"]),
+            ]
+            for row in rows
+        ]
+        colours = [
+            [None, None, _STATE_COLOURS[Outcome(row["state"])], None, None, None] for row in rows
+        ]
+        print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
+        unhealthy = sum(row["state"] == Outcome.UNHEALTHY.value for row in rows)
+        plural = "" if len(rows) == 1 else "s"
+        print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy")
+    for row in producers:
+        print(_producer_line(row, now))
+    return EXIT_OK
