@@ -757,3 +757,30 @@ def test_a_closed_rendezvous_met_before_joining_says_to_use_a_new_run_id(tcp_sto
         handler.next_rendezvous()
     (said,) = our_records(caplog, logging.ERROR)
     assert RUN in said and "--rdzv-id" in said
+
+
+def test_a_streak_of_failed_looks_is_one_warning_and_its_end_one_line(
+    tcp_store, shc, caplog, monkeypatch
+):
+    """The responder looks every 0.2 s; a store that fails for a while costs one WARNING
+    and one fail-open event for the whole streak, and one INFO line when it answers."""
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
+    handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1, keep_alive_attempts=30)
+    handler.next_rendezvous()  # starts the responder
+    read, failing = handler.handoff.read, threading.Event()
+
+    def flaky():
+        if failing.is_set():
+            raise RuntimeError("store gone for a while")
+        return read()
+
+    monkeypatch.setattr(handler.handoff, "read", flaky)
+    caplog.clear()
+    with captured() as telemetry:
+        failing.set()
+        time.sleep(8 * RESPONDER_INTERVAL)  # eight failed looks
+        failing.clear()
+        time.sleep(3 * RESPONDER_INTERVAL)
+    assert [f["action"] for f in telemetry.fields("fail_open")] == ["read-requests"]
+    assert len(our_records(caplog, logging.WARNING)) == 1
+    assert len(our_records(caplog, logging.INFO)) == 1  # readable again
