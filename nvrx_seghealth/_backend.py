@@ -99,7 +99,7 @@ def create_segment_health_handler(
         **settings.inner_config,
     )
     inner, store = _create_inner(inner_params)
-    return SegmentHealthRendezvousHandler.from_settings(
+    return SegmentHealthRendezvousHandler._from_settings(
         inner, store=store, settings=settings.check, backend=params.backend
     )
 

@@ -92,7 +92,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._attach(inner, store, settings, environ, backend)
 
     @classmethod
-    def from_settings(
+    def _from_settings(
         cls,
         inner: RendezvousHandler,
         *,
@@ -102,7 +102,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         backend: str | None = None,
     ) -> SegmentHealthRendezvousHandler:
         """The handler for ``settings``, validated where they entered (``None``: the
-        check is off); the other arguments as for the constructor."""
+        check is off); the other arguments as for the constructor. For this package's
+        own entry paths (the registered backend), which validate before they build."""
         handler = cls.__new__(cls)
         handler._attach(inner, store, settings, environ, backend)
         return handler
