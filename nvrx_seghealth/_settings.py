@@ -66,8 +66,8 @@ class CheckSettings:
     """
 
     directory: str
-    stat_timeout: float = DEFAULT_STAT_TIMEOUT
-    handoff_timeout: float = default_handoff_timeout(DEFAULT_STAT_TIMEOUT)
+    stat_timeout: float
+    handoff_timeout: float
 
     @classmethod
     def validate(
