@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_STAT_TIMEOUT",
     "Decision",
     "DecisionConflict",
+    "DirectoryPath",
     "Outcome",
     "artifact_path",
     "clear_decision",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: A decision directory as the composition API takes it: a ``str`` or a path object.
+DirectoryPath = str | os.PathLike[str]
 
 ARTIFACT_PREFIX = "segment_health_check"
 
@@ -103,10 +107,13 @@ class Decision:
 
 
 def require_absolute_directory(directory: object, *, what: str = "directory") -> str:
-    """Return ``directory`` when it is an absolute path, else raise ``ConfigurationError``.
+    """Return ``directory`` as a ``str`` when it is an absolute path (a ``str`` or an
+    ``os.PathLike`` of one, e.g. ``pathlib.Path``), else raise ``ConfigurationError``.
 
     ``what`` names the setting in the message (a CLI flag, an rdzv-conf key, ...).
     """
+    if isinstance(directory, os.PathLike):
+        directory = os.fspath(directory)
     if not isinstance(directory, str) or not directory:
         raise ConfigurationError(
             f"{what} must be a non-empty absolute path, got {directory!r}", setting=what
@@ -137,7 +144,7 @@ def unit_id(name: str, value: str | int) -> str:
     return validate_id(name, str(value))
 
 
-def artifact_path(directory: str, job_id: str | int, task_id: str | int) -> str:
+def artifact_path(directory: DirectoryPath, job_id: str | int, task_id: str | int) -> str:
     """Return ``<directory>/segment_health_check.<job_id>.<task_id>``.
 
     Ids are strings of decimal digits or ints (:func:`unit_id`).
@@ -146,8 +153,11 @@ def artifact_path(directory: str, job_id: str | int, task_id: str | int) -> str:
         ValueError: ``directory`` is not absolute, or an id is not decimal digits.
         TypeError: an id is neither a ``str`` nor an ``int``.
     """
-    require_absolute_directory(directory)
-    return unit_artifact_path(directory, unit_id("job_id", job_id), unit_id("task_id", task_id))
+    return unit_artifact_path(
+        require_absolute_directory(directory),
+        unit_id("job_id", job_id),
+        unit_id("task_id", task_id),
+    )
 
 
 def unit_artifact_path(directory: str, job_id: str, task_id: str) -> str:
@@ -230,7 +240,7 @@ def _write(path: str, content: bytes | None, expect: Current | None) -> Result:
 
 
 def publish_decision(
-    directory: str,
+    directory: DirectoryPath,
     job_id: str | int,
     task_id: str | int,
     text: str,
@@ -267,7 +277,7 @@ def publish_decision(
 
 
 def clear_decision(
-    directory: str,
+    directory: DirectoryPath,
     job_id: str | int,
     task_id: str | int,
     *,

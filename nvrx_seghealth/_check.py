@@ -24,7 +24,15 @@ import logging
 from collections.abc import Mapping
 
 from ._allocation import AllocationUnit, InvalidIdentityError
-from ._artifact import Decision, Outcome, directory_problem, judge, unit_artifact_path, unit_id
+from ._artifact import (
+    Decision,
+    DirectoryPath,
+    Outcome,
+    directory_problem,
+    judge,
+    unit_artifact_path,
+    unit_id,
+)
 from ._durations import DEFAULT_STAT_TIMEOUT
 from ._settings import CheckSettings
 
@@ -61,7 +69,7 @@ class SegmentHealthCheck:
 
     def __init__(
         self,
-        directory: str,
+        directory: DirectoryPath,
         job_id: str | int,
         task_id: str | int,
         *,
@@ -149,7 +157,7 @@ def install_check(
 
 
 def get_segment_health_check(
-    directory: str | None,
+    directory: DirectoryPath | None,
     environ: Mapping[str, str] | None = None,
     *,
     stat_timeout: float = DEFAULT_STAT_TIMEOUT,

@@ -8,16 +8,19 @@ key                                       meaning                               
 ========================================  ========================================  ==========
 ``segment_health_check_dir``              absolute decision directory               see below
 ``segment_health_check_stat_timeout``     seconds one artifact ``stat`` may take,    10
-                                          in (0, 600]
+                                          in [0.1, 600]
 ``segment_health_check_handoff_timeout``  seconds a sibling waits for process 0's    stat bound
                                           verdict, in [0, 3600]; ``0`` turns the    + 20
                                           hand-off off
 ``inner_backend``                         the rendezvous that does the work         ``c10d``
 ========================================  ========================================  ==========
 
-A key that looks like one of these but is not (``segment_health_chek_dir``, any other
-``segment_health*`` key) is refused with the closest valid key: passed on, the inner
-backend would ignore it and the check would be off without a word.
+A key that looks like one of these but is not is refused with the closest valid key:
+passed on, the inner backend would ignore it and the check would be off (or differently
+bound) without a word. Keys are compared without regard to case or to ``-`` against
+``_``; a key looks like ours when it is a close misspelling of one, contains
+``segment_health``, or is the composition API's name for one (``stat_timeout``,
+``handoff_timeout``).
 
 Without ``segment_health_check_dir`` the environment variable
 ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used (empty counts as unset); with neither, the
@@ -62,21 +65,33 @@ INNER_BACKENDS = ("c10d", "etcd-v2")
 OUR_KEYS = (DIRECTORY_KEY, STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, INNER_BACKEND_KEY)
 
 
+#: The composition API's names of the rdzv-conf keys, refused there with the key meant.
+_ARGUMENT_NAMES = {"stat_timeout": STAT_TIMEOUT_KEY, "handoff_timeout": HANDOFF_TIMEOUT_KEY}
+
+
 def lookalike(key: str, known: Iterable[str]) -> str | None:
     """The known setting that ``key`` was probably meant to be, or ``None``.
 
-    A key looks like one of ours when it starts with ``segment_health`` or is a close
-    misspelling of a known key: passed on, it would be ignored, and the check would be
-    off (or differently bound) without a word.
+    A key looks like one of ours when, compared without regard to case or to ``-``
+    against ``_``, it is a close misspelling of a known key, contains
+    ``segment_health``, or is a composition argument's name for one (see the module
+    documentation): passed on, it would be ignored, and the check would be off (or
+    differently bound) without a word.
     """
     known = list(known)
     if key in known:
         return None
-    matches = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+    folded = key.lower().replace("-", "_")
+    by_folded = {name.lower().replace("-", "_"): name for name in known}
+    if folded in by_folded:
+        return by_folded[folded]
+    if folded in _ARGUMENT_NAMES and _ARGUMENT_NAMES[folded] in known:
+        return _ARGUMENT_NAMES[folded]
+    matches = difflib.get_close_matches(folded, list(by_folded), n=1, cutoff=0.8)
     if matches:
-        return matches[0]
-    if key.startswith("segment_health"):
-        return difflib.get_close_matches(key, known, n=1, cutoff=0.0)[0]
+        return by_folded[matches[0]]
+    if "segment_health" in folded:
+        return by_folded[difflib.get_close_matches(folded, list(by_folded), n=1, cutoff=0.0)[0]]
     return None
 
 

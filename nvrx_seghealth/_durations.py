@@ -11,7 +11,7 @@ a ``poll``, where the error is no longer the user's to fix.
 ========================  ==============  ============================================
 setting                   range (s)       default
 ========================  ==============  ============================================
-``stat_timeout``          (0, 600]        10
+``stat_timeout``          [0.1, 600]      10
 ``handoff_timeout``       [0, 3600]       ``stat_timeout`` + 20; ``0``: no hand-off
 ========================  ==============  ============================================
 
@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_STAT_TIMEOUT",
     "HANDOFF_MARGIN",
     "HANDOFF_TIMEOUT",
+    "MINIMUM_STAT_TIMEOUT",
     "STAT_TIMEOUT",
     "DurationSetting",
     "default_handoff_timeout",
@@ -54,33 +55,44 @@ class DurationSetting:
     Attributes:
         name: the setting's name as the user writes it (composition argument name).
         meaning: what the duration bounds, for messages.
+        minimum: the smallest accepted value in seconds, ``0`` included.
         maximum: the largest accepted value in seconds.
-        zero_allowed: whether ``0`` is accepted (it then turns the feature off).
         example: a value to suggest in messages.
+        minimum_reason: why a positive minimum is the smallest that works.
     """
 
     name: str
     meaning: str
+    minimum: float
     maximum: float
-    zero_allowed: bool
     example: float
+    minimum_reason: str = ""
 
     @property
     def range_text(self) -> str:
-        """The accepted range, e.g. ``0 < s <= 600``."""
-        low = "0 <= s" if self.zero_allowed else "0 < s"
-        return f"{low} <= {self.maximum:g}"
+        """The accepted range, e.g. ``0.1 <= s <= 600``."""
+        return f"{self.minimum:g} <= s <= {self.maximum:g}"
 
+
+#: The smallest stat bound: a ready stat helper answers a live filesystem in well under
+#: a millisecond, but a loaded node can keep a process off the CPU for tens of
+#: milliseconds, and a bound below that would fail open on a healthy filesystem.
+MINIMUM_STAT_TIMEOUT = 0.1
 
 STAT_TIMEOUT = DurationSetting(
-    "stat_timeout", "how long one stat of the decision file may take", 600.0, False, 10.0
+    "stat_timeout",
+    "how long one stat of the decision file may take",
+    MINIMUM_STAT_TIMEOUT,
+    600.0,
+    10.0,
+    "a smaller bound fails open on a healthy but loaded node",
 )
 HANDOFF_TIMEOUT = DurationSetting(
     "handoff_timeout",
     "how long the other launchers of an array task wait for process 0's verdict "
     "(0 turns the hand-off off)",
+    0.0,
     3600.0,
-    True,
     30.0,
 )
 
@@ -103,11 +115,15 @@ def validate_seconds(setting: DurationSetting, value: object, *, given_as: str =
             seconds = float(value)
         except ValueError:
             pass
-    low_ok = seconds >= 0 if setting.zero_allowed else seconds > 0
-    if not (math.isfinite(seconds) and low_ok and seconds <= setting.maximum):
+    if not (math.isfinite(seconds) and setting.minimum <= seconds <= setting.maximum):
+        why = (
+            f" ({setting.minimum:g} s is the smallest that works: {setting.minimum_reason})"
+            if setting.minimum_reason and 0 < seconds < setting.minimum
+            else ""
+        )
         raise ConfigurationError(
             f"{given_as or setting.name}={value!r} is not a number of seconds in "
-            f"{setting.range_text}; it sets {setting.meaning} (e.g. {setting.example:g})",
+            f"{setting.range_text}{why}; it sets {setting.meaning} (e.g. {setting.example:g})",
             setting=given_as or setting.name,
         )
     return seconds

@@ -6,6 +6,8 @@ Standard library only.
 from __future__ import annotations
 
 import enum
+import functools
+from typing import Any
 
 from ._logfmt import FieldValue
 
@@ -81,6 +83,15 @@ class UnhealthyNodeException(Exception):
         self.path = path
         self.size = size
         self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Rebuild with the same keyword arguments: the exclusion survives ``pickle``
+        (a launcher whose agent runs in another process) and ``copy``."""
+        keywords = {
+            name: getattr(self, name)
+            for name in ("job_id", "task_id", "reason", "after_joining", "path", "size", "marker")
+        }
+        return functools.partial(type(self), **keywords), self.args, self.__dict__
 
     def fields(self) -> dict[str, FieldValue]:
         """The exclusion's stable tokens, as the launcher's ERROR line ends with them in

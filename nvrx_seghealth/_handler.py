@@ -35,6 +35,7 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousInfo,
 )
 
+from ._artifact import DirectoryPath
 from ._check import SegmentHealthCheck
 from ._coordinator import Coordinator, ProcessZero, coordinator_for
 from ._durations import DEFAULT_STAT_TIMEOUT
@@ -58,7 +59,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             the TCPStore; for etcd-v2, the ``EtcdStore``), used for replacement-group
             markers. ``None``: markers can be neither published nor read (one WARNING);
             process 0 still excludes itself.
-        directory: absolute path of the decision directory; ``None`` or empty disables
+        directory: absolute path (``str`` or ``pathlib.Path``) of the decision directory; ``None`` or empty disables
             the segment health check, and the wrapper only delegates.
         environ: where to read Slurm's variables (default ``os.environ``).
         stat_timeout: seconds one ``stat`` of the artifact may take (see
@@ -80,7 +81,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         inner: RendezvousHandler,
         *,
         store: Store | None,
-        directory: str | None,
+        directory: DirectoryPath | None,
         environ: Mapping[str, str] | None = None,
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
         backend: str | None = None,

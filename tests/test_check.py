@@ -151,3 +151,34 @@ def test_other_id_types_are_a_type_error_that_says_so(tmp_path, bad):
 def test_a_negative_integer_id_is_refused_as_not_decimal(tmp_path):
     with pytest.raises(ValueError, match="not a decimal Slurm id"):
         SegmentHealthCheck(str(tmp_path), -1, 3)
+
+
+def test_a_path_object_is_taken_wherever_a_directory_is(tmp_path):
+    """``pathlib.Path`` is how Python code holds a directory; the API takes it as a str."""
+    from nvrx_seghealth import Outcome, SegmentHealthRendezvousHandler, clear_decision
+
+    path = publish_decision(tmp_path, 123, 7, "drained")
+    assert path == os.path.join(str(tmp_path), "segment_health_check.123.7")
+    check = SegmentHealthCheck(tmp_path, 123, 7)
+    assert check.path == path
+    assert check.evaluate().outcome is Outcome.UNHEALTHY
+    installed = get_segment_health_check(tmp_path, slurm_env(task=7, array_job=123))
+    assert installed is not None and installed.path == path
+    assert clear_decision(tmp_path, 123, 7) == path
+    handler = SegmentHealthRendezvousHandler(
+        _inner_handler(), store=None, directory=tmp_path, environ={}
+    )
+    assert handler.get_backend() == "c10d"  # composed: it reports the inner backend
+
+
+def _inner_handler():
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    store = dist.HashStore()
+    return DynamicRendezvousHandler.from_backend(
+        "run", store, C10dRendezvousBackend(store, "run"), 1, 1
+    )

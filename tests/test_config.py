@@ -95,10 +95,28 @@ def test_bad_values_name_the_setting(config, env, setting):
         ("segment_health_check_stat_timout", "segment_health_check_stat_timeout"),
         ("segment_health_directory", "segment_health_check_dir"),
         ("inner_backed", "inner_backend"),
+        ("SEGMENT_HEALTH_CHECK_DIR", "segment_health_check_dir"),
+        ("Segment-Health-Check-Dir", "segment_health_check_dir"),
+        ("SEGMENT_HEALTH_CHECK_STAT_TIMEOUT", "segment_health_check_stat_timeout"),
+        ("INNER_BACKEND", "inner_backend"),
+        ("ft_segment_health_check_dir", "segment_health_check_dir"),
+        ("stat_timeout", "segment_health_check_stat_timeout"),
+        ("handoff_timeout", "segment_health_check_handoff_timeout"),
+        ("HANDOFF_TIMEOUT", "segment_health_check_handoff_timeout"),
     ],
 )
 def test_a_lookalike_key_is_matched_to_the_key_it_was_meant_to_be(key, meant):
     assert lookalike(key, OUR_KEYS) == meant
+
+
+@pytest.mark.parametrize(
+    "key", ["SEGMENT_HEALTH_CHECK_DIR", "stat_timeout", "handoff_timeout", "INNER_BACKEND"]
+)
+def test_a_key_the_inner_backend_would_ignore_is_refused_before_any_rendezvous(key):
+    """Passed on, c10d ignores it: the check would be off, or bound otherwise, silently."""
+    with pytest.raises(ConfigurationError) as refused:
+        settings({key: "/shared/x"}, {})
+    assert refused.value.setting == f"rdzv-conf {key}"
 
 
 def test_the_inner_backends_own_keys_are_not_taken_for_typos():

@@ -9,6 +9,7 @@ from nvrx_seghealth import SegmentHealthCheck, SegmentHealthRendezvousHandler
 from nvrx_seghealth._config import BackendSettings
 from nvrx_seghealth._durations import (
     HANDOFF_TIMEOUT,
+    MINIMUM_STAT_TIMEOUT,
     STAT_TIMEOUT,
     default_handoff_timeout,
     validate_seconds,
@@ -17,11 +18,25 @@ from nvrx_seghealth._errors import ConfigurationError
 
 from .support import slurm_env
 
-REFUSED_STAT = [0, -1, 600.5, 1e10, float("inf"), float("nan"), True, None, "soon", "", [5]]
+REFUSED_STAT = [
+    0,
+    0.005,
+    "0.05",
+    -1,
+    600.5,
+    1e10,
+    float("inf"),
+    float("nan"),
+    True,
+    None,
+    "soon",
+    "",
+    [5],
+]
 REFUSED_HANDOFF = [-0.1, 3600.5, 1e10, float("inf"), float("nan"), False, None, "later"]
 
 
-@pytest.mark.parametrize("value,seconds", [(10, 10.0), ("2.5", 2.5), (600, 600.0), ("1e-3", 0.001)])
+@pytest.mark.parametrize("value,seconds", [(10, 10.0), ("2.5", 2.5), (600, 600.0), ("0.1", 0.1)])
 def test_stat_timeouts_in_range_are_seconds(value, seconds):
     assert validate_seconds(STAT_TIMEOUT, value) == seconds
 
@@ -38,6 +53,17 @@ def test_stat_timeouts_out_of_range_are_refused_the_same_way_everywhere(value, t
     with pytest.raises(ConfigurationError) as refused:
         SegmentHealthCheck(str(tmp_path), "1", "2", stat_timeout=value)
     assert refused.value.setting == "stat_timeout"
+
+
+@pytest.mark.parametrize("value", [0.005, "0.05", 0.0999])
+def test_a_stat_bound_below_the_smallest_that_works_says_which_that_is(value):
+    """A bound the helper cannot meet on a loaded node would fail open on every round."""
+    with pytest.raises(ConfigurationError) as refused:
+        validate_seconds(
+            STAT_TIMEOUT, value, given_as="rdzv-conf segment_health_check_stat_timeout"
+        )
+    assert refused.value.setting == "rdzv-conf segment_health_check_stat_timeout"
+    assert f"{MINIMUM_STAT_TIMEOUT:g} s" in str(refused.value)
 
 
 @pytest.mark.parametrize("value", REFUSED_HANDOFF)
