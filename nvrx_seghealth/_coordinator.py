@@ -14,9 +14,12 @@ unit, from the validated :class:`~._settings.CheckSettings` and Slurm's environm
 * :class:`Sibling` (the other launchers of an array task): asks process 0 for a
   verdict and waits, at most ``handoff_timeout`` seconds, for one that covers its
   request. ``excluded``: it refuses without joining. No verdict (no hand-off, or none
-  in time, one WARNING): it looks at its group's marker before joining and again
-  right after the inner rendezvous returns, since it may have waited inside it while
-  process 0 published. Marked: it raises, so at most one more round is needed.
+  in time, one WARNING): it looks at its group's marker before joining. Verdict or
+  not, it looks at the marker again right after the inner rendezvous returns (one
+  store ``check``): it may have waited inside the rendezvous while process 0
+  published, and a verdict given between rounds comes from a stat that process 0 does
+  not join on (process 0 stats again when its own agent restarts it, and that stat may
+  exclude). Marked: it raises, so at most one more round is needed.
 
 Every other launcher (a regular job's other tasks, an array task without a store,
 a launcher outside Slurm) has no coordinator: the handler only delegates.
@@ -24,8 +27,10 @@ a launcher outside Slurm) has no coordinator: the handler only delegates.
 Do no harm: every piece of a coordinator's own work (the stat, each store call)
 goes through one fail-open helper, :meth:`Coordinator.fail_open`. A failure is one
 WARNING and a ``fail_open`` event, and the launcher goes on as plain torchrun would;
-only an exclusion leaves a coordinator as an exception. Once excluded, it stays
-excluded. Each decision is recorded once as an event and metrics (:mod:`._events`).
+only an exclusion, and what stops the launcher (torch's ``SignalException``,
+``KeyboardInterrupt``, ``SystemExit``: :mod:`._signals`), leave a coordinator as an
+exception. Once excluded, it stays excluded; once stopped, it starts no more work of
+its own. Each decision is recorded once as an event and metrics (:mod:`._events`).
 """
 
 from __future__ import annotations
@@ -52,8 +57,10 @@ from ._handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from ._logfmt import format_fields
 from ._markers import ReplacementGroupMarkers
 from ._settings import CheckSettings
+from ._signals import stops_the_launcher
 
 __all__ = [
+    "RESPONDER_BACKOFF_LIMIT",
     "RESPONDER_INTERVAL",
     "Coordinator",
     "ProcessZero",
@@ -66,6 +73,11 @@ log = logging.getLogger(__name__)
 #: Seconds between two looks of process 0 for a sibling's verdict request. It bounds
 #: what the hand-off adds to a sibling's restart; each look is one store ``add``.
 RESPONDER_INTERVAL = 0.2
+#: The longest pause between two looks while they fail (a store that died between
+#: rounds): each failed look doubles the pause up to this, so a dead store is asked
+#: about as often as torch's own keep-alive asks it (every 5 s by default), and each
+#: failed call's warning from torch's store client is printed no more often.
+RESPONDER_BACKOFF_LIMIT = 5.0
 
 _T = TypeVar("_T")
 
@@ -157,6 +169,7 @@ class Coordinator(abc.ABC):
         self._events = events
         self._settings = settings
         self._failing: set[str] = set()  # actions whose failures are warned once a streak
+        self._stopped = False
 
     def before_joining(self) -> None:
         """Decide before joining a round.
@@ -181,7 +194,8 @@ class Coordinator(abc.ABC):
         self._events.rank = rank
 
     def stop(self) -> None:
-        """Stop any work of the coordinator's own (the launcher leaves)."""
+        """Stop any work of the coordinator's own, for good (the launcher leaves)."""
+        self._stopped = True
 
     @abc.abstractmethod
     def _before_joining(self) -> None: ...
@@ -194,17 +208,22 @@ class Coordinator(abc.ABC):
         *args: object,
         streak: str | None = None,
     ) -> _T | None:
-        """Run ``call(*args)``; on any error warn and return ``None`` (fail open).
+        """Run ``call(*args)``; on an error warn and return ``None`` (fail open).
 
         Every piece of the coordinator's own work goes through here: nothing but an
-        exclusion may leave it as an error. A failure is one WARNING ("could not
-        ``doing``") and a ``fail_open`` event whose ``action`` is ``action``. With
-        ``streak`` (what is true again once ``call`` succeeds), only the first failure
-        of a run of failures is warned, and the first success after it is one INFO.
+        exclusion may leave it as an error, except what stops the launcher, which
+        passes through unchanged (:func:`~._signals.stops_the_launcher`, and every
+        ``BaseException`` that is not an ``Exception``). A failure is one WARNING
+        ("could not ``doing``") and a ``fail_open`` event whose ``action`` is
+        ``action``. With ``streak`` (what is true again once ``call`` succeeds), only
+        the first failure of a run of failures is warned, and the first success after
+        it is one INFO.
         """
         try:
             result = call(*args)
-        except Exception as error:  # noqa: BLE001  (fail open: do no harm)
+        except Exception as error:  # fail open: do no harm (what stops the launcher passes)
+            if stops_the_launcher(error):
+                raise
             if streak is None or action not in self._failing:
                 self._events.wrapper_error(action, error)
                 where = (
@@ -312,7 +331,7 @@ class ProcessZero(Coordinator):
                 self._publish(Answer(verdict, self._covered, standing=True), trigger=ATTEMPT)
         if self.exclusion is not None:
             raise self.exclusion
-        if self.handoff is not None and self._responder is None:
+        if self.handoff is not None and self._responder is None and not self._stopped:
             self._responder = _Responder(self._answer_requests)
 
     def out_of_rendezvous(self) -> None:
@@ -327,16 +346,20 @@ class ProcessZero(Coordinator):
                 self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
     def stop(self) -> None:
+        super().stop()
         if self._responder is not None:
             self._responder.stop()
             self._responder = None
 
-    def _answer_requests(self) -> None:
-        """Between attempts (responder thread): answer new requests."""
+    def _answer_requests(self) -> bool:
+        """Between attempts (responder thread): answer new requests.
+
+        Returns ``False`` when the look for requests failed (the responder backs off).
+        """
         with self._lock:
             handoff = self.handoff
             if self.exclusion is not None or self._joining or handoff is None:
-                return
+                return True
             read = self.fail_open(
                 "read-requests",
                 "look for the siblings' verdict requests",
@@ -344,12 +367,13 @@ class ProcessZero(Coordinator):
                 streak="verdict requests readable",
             )
             if read is None:
-                return
+                return False
             requested, _ = read
             if requested > self._covered:  # read before the stat: it covers them all
                 verdict = self._judge(REQUEST)
                 if self.exclusion is None:
                     self._publish(Answer(verdict, requested), covered=requested, trigger=REQUEST)
+            return True
 
     def _judge(self, trigger: str) -> Verdict:
         """Stat once; on exclusion publish the marker and the final answer (lock held).
@@ -435,17 +459,16 @@ class Sibling(Coordinator):
         handoff: VerdictHandoff | None,
     ) -> None:
         super().__init__(unit, events, settings, markers, handoff)
-        self._admitted = False  # by process 0's verdict, for the current attempt
 
     def _before_joining(self) -> None:
-        self._admitted = self.handoff is not None and self._await_verdict(self.handoff)
-        if not self._admitted:
+        admitted = self.handoff is not None and self._await_verdict(self.handoff)
+        if not admitted:
             self._refuse_if_marked(self.markers, after_joining=False)
 
     def after_joining(self, rank: int) -> None:
+        """Look at the marker once more (see the module documentation)."""
         super().after_joining(rank)
-        if not self._admitted:
-            self._refuse_if_marked(self.markers, after_joining=True)
+        self._refuse_if_marked(self.markers, after_joining=True)
 
     def _await_verdict(self, handoff: VerdictHandoff) -> bool:
         """Ask process 0 for a verdict and wait for it.
@@ -508,22 +531,26 @@ class Sibling(Coordinator):
 class _Responder:
     """A daemon thread calling ``answer()`` every :data:`RESPONDER_INTERVAL` seconds.
 
-    It holds its coordinator weakly (as torch's keep-alive timer holds its handler):
-    a coordinator that is no longer used stops its responder with it.
+    ``answer()`` returns whether its look succeeded; after a failed one the pause
+    doubles, up to :data:`RESPONDER_BACKOFF_LIMIT`, and the first success brings it
+    back. It holds its coordinator weakly (as torch's keep-alive timer holds its
+    handler): a coordinator that is no longer used stops its responder with it.
     """
 
-    def __init__(self, answer: Callable[[], None]) -> None:
+    def __init__(self, answer: Callable[[], bool]) -> None:
         self._stopped = threading.Event()
         self._answer = weakref.WeakMethod(answer)
         threading.Thread(target=self._run, name="nvrx-seghealth-verdicts", daemon=True).start()
 
     def _run(self) -> None:
-        while not self._stopped.wait(RESPONDER_INTERVAL):
+        pause = RESPONDER_INTERVAL
+        while not self._stopped.wait(pause):
             answer = self._answer()
             if answer is None:
                 return
-            answer()
+            looked = answer()
             del answer
+            pause = RESPONDER_INTERVAL if looked else min(2 * pause, RESPONDER_BACKOFF_LIMIT)
 
     def stop(self) -> None:
         self._stopped.set()

@@ -47,6 +47,7 @@ from ._allocation import AllocationUnit
 from ._artifact import Decision, Outcome
 from ._errors import ExclusionReason
 from ._logfmt import FieldValue, format_fields, parse_fields
+from ._signals import stops_the_launcher
 
 __all__ = [
     "EVENT_DESTINATION",
@@ -242,13 +243,17 @@ class DecisionRecorder:
                     local_id=local_id,
                 )
             )
-        except Exception as error:  # noqa: BLE001  (recording never raises into torchrun)
+        except Exception as error:  # recording never raises into torchrun, but signals pass
+            if stops_the_launcher(error):
+                raise
             self._recording_failed(f"event {name.value}", error)
 
     def _metric(self, name: str, value: int) -> None:
         try:
             torch_metrics.put_metric(name, value, METRIC_GROUP)
-        except Exception as error:  # noqa: BLE001  (recording never raises into torchrun)
+        except Exception as error:  # recording never raises into torchrun, but signals pass
+            if stops_the_launcher(error):
+                raise
             self._recording_failed(f"metric {METRIC_GROUP}.{name}", error)
 
     def _node_fields(self) -> tuple[str, str, int, int | None]:

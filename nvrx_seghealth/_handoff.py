@@ -22,9 +22,13 @@ before it joins and process 0 answers:
   stat: the handler looks for them on a thread, so a sibling that restarts alone is
   answered although process 0 does not re-enter the rendezvous until a node waits in
   it, and the sibling does not wait in it before it has a verdict.
-* A sibling that has a verdict needs no marker: a healthy verdict covering its request
-  comes from a stat made after it asked, exactly what process 0 itself joins on. The
-  marker is for the launchers that have no verdict (no hand-off, or none in time).
+* A healthy verdict covering a request comes from a stat made after the sibling asked,
+  so the sibling never joins on an older decision than its own request. It does not
+  bind process 0's next attempt: a verdict given between rounds comes from a stat that
+  process 0 does not join on (process 0 stats again when its agent restarts it), so
+  every sibling also looks at its group's marker once it has joined
+  (:mod:`._coordinator`). Without a verdict (no hand-off, or none in time) it looks
+  at the marker before joining as well.
 * Keys are namespaced by ``SLURM_RESTART_COUNT`` as well, so a requeued task never
   takes a verdict of its previous life.
 * Bounded everywhere: if process 0 is absent, slow, dead or runs without the check, a
