@@ -6,6 +6,8 @@ import errno
 import fcntl
 import logging
 import os
+import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -15,7 +17,15 @@ import pytest
 from nvrx_seghealth import _artifact as artifact
 from nvrx_seghealth import _decisionfs as decisionfs
 from nvrx_seghealth._artifact import DecisionConflict, clear_decision, publish_decision
-from nvrx_seghealth._decisionfs import LOCK_NAME, Current, LockBusyError, StepError
+from nvrx_seghealth._decisionfs import (
+    LOCK_NAME,
+    Current,
+    LockBusyError,
+    NotRegularError,
+    StepError,
+)
+
+SYMLINK = Current("unreadable", error="not a regular file: symbolic link")
 
 
 @pytest.fixture
@@ -32,9 +42,54 @@ def test_read_current_tells_absent_content_and_unreadable(tmp_path, path):
     os.mkfifo(path)  # no writer: a blocking open would hang
     assert decisionfs.read_current(path) == Current("unreadable", error="not a regular file: FIFO")
     os.unlink(path)
-    os.symlink(path, path)
-    current = decisionfs.read_current(path)
-    assert current.kind == "unreadable" and current.error.startswith("ELOOP")
+    os.symlink(path, path)  # a loop
+    assert decisionfs.read_current(path) == SYMLINK
+    os.unlink(path)
+    target = tmp_path / "elsewhere"
+    target.write_text("not this directory's business\n")
+    os.symlink(target, path)  # never followed: its target is not read
+    assert decisionfs.read_current(path) == SYMLINK
+
+
+def test_read_current_refuses_a_fifo_without_opening_it(path):
+    """A writer waiting in open() of the FIFO is released by any reader's open: it stays
+    waiting, so read_current did not open it (device nodes take the same path)."""
+    os.mkfifo(path)
+    released = threading.Event()
+
+    def writer():
+        os.close(os.open(path, os.O_WRONLY))  # returns once a reader has opened the FIFO
+        released.set()
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    wchan = Path(f"/proc/self/task/{thread.native_id}/wchan")
+    deadline = time.monotonic() + 30
+    while wchan.read_text() != "wait_for_partner":  # the writer is blocked in its open
+        assert time.monotonic() < deadline, "the writer never reached its open of the FIFO"
+        time.sleep(0.01)
+    assert decisionfs.read_current(path) == Current("unreadable", error="not a regular file: FIFO")
+    assert not released.wait(1.0)
+    os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))  # let the writer go
+    thread.join(timeout=30)
+    assert released.is_set()
+
+
+def test_read_current_looks_again_at_a_file_replaced_while_it_was_opened(path, monkeypatch):
+    """A writer's rename between the lstat and the open (made to happen exactly there)
+    is seen as the new file, not as an error."""
+    Path(path).write_bytes(b"old\n")
+    newer = f"{path}.new"
+    Path(newer).write_bytes(b"newer\n")
+    real_open = os.open
+
+    def open_after_a_rename(file, flags, mode=0o777, **kwargs):
+        if file == path and os.path.exists(newer):
+            os.rename(newer, path)
+        return real_open(file, flags, mode, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_after_a_rename)
+    assert decisionfs.read_current(path) == Current("content", b"newer\n", 6)
 
 
 def test_a_write_expecting_what_was_read_happens(path):
@@ -135,3 +190,57 @@ def test_the_library_api_takes_an_expectation(tmp_path):
     with pytest.raises(DecisionConflict):
         publish_decision(directory, "5", "3", "other\n", expect=before)
     assert Path(path).read_text() == "bad\n"
+
+
+def test_the_temporary_file_goes_also_when_a_signal_handler_raises(tmp_path, path, monkeypatch):
+    """A real signal, delivered exactly between the write and the rename (the test sends
+    it from inside the file's fsync)."""
+
+    class Interrupted(BaseException):
+        pass
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    real_fsync = os.fsync
+
+    def fsync_then_signal(fd):
+        real_fsync(fd)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    monkeypatch.setattr(os, "fsync", fsync_then_signal)
+    try:
+        with pytest.raises(Interrupted):
+            decisionfs.replace(path, b"x\n")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert sorted(os.listdir(tmp_path)) == [LOCK_NAME]
+
+
+def test_a_decision_is_never_written_without_the_lock(tmp_path, path):
+    with pytest.raises(ValueError, match="only under the directory's lock"):
+        decisionfs.replace(path, b"x\n", lock=False)
+    state = str(tmp_path / ".publish-drained.p.5.json")  # one writer's own file
+    assert decisionfs.replace(state, b"{}", lock=False).status == "done"
+    assert sorted(os.listdir(tmp_path)) == [".publish-drained.p.5.json"]
+
+
+def test_append_text_never_follows_a_symlink(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("kept\n")
+    log = tmp_path / "audit.jsonl"
+    log.symlink_to(target)
+    with pytest.raises(NotRegularError) as refused:
+        decisionfs.append_text(str(log), "line\n")
+    assert (refused.value.errno, refused.value.kind) == (errno.ELOOP, "symbolic link")
+    assert target.read_text() == "kept\n"
+
+
+def test_append_text_starts_a_new_line_after_a_cut_one(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    log.write_text('{"a": 1}\n{"b": ')  # an earlier append cut short
+    decisionfs.append_text(str(log), '{"c": 3}\n')
+    decisionfs.append_text(str(log), '{"d": 4}\n')
+    assert log.read_text().splitlines() == ['{"a": 1}', '{"b": ', '{"c": 3}', '{"d": 4}']
