@@ -48,3 +48,25 @@ def test_a_set_up_venv_is_reused_and_runs_the_demo_command():
     assert done.returncode == 0, done.stderr
     assert "--keep-logs" in done.stdout
     assert "setting up" not in done.stderr  # nothing installed again
+
+
+def cpu_hogs() -> list[str]:
+    """PIDs of the CPU hogs ``./dev loaded-test`` starts (tagged in their command line)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"nvrx-seghealth-cpu-hog" in argv:
+            found.append(entry.name)
+    return found
+
+
+@pytest.mark.parametrize("selection,status", [("tests/test_logfmt.py", 0), ("tests/absent.py", 4)])
+def test_loaded_test_runs_pytest_beside_two_hogs_and_stops_them(selection, status):
+    """pytest's exit status is the command's; no hog outlives it."""
+    assert cpu_hogs() == []
+    done = dev("loaded-test", "-q", "-p", "no:cacheprovider", selection, timeout=600)
+    assert done.returncode == status, done.stdout + done.stderr
+    assert cpu_hogs() == []

@@ -12,7 +12,6 @@ import datetime
 import logging
 import os
 import socket
-import time
 
 import pytest
 from torch.distributed.elastic import metrics as torch_metrics
@@ -248,20 +247,17 @@ def test_a_failing_handler_never_raises_and_warns_once(caplog):
     assert "could not record event nvrx_seghealth.excluded" in ours[0].getMessage()
 
 
-def test_recording_a_decision_costs_microseconds(tmp_path):
-    """To a real file: what recording adds to a decision."""
+def test_a_thousand_decisions_reach_a_real_file_one_line_each(tmp_path):
+    """To a real file, as the README's routing does. (What recording costs is not
+    bounded here: a loaded machine is no clock.)"""
     file_handler = logging.FileHandler(tmp_path / "events.jsonl")
     with routed(file_handler, torch_metrics.NullMetricHandler()):
         events = recorder()
-        started = time.perf_counter()
         for _ in range(1000):
             events.judged(Decision("/p", Outcome.ABSENT, "no decision file"), 0.00004, "attempt")
-        per_event = (time.perf_counter() - started) / 1000
     file_handler.close()
     lines = (tmp_path / "events.jsonl").read_text().splitlines()
     assert len(lines) == 1000 and all("nvrx_seghealth.proceed" in line for line in lines)
-    print(f"one decision recorded (event to a file + metric): {per_event * 1e6:.0f} us")
-    assert per_event < 0.005  # generous on two shared cores
 
 
 @pytest.fixture(autouse=True)

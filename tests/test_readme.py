@@ -115,6 +115,7 @@ CHECKED = {
     ("Compose it in your own launcher", "python"): "test_composition_example",
     ("The decision file", ""): "test_decision_file_name",
     ("Tests", "bash"): "test_test_commands_are_what_ci_runs",
+    ("Under load", "bash"): "test_loaded_test_command (runs: tests/test_dev.py)",
     ("Benchmarks", "bash"): "test_benchmark_command_lines",
 }
 
@@ -434,6 +435,14 @@ def test_test_commands_are_what_ci_runs():
     lines = [shlex.join(argv) for argv in commands(example.text)]
     assert lines == ["./dev test", "./dev lint"]
     assert set(lines) <= set(CI_RUN.read_text().splitlines())
+
+
+def test_loaded_test_command():
+    (example,) = examples_under("Under load")
+    assert [shlex.join(argv) for argv in commands(example.text)] == ["./dev loaded-test"]
+    assert (
+        "test_loaded_test_runs_pytest_beside_two_hogs" in (ROOT / "tests/test_dev.py").read_text()
+    )
 
 
 def test_benchmark_command_lines():
