@@ -7,12 +7,15 @@ uninterruptible sleep that no signal ends. So they run in a helper process
 :mod:`nvrx_seghealth._helperprocess`), as the consumer's stat does
 (:mod:`nvrx_seghealth._boundedstat`):
 
-* one helper is started on first use and reused;
+* one helper is started on first use and reused; its start-up is not part of any call's
+  bound;
 * a call that has not answered within its bound raises :class:`FilesystemTimeout`; the
   helper is abandoned (it exits by itself once the filesystem answers) and the next call
   starts a new one;
-* at most one abandoned helper per directory: while one is still stuck there, a new call
-  for that directory fails at once instead of sending one more process into it;
+* at most one abandoned helper per directory, across this account's processes and
+  shared with the bounded stat's: while a call is still stuck there, a new call for that
+  directory fails at once (``FilesystemTimeout(earlier=True)``) instead of sending one
+  more process into it;
 * the helper holds none of the caller's standard streams, so a caller that exits is not
   held by it, and waiting for it is interruptible (a signal handler that raises ends the
   wait, e.g. SIGTERM of ``publish-drained --interval``).
@@ -29,7 +32,7 @@ from typing import Any
 
 from . import _decisionfs as decisionfs
 from ._decisionfs import Current, LockBusyError, Result, StepError
-from ._helperprocess import HelperClient
+from ._helperprocess import READY, HelperClient
 
 __all__ = [
     "HELPER_TAG",
@@ -66,7 +69,18 @@ def _timeout_error(directory: str, waited: float, earlier: bool) -> FilesystemTi
     return FilesystemTimeout(directory, waited, earlier=earlier)
 
 
-_client = HelperClient("filesystem", [decisionfs.__file__], HELPER_TAG, _timeout_error)
+# The helper: load _decisionfs.py by its path (not as __main__), say it is ready, serve.
+_READY_LINE = READY + b"\n"
+_HELPER_CODE = f"""
+import os, runpy, sys
+serve = runpy.run_path(sys.argv[1])["serve"]
+os.write(1, {_READY_LINE!r})
+serve()
+"""
+
+_client = HelperClient(
+    "filesystem", ["-c", _HELPER_CODE, decisionfs.__file__], HELPER_TAG, _timeout_error
+)
 
 
 def _call(op: str, directory: str, timeout: float, args: dict[str, Any]) -> Any:

@@ -20,6 +20,7 @@ Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -33,6 +34,8 @@ from ._artifact import (
     unit_artifact_path,
     unit_id,
 )
+from ._boundedstat import StatHelperError
+from ._boundedstat import prepare as prepare_stat_helper
 from ._durations import DEFAULT_STAT_TIMEOUT
 from ._settings import CheckSettings
 
@@ -143,10 +146,16 @@ def unit_from_env(environ: Mapping[str, str] | None = None) -> AllocationUnit | 
 def install_check(
     settings: CheckSettings, unit: AllocationUnit | None
 ) -> SegmentHealthCheck | None:
-    """Install the check for ``unit`` when it is its process 0; log the install line."""
+    """Install the check for ``unit`` when it is its process 0; log the install line.
+
+    The stat helper process is started now, before the first round, so no stat's bound
+    is spent on it; if it cannot be started, each stat tries again and reports it.
+    """
     if unit is None or not unit.is_process_zero:
         return None
     check = SegmentHealthCheck.for_unit(settings, unit)
+    with contextlib.suppress(StatHelperError):  # the first stat fails open and says why
+        prepare_stat_helper()
     log.info(
         "Segment health check installed directory=%s job_id=%s task_id=%s",
         settings.directory,

@@ -12,13 +12,15 @@ import contextlib
 import os
 import signal
 import stat
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from nvrx_seghealth._artifact import Outcome, evaluate
-from nvrx_seghealth._boundedstat import HELPER_TAG, StatTimeoutError, stat_within
+from nvrx_seghealth._boundedstat import HELPER_TAG, StatTimeoutError, prepare, stat_within
 from nvrx_seghealth._errors import ConfigurationError
 
 
@@ -119,8 +121,12 @@ def test_a_stuck_path_is_refused_at_once_and_served_again_once_it_answers(stoppe
     with pytest.raises(StatTimeoutError):
         stat_within(path, 10)  # refused at once: its stat is still pending
     assert time.monotonic() - started < 1
-    # Other paths go to a new helper meanwhile; no second process went into the stuck path.
-    other = tmp_path / "other"
+    # So is every path of that directory (one stuck call per directory) ...
+    with pytest.raises(StatTimeoutError):
+        stat_within(str(tmp_path / "sibling"), 10)
+    # ... while other directories go to a new helper; no second process went in there.
+    (tmp_path / "elsewhere").mkdir()
+    other = tmp_path / "elsewhere" / "other"
     other.write_bytes(b"x")
     assert stat_within(str(other), 5).st_size == 1
     assert len(helper_pids()) == 2
@@ -151,7 +157,7 @@ def test_a_helper_that_died_is_replaced(tmp_path):
 def test_many_stuck_calls_leave_at_most_one_stuck_helper(stopped_helper, tmp_path):
     path = str(tmp_path / "segment_health_check.1.2")
     for _ in range(20):
-        assert evaluate(path, stat_timeout=0.05).outcome is Outcome.UNREADABLE
+        assert evaluate(path, stat_timeout=0.1).outcome is Outcome.UNREADABLE
     stat_within("/", 5)
     assert len(helper_pids()) == 2  # the stuck one and one live one
 
@@ -160,3 +166,34 @@ def test_timeouts_out_of_range_are_configuration_errors(tmp_path):
     for bad in (0, -1, float("inf"), float("nan"), 1e10, True, None, "soon"):
         with pytest.raises(ConfigurationError):
             evaluate(str(tmp_path / "x"), stat_timeout=bad)
+
+
+def test_prepare_starts_the_helper_ahead_of_the_first_stat():
+    prepare()
+    pid = only_helper()
+    prepare()  # a no-op while it is ready
+    assert helper_pids() == [pid]
+
+
+SLOW_START = """
+import sys
+sys.executable = sys.argv[1]  # an interpreter slow to start, as one on a slow mount
+from nvrx_seghealth._boundedstat import stat_within
+print(" ".join(str(stat_within(sys.argv[2], 0.05).st_size) for _ in range(6)))
+"""
+
+
+def test_a_helper_slow_to_start_does_not_use_up_a_short_bound(tmp_path):
+    """Each of 6 stats with a 0.05 s bound gives the real result though the helper's
+    interpreter takes 0.3 s to start: the start-up is outside the bound."""
+    slow = tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\nsleep 0.3\nexec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    decision = tmp_path / "segment_health_check.1.1"
+    decision.write_text("n1: ECC\n")
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_START, str(slow), str(decision)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["8"] * 6

@@ -113,6 +113,21 @@ def _stop(server: subprocess.Popen[bytes], mount: HungMount | None, mountpoint: 
 @pytest.fixture
 def hung_mount(tmp_path: Path) -> Iterator[HungMount]:
     """A fresh hung FUSE mount for one test; its connection is aborted at teardown."""
+    yield from _hung_mount(tmp_path)
+
+
+#: Decision files the ``hung_listing`` mount lists (segment_health_check.42.1 ... .6).
+LISTED = 6
+
+
+@pytest.fixture
+def hung_listing(tmp_path: Path) -> Iterator[HungMount]:
+    """Like ``hung_mount``, but the root lists :data:`LISTED` decision files of job 42,
+    whose stats hang: a directory that lists but whose files do not answer."""
+    yield from _hung_mount(tmp_path, "--listing", str(LISTED))
+
+
+def _hung_mount(tmp_path: Path, *options: str) -> Iterator[HungMount]:
     missing = _missing_requirement()
     if missing:
         _unavailable(missing)
@@ -122,7 +137,7 @@ def hung_mount(tmp_path: Path) -> Iterator[HungMount]:
     log_path = tmp_path / "hungfs.log"
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [sys.executable, str(HUNGFS), str(mountpoint)],
+            [sys.executable, str(HUNGFS), str(mountpoint), *options],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip

@@ -6,7 +6,12 @@ and sleeps for an hour for any other path, so ``os.stat(<mountpoint>/anything)``
 in the kernel, whatever signal it gets, until the connection is aborted through
 ``/sys/fs/fuse/connections/<id>/abort``.
 
-Usage: ``python hungfs.py MOUNTPOINT`` (stays in the foreground until stopped).
+With ``--listing N`` the root also lists ``segment_health_check.42.1`` …
+``segment_health_check.42.N``, whose ``getattr`` hangs: a directory that lists but whose
+files do not answer (a Lustre client with a hung OST).
+
+Usage: ``python hungfs.py MOUNTPOINT [--listing N]`` (stays in the foreground until
+stopped).
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ HANG_SECONDS = 3600
 
 
 class HungFilesystem(mfusepy.Operations):
-    """The root directory answers; everything below it never does."""
+    """The root directory answers (and lists ``names``); everything below it never does."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
 
     use_ns = True  # the modern timestamp convention (silences mfusepy's deprecation warning)
 
@@ -32,10 +40,15 @@ class HungFilesystem(mfusepy.Operations):
         time.sleep(HANG_SECONDS)
         raise mfusepy.FuseOSError(errno.EIO)
 
+    def readdir(self, path: str, fh: int) -> list[str]:
+        return [".", "..", *self.names]
+
 
 def main() -> None:
-    (mountpoint,) = sys.argv[1:]
-    mfusepy.FUSE(HungFilesystem(), mountpoint, foreground=True, nothreads=False)
+    mountpoint, *listing = sys.argv[1:]
+    count = int(listing[1]) if listing[:1] == ["--listing"] else 0
+    names = [f"segment_health_check.42.{task}" for task in range(1, count + 1)]
+    mfusepy.FUSE(HungFilesystem(names), mountpoint, foreground=True, nothreads=False)
 
 
 if __name__ == "__main__":

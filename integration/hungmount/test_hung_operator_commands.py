@@ -12,6 +12,7 @@ mount that still held them would hold the run too.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -21,8 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from conftest import LISTED
 from test_hung_mount import _kill_session, _pipe_holders, run_bounded
 
+from nvrx_seghealth._helperprocess import STUCK_TAG
 from tests.commands.test_publish_drained import FakeSlurm
 
 if TYPE_CHECKING:
@@ -158,6 +161,105 @@ def _fs_helpers(pid: int) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat_fields[1]) == pid and b"nvrx-seghealth-fs-helper" in cmdline:
+        if int(stat_fields[1]) == pid and cmdline.split(b"\0")[-2:-1] == [
+            b"nvrx-seghealth-fs-helper"
+        ]:
             found.append(int(proc.name))
     return found
+
+
+def _stuck_records(key: Path) -> list[int]:
+    """The pids of the stuck helpers that live stuck records name for ``key``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if len(argv) >= 4 and argv[-4] == STUCK_TAG.encode() and argv[-3] == bytes(key):
+            found.append(int(argv[-2]))
+    return found
+
+
+def _live(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in "ZX"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_on_a_directory_whose_files_hang_gives_up_after_the_first_one(
+    hung_listing: HungMount, as_json: bool
+) -> None:
+    """The directory lists 6 decision files whose stats hang: the first one is given
+    the bound, the other 5 are not looked at (state unknown); exit 1 within about one
+    --fs-timeout, and one helper left stuck, not 6."""
+    json_option = ["--json"] if as_json else []
+    done = run_bounded(
+        [CLI, "status", "--dir", str(hung_listing.path), "--fs-timeout", "2", *json_option],
+        hung_listing,
+        30.0,
+    )
+    assert done.returncode == 1, done.stderr
+    first = str(hung_listing.path / "segment_health_check.42.1")
+    assert first in done.stderr and "unknown" in done.stderr
+    assert 2.0 <= done.seconds < 8  # about one --fs-timeout, not 6
+    if as_json:
+        rows = json.loads(done.stdout)["decisions"]
+        assert [row["state"] for row in rows] == ["unreadable"] + ["unknown"] * (LISTED - 1)
+        assert rows[0]["path"] == first
+    else:
+        states = [line.split()[2] for line in done.stdout.splitlines()[1 : LISTED + 1]]
+        assert states == ["unreadable"] + ["unknown"] * (LISTED - 1)
+    stuck = _stuck_records(hung_listing.path)
+    assert len(stuck) == 1 and _live(stuck[0])
+
+
+@pytest.mark.timeout(180)
+def test_one_shot_commands_on_a_hung_directory_leave_one_stuck_helper_between_them(
+    hung_mount: HungMount,
+) -> None:
+    """Three `mark` runs: the first waits its bound and leaves its helper stuck; the
+    2nd and 3rd find it and refuse at once (no wait for their 10 s bound), exit 1."""
+    command = [CLI, "mark", *UNIT, "--reason", "n3: ECC", "--dir", str(hung_mount.path)]
+    first = run_bounded([*command, "--fs-timeout", "1"], hung_mount, 15.0)
+    assert first.returncode == 1, first.stderr
+    assert len(_stuck_records(hung_mount.path)) == 1
+    for _ in range(2):
+        later = run_bounded([*command, "--fs-timeout", "10"], hung_mount, 15.0)
+        assert later.returncode == 1, later.stderr
+        assert later.seconds < 5, later.stderr  # refused, not sent: no 10 s wait
+        assert "is still not answering" in later.stderr
+    stuck = _stuck_records(hung_mount.path)
+    assert len(stuck) == 1 and _live(stuck[0])
+
+
+STATS_AFTER_ABANDONING = """
+import sys
+from nvrx_seghealth._artifact import judge
+from nvrx_seghealth._boundedstat import StatTimeoutError, stat_within
+try:
+    stat_within(sys.argv[1], 0.5)
+except StatTimeoutError:
+    print("abandoned")
+print(" ".join(judge(sys.argv[2], 0.05).outcome.value for _ in range(6)))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_after_an_abandoned_stat_a_short_bound_still_gives_the_real_result(
+    hung_mount: HungMount, tmp_path: Path
+) -> None:
+    """The stat after an abandoned one starts a new helper: outside its 0.05 s bound."""
+    decision = tmp_path / "segment_health_check.1.1"
+    decision.write_text("n1: ECC\n")
+    done = run_bounded(
+        [sys.executable, "-c", STATS_AFTER_ABANDONING, str(hung_mount.path / "x"), str(decision)],
+        hung_mount,
+        30.0,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["abandoned"] + ["unhealthy"] * 6
