@@ -32,6 +32,11 @@ from .common import Row
 TASKS, NODES, PROCESSES = 313, 16, 8
 #: Seconds the simulating processes may take to import torch and build their handlers.
 READY_TIMEOUT = 300.0
+#: Store ops the wrapper may add per launcher per healthy round: two for every launcher
+#: (process 0 stands and settles its answer; a sibling asks for it and looks at its
+#: marker once it joined), plus the reads of a sibling that asks before process 0 has
+#: answered.
+ADDED_OPS_TARGET = 4.0
 
 
 class CountingStore:
@@ -315,8 +320,8 @@ def rows(quick: bool) -> list[Row]:
         Row(
             "store ops the wrapper adds per launcher per healthy round, 5,008 launchers",
             added,
-            "<= 3",
-            added <= 3,
+            f"<= {ADDED_OPS_TARGET:g}",
+            added <= ADDED_OPS_TARGET,
             f"beside the real c10d rendezvous in one round of {side['launchers']} launchers: "
             f"wrapper {side['wrapper']:.2f}, c10d {side['inner']:.2f} ops per launcher",
         )

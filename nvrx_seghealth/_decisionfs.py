@@ -161,12 +161,15 @@ class Current:
         size: the file size (``content`` only).
         error: why it cannot be read (``unreadable`` only), e.g. ``EACCES: Permission
             denied`` or ``not a regular file: FIFO``.
+        uid: the owner of the very file read (``content`` only), from the ``fstat`` of
+            its descriptor; not compared: two reads of the same bytes are equal.
     """
 
     kind: str
     data: bytes = b""
     size: int = 0
     error: str = ""
+    uid: int | None = field(default=None, compare=False)
 
     @property
     def empty(self) -> bool:
@@ -179,11 +182,14 @@ class Current:
             "data": base64.b64encode(self.data).decode(),
             "size": self.size,
             "error": self.error,
+            "uid": self.uid,
         }
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> Current:
-        return cls(wire["kind"], base64.b64decode(wire["data"]), wire["size"], wire["error"])
+        return cls(
+            wire["kind"], base64.b64decode(wire["data"]), wire["size"], wire["error"], wire["uid"]
+        )
 
 
 @dataclass(frozen=True)
@@ -289,7 +295,7 @@ def read_current(path: str, limit: int = READ_LIMIT) -> Current:
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return Current("content", b"".join(chunks), st.st_size)
+        return Current("content", b"".join(chunks), st.st_size, uid=st.st_uid)
     except OSError as error:
         return Current("unreadable", error=_describe(error))
     finally:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from .. import _boundedfs as boundedfs
 from .._artifact import ARTIFACT_PREFIX
 
-__all__ = ["DecisionFile", "first_line", "list_decisions", "list_directory"]
+__all__ = ["DecisionFile", "first_line", "list_decisions", "list_directory", "printable"]
 
 _NAME = re.compile(rf"{re.escape(ARTIFACT_PREFIX)}\.([0-9]+)\.([0-9]+)")
 
@@ -57,7 +57,31 @@ def list_directory(directory: str, timeout: float) -> list[str]:
     return boundedfs.list_names(directory, timeout)
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on, or hide, made visible.
+
+    Each character that :meth:`str.isprintable` rejects (the C0 and C1 controls and DEL,
+    format characters such as the bidirectional overrides U+202A-U+202E and isolates
+    U+2066-U+2069, the line and paragraph separators U+2028/U+2029, unassigned and
+    surrogate code points, every space other than U+0020) is replaced by its escape:
+    ``\\xHH`` below U+0100, ``\\uHHHH`` below U+10000, ``\\UHHHHHHHH`` above. Every other
+    character, the backslash included, is kept, so the result is for reading, not for
+    decoding back. Use it on every producer-written text an operator tool prints.
+    """
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
 def first_line(data: bytes, width: int = 200) -> str:
-    """The first line of ``data`` as text (undecodable bytes replaced), at most ``width``."""
-    line = data.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    """The first line of ``data`` as :func:`printable` text (undecodable bytes replaced),
+    at most ``width`` characters."""
+    line = printable(data.split(b"\n", 1)[0].decode("utf-8", "replace").strip())
     return line if len(line) <= width else line[: width - 1] + "…"

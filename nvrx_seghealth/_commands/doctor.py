@@ -9,7 +9,8 @@ requeue of an array task). ``--kill-on-bad-exit`` is invisible to the environmen
 is always given as a hint.
 
 Every finding is one line: ``ok``, ``info``, ``hint``, ``warn`` or ``FAIL``; each ``FAIL``
-says what to do. Who else can write the decision directory (or a directory above it)
+says what to do. A decision path that is itself a symlink is a ``warn`` saying so; what
+it points to is not judged (nor read). Who else can write the decision directory (or a directory above it)
 without the sticky bit is a ``warn`` (:func:`~.fsproblems.permission_problems`).
 Exit codes: :data:`~.output.EXIT_STATUSES` (``doctor``). Standard library plus PyYAML.
 """
@@ -23,8 +24,9 @@ import stat
 import time
 from typing import Any
 
+from .. import _boundedfs as boundedfs
 from .._allocation import AllocationUnit, InvalidIdentityError
-from .._artifact import DEFAULT_STAT_TIMEOUT, Outcome, artifact_path, evaluate
+from .._artifact import DEFAULT_STAT_TIMEOUT, Decision, Outcome, artifact_path, evaluate
 from .._boundedstat import StatTimeoutError, stat_within
 from .._errors import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of
@@ -97,6 +99,26 @@ def _directory_finding(directory: str) -> Finding:
     )
 
 
+def _planted(path: str, decision: Decision) -> str | None:
+    """Why the entry at ``path`` itself is not what a producer writes although the
+    launcher's ``stat`` (which follows symlinks) saw a regular file or nothing: e.g.
+    ``not a regular file: symbolic link``; ``None`` when it is one, or cannot be told.
+
+    The entry is looked at without following it, within a time bound
+    (:func:`nvrx_seghealth._boundedfs.read_current`), so what a symlink points to is
+    never read.
+    """
+    if decision.outcome not in (Outcome.UNHEALTHY, Outcome.CLEAR, Outcome.ABSENT):
+        return None
+    try:
+        current = boundedfs.read_current(path, DEFAULT_STAT_TIMEOUT)
+    except OSError:  # FilesystemTimeout too: the stat above answered, this did not
+        return None
+    if current.kind == "unreadable" and current.error.startswith("not a regular file"):
+        return current.error
+    return None
+
+
 def _decision_findings(directory: str, unit: AllocationUnit) -> list[Finding]:
     path = artifact_path(directory, unit.job_id, unit.task_id)
     started = time.monotonic()
@@ -112,7 +134,19 @@ def _decision_findings(directory: str, unit: AllocationUnit) -> list[Finding]:
             ),
         ),
     ]
-    if decision.failed_open:
+    planted = _planted(path, decision)
+    if planted is not None:
+        findings.append(
+            (
+                "warn",
+                (
+                    f"{path} is {planted}: the launcher follows it and decides by whatever "
+                    "it points to, which anyone who can write the directory may have put "
+                    f"there; producers write regular files: remove it (rm {path})"
+                ),
+            )
+        )
+    elif decision.failed_open:
         findings.append(
             (
                 "FAIL",
@@ -240,8 +274,10 @@ def doctor_command(args: argparse.Namespace) -> int:
         directory = absolute if found[0] == "ok" else None
         if directory is not None:
             problems = permission_problems(directory, DEFAULT_STAT_TIMEOUT)
+            real = os.path.realpath(directory)
+            where = directory if real == directory else f"{real} (reached through {directory})"
             findings += [("warn", problem) for problem in problems] or [
-                ("ok", f"no other account can replace or remove another's decision in {directory}")
+                ("ok", f"no other account can replace or remove another's decision in {where}")
             ]
     identity, unit = _identity_findings(environ)
     findings += identity

@@ -5,7 +5,8 @@
   never the temporary file of the atomic write.
 * :func:`permission_problems` says who, besides the directory's owner, can write in the
   decision directory or above it: anyone who can write there can exclude any unit, and
-  without the sticky bit also delete or replace another account's decision.
+  without the sticky bit also delete or replace another account's decision. It judges
+  the real directory (symlinks resolved) and the path as given.
 
 Standard library only.
 """
@@ -73,6 +74,8 @@ def write_problem(error: BaseException, directory: str, path: str, timeout: floa
     step = error.step if isinstance(error, StepError) else "write"
     code = error.errno
     in_directory = step in ("lock", "create")
+    if step == "lock" and code in (errno.ELOOP, errno.EINVAL):
+        return str(error.strerror)  # a planted lock: what is there, and to remove it
     if code == errno.ENOENT and in_directory:
         return (
             f"the decision directory {directory} does not exist: create it "
@@ -105,45 +108,71 @@ def write_problem(error: BaseException, directory: str, path: str, timeout: floa
     return f"{step} of {path} failed: {name}: {error.strerror}"
 
 
+def _writers(mode: int) -> list[str]:
+    """Who besides the owner may replace entries of a directory of ``mode``: its group,
+    every user, or nobody (also when the sticky bit is set)."""
+    if mode & stat.S_ISVTX:
+        return []
+    return [
+        who
+        for who, bit in (("its group", stat.S_IWGRP), ("every user", stat.S_IWOTH))
+        if mode & bit
+    ]
+
+
+def _ancestors(path: str) -> list[str]:
+    """``path`` and every directory above it, nearest first (by name, no filesystem call)."""
+    chain = [path]
+    while os.path.dirname(chain[-1]) != chain[-1]:
+        chain.append(os.path.dirname(chain[-1]))
+    return chain
+
+
 def permission_problems(directory: str, timeout: float) -> list[str]:
     """Who else can write in ``directory`` or in a directory above it, one line each.
 
     A directory writable by its group or by everyone is a problem unless it has the
     sticky bit (``/tmp``-style: each account may only replace its own files). Each line
     ends with the fix. Directories that cannot be examined in time are skipped.
+
+    Both ways to the files are judged: the real directory
+    (:func:`os.path.realpath`) and the directories above it, where the files live, and
+    the directories of the path as given, through which it is reached (whoever can
+    replace a symlink on that path can point it elsewhere). When the two differ, each
+    line says so. Resolving the symlinks is not time-bounded; the callers have listed
+    or examined ``directory`` (bounded) just before.
     """
+    given = os.path.abspath(directory)
+    real = os.path.realpath(given)
+    through = "" if real == given else f" (reached through the symlink {given})"
     problems = []
-    current = os.path.abspath(directory)
-    while True:
+    seen: set[tuple[int, int]] = set()
+    for current in [*_ancestors(real), *_ancestors(given)[1:]]:
         try:
             st = stat_within(current, timeout)
         except (OSError, ValueError):
-            st = None
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            mode = stat.S_IMODE(st.st_mode)
-            writers = [
-                who
-                for who, bit in (("its group", stat.S_IWGRP), ("every user", stat.S_IWOTH))
-                if mode & bit
-            ]
-            if writers and not mode & stat.S_ISVTX:
-                if current == os.path.abspath(directory):
-                    problems.append(
-                        f"decision directory {current} (owner {_account(st.st_uid)}, mode "
-                        f"{mode:04o}) is writable by {' and '.join(writers)} without the "
-                        "sticky bit: any of them can exclude any unit or replace another's "
-                        f"decision; chmod 0755 {current} (only its owner, the producer's "
-                        "account, writes) or chmod 1777 (each account replaces only its own)"
-                    )
-                else:
-                    problems.append(
-                        f"{current}, above the decision directory (owner "
-                        f"{_account(st.st_uid)}, mode {mode:04o}), is writable by "
-                        f"{' and '.join(writers)} without the sticky bit: any of them can "
-                        f"rename the decision directory away and put another in its place; "
-                        f"chmod o-w,g-w {current} or chmod +t {current}"
-                    )
-        parent = os.path.dirname(current)
-        if parent == current:
-            return problems
-        current = parent
+            continue
+        if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        mode = stat.S_IMODE(st.st_mode)
+        writers = " and ".join(_writers(mode))
+        if not writers:
+            continue
+        owner = f"owner {_account(st.st_uid)}, mode {mode:04o}"
+        if current == real:
+            problems.append(
+                f"decision directory {current}{through} ({owner}) is writable by {writers} "
+                "without the sticky bit: any of them can exclude any unit or replace "
+                f"another's decision; chmod 0755 {current} (only its owner, the producer's "
+                "account, writes) or chmod 1777 (each account replaces only its own)"
+            )
+        else:
+            which = f" {real}{through}" if through else ""
+            problems.append(
+                f"{current}, above the decision directory{which} ({owner}), is writable by "
+                f"{writers} without the sticky bit: any of them can rename the decision "
+                "directory away and put another in its place; chmod o-w,g-w "
+                f"{current} or chmod +t {current}"
+            )
+    return problems

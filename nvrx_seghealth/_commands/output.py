@@ -66,7 +66,13 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
     ),
     "status": (
         (EXIT_OK, "listed (also when there is no decision file)"),
-        (EXIT_FAILURE, "the directory cannot be listed, or did not answer within --fs-timeout"),
+        (
+            EXIT_FAILURE,
+            (
+                "the directory cannot be listed, or a call in it did not answer within "
+                "--fs-timeout (the files not looked at are unknown)"
+            ),
+        ),
         _USAGE,
     ),
     "doctor": (
@@ -165,7 +171,7 @@ def format_age(seconds: float) -> str:
 
 def print_json(value: Any) -> None:
     """Print ``value`` as one JSON document on stdout."""
-    print(json.dumps(value, indent=2, sort_keys=True))
+    print(json.dumps(value, indent=2, sort_keys=True, allow_nan=False))
 
 
 def usage_error(command: str, message: str) -> int:

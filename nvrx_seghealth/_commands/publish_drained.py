@@ -36,7 +36,9 @@ Guarantees:
 State: after every pass the producer writes ``.publish-drained.<id>.<job_id>.json`` in the
 decision directory (the counts, the last good pass, since when passes fail), so the
 counts survive a restart (and single ``--once`` passes from cron), and ``status`` can
-say how the producer is doing. ``--audit-log FILE`` gets one JSON line per transition
+say how the producer is doing (schema: :mod:`.producer_state`). A state file that is
+not this account's own, cannot be read or is not valid is one WARNING and the producer
+counts anew: it never publishes because of it. ``--audit-log FILE`` gets one JSON line per transition
 (``published``, ``updated``, ``cleared``) and per ``write-failed``, ``conflict``,
 ``unreadable``, ``pass-failed`` and ``stale-cleared``.
 
@@ -59,7 +61,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import _boundedfs as boundedfs
@@ -79,6 +81,13 @@ from .debounce import DEFAULT_PASSES, Debouncer
 from .decisions import first_line
 from .fsproblems import hung_problem, write_problem
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
+from .producer_state import (
+    PRODUCER_ID,
+    ProducerState,
+    StateFileError,
+    read_state_file,
+    state_file_name,
+)
 from .slurm import NODE_STATES, RunningTask, SlurmClient, SlurmError
 
 __all__ = [
@@ -97,23 +106,12 @@ NAME = "publish-drained"
 
 #: Every decision this producer writes starts with ``TAG_PREFIX[<producer id>]:``.
 TAG_PREFIX = "nvrx-seghealth publish-drained"
-#: The state file of a producer in the decision directory: ``.publish-drained.<id>.<job>.json``.
-STATE_FILE = re.compile(
-    r"\.publish-drained\.(?P<id>[A-Za-z0-9][A-Za-z0-9._+@-]*)\."
-    r"(?P<job>[0-9]+)\.json"
-)
-_PRODUCER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@-]{0,63}")
 _KEEP = object()  # a task whose decision stays as it is this pass
 
 
 def producer_tag(producer_id: str) -> str:
     """The first bytes of every decision written by producer ``producer_id``."""
     return f"{TAG_PREFIX}[{producer_id}]:"
-
-
-def state_file_name(producer_id: str, job_id: str) -> str:
-    """The producer's state file name in the decision directory."""
-    return f".publish-drained.{producer_id}.{job_id}.json"
 
 
 def default_producer_id(states: tuple[str, ...]) -> str:
@@ -251,7 +249,7 @@ def _passes(value: str) -> dict[str, int]:
 
 
 def _producer_id(value: str) -> str:
-    if not _PRODUCER_ID.fullmatch(value):
+    if not PRODUCER_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(
             f"{value!r} is not a producer id: 1-64 letters, digits and . _ + @ -, starting "
             "with a letter or digit"
@@ -373,55 +371,54 @@ class DrainedPublisher:
     # --- the state file ------------------------------------------------------------------
 
     def load_state(self) -> str | None:
-        """Read the state file of an earlier run; a warning when it cannot be used."""
+        """Restore the counts of an earlier run from the state file; a warning when it
+        cannot be used, and then nothing of it is: the producer counts anew.
+
+        Only a valid state file (:func:`~.producer_state.read_state_file`) owned by this
+        process's effective uid is used: one planted by another account, unreadable or
+        malformed counts for nothing, so it can never make the producer publish.
+        """
         try:
-            current = boundedfs.read_current(self.state_path, self.fs_timeout)
+            state = read_state_file(self.state_path, self.fs_timeout, owner=os.geteuid())
         except FilesystemTimeout as error:
             return (
                 f"the state file is not read: "
                 f"{hung_problem(error, self.directory, self.fs_timeout, wrote=False)}; "
                 "counting anew"
             )
+        except StateFileError as error:
+            return f"the state file is not used ({error}); counting anew"
         except OSError as error:
             return f"cannot read the state file {self.state_path} ({error}); counting anew"
-        if current.kind == "absent":
+        if state is None:
             return None
-        try:
-            state = json.loads(current.data)
-            self.debouncer.load(state["nodes"])
-            self.last_ok = state["last_ok"]
-            self.failing_since = state["failing_since"]
-            self.failed_passes = int(state["failed_passes"])
-            self.last_error = state["last_error"]
-            self.stale_cleared = bool(state["stale_cleared"])
-            self.unreadable = set(state["unreadable"])
-        except (ValueError, KeyError, TypeError) as error:
-            return (
-                f"the state file {self.state_path} is not usable ({current.error or error})"
-                "; counting anew"
-            )
+        self.debouncer.load({name: asdict(record) for name, record in state.nodes.items()})
+        self.last_ok = state.last_ok
+        self.failing_since = state.failing_since
+        self.failed_passes = state.failed_passes
+        self.last_error = state.last_error
+        self.stale_cleared = state.stale_cleared
+        self.unreadable = set(state.unreadable)
         return None
 
     def _save_state(self, result: PassResult, now: float) -> None:
-        state = {
-            "version": 1,
-            "producer_id": self.producer_id,
-            "job_id": self.job_id,
-            "passes": self.debouncer.passes,
-            "interval": self.interval,
-            "clear_after_failing": self.clear_after_failing,
-            "last_pass": now,
-            "last_ok": self.last_ok,
-            "failing_since": self.failing_since,
-            "failed_passes": self.failed_passes,
-            "last_error": self.last_error,
-            "stale_cleared": self.stale_cleared,
-            "unreadable": sorted(self.unreadable),
-            "nodes": self.debouncer.to_json(),
-        }
-        content = (json.dumps(state, sort_keys=True) + "\n").encode()
+        state = ProducerState(
+            producer_id=self.producer_id,
+            job_id=self.job_id,
+            passes=self.debouncer.passes,
+            interval=self.interval,
+            clear_after_failing=self.clear_after_failing,
+            last_pass=now,
+            last_ok=self.last_ok,
+            failing_since=self.failing_since,
+            failed_passes=self.failed_passes,
+            last_error=self.last_error,
+            stale_cleared=self.stale_cleared,
+            unreadable=tuple(sorted(self.unreadable)),
+            nodes=dict(sorted(self.debouncer.records.items())),
+        )
         try:
-            boundedfs.replace(self.state_path, content, None, self.fs_timeout, lock=False)
+            boundedfs.replace(self.state_path, state.to_json(), None, self.fs_timeout, lock=False)
         except (OSError, LockBusyError, FilesystemTimeout) as error:
             problem = write_problem(error, self.directory, self.state_path, self.fs_timeout)
             result.warnings.append(f"state file not saved: {problem}")

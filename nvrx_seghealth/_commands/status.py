@@ -7,7 +7,11 @@ line per ``publish-drained`` producer that keeps its state in the directory: whe
 last pass ran, and since when its passes fail (its decisions are then kept, stale).
 
 Every call into the directory is bounded by ``--fs-timeout`` (a hung filesystem is
-reported, exit 1). A directory that users other than its owner can write without the
+reported, exit 1), and one call that does not answer ends the looking: at most one call
+into the directory is left stuck (:mod:`nvrx_seghealth._helperprocess`), the decision
+files after it are rows in state :data:`NOT_LOOKED_AT`, and the command exits 1 within
+about one ``--fs-timeout``. The producers' text is printed through
+:func:`~.decisions.printable`. A directory that users other than its owner can write without the
 sticky bit (or a parent like it) is warned about on stderr
 (:func:`~.fsproblems.permission_problems`).
 
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
+import os
 import sys
 import time
 from typing import Any
@@ -26,7 +30,7 @@ from typing import Any
 from .. import _boundedfs as boundedfs
 from .._artifact import Decision, Outcome, judge
 from .._boundedfs import FilesystemTimeout
-from .._boundedstat import stat_within
+from .._boundedstat import stat_within, stuck_for
 from .._errors import ConfigurationError
 from .arguments import (
     add_command,
@@ -35,21 +39,26 @@ from .arguments import (
     directory_of,
     slurm_id,
 )
-from .decisions import DecisionFile, first_line, list_decisions, list_directory
+from .decisions import DecisionFile, first_line, list_decisions, list_directory, printable
 from .fsproblems import permission_problems
 from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table, usage_error
-from .publish_drained import STATE_FILE
+from .producer_state import STATE_FILE, StateFileError, read_state_file
 
 __all__ = ["register", "status_command"]
 
 NAME = "status"
 
+#: The state of a decision file that was not looked at, because an earlier call into
+#: the directory did not answer: what the launcher would see is not known.
+NOT_LOOKED_AT = "unknown"
+
 _STATE_COLOURS = {
-    Outcome.UNHEALTHY: "red",
-    Outcome.CLEAR: "green",
-    Outcome.ABSENT: None,
-    Outcome.UNREADABLE: "yellow",
-    Outcome.NOT_REGULAR: "yellow",
+    Outcome.UNHEALTHY.value: "red",
+    Outcome.CLEAR.value: "green",
+    Outcome.ABSENT.value: None,
+    Outcome.UNREADABLE.value: "yellow",
+    Outcome.NOT_REGULAR.value: "yellow",
+    NOT_LOOKED_AT: "yellow",
 }
 
 
@@ -63,7 +72,9 @@ def register(subparsers: Any) -> None:
         One row per decision file (segment_health_check.<job_id>.<task_id>; other
         names and temporary files are ignored): job, task, the state the launcher would
         see (unhealthy, clear, not-a-regular-file, unreadable; absent for a dangling
-        symlink), size, age, and the first line of the producer's diagnostic text;
+        symlink; unknown: not looked at, because a call into the directory did not
+        answer within --fs-timeout, which ends the command with exit 1), size, age, and
+        the first line of the producer's diagnostic text (control characters escaped);
         then each publish-drained producer of the directory: its last pass, and since
         when its passes have failed (its decisions are kept meanwhile). Warns when users
         other than the directory's owner can write there without the sticky bit.
@@ -78,6 +89,45 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_fs_timeout_option(parser)
     parser.set_defaults(func=status_command)
+
+
+def _describe_all(
+    entries: list[DecisionFile], now: float, timeout: float
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Each entry's row, in order, until a call into their directory does not answer
+    (:func:`~nvrx_seghealth._boundedstat.stuck_for`): the entry that was being looked at
+    keeps what was found, every later one is a :data:`NOT_LOOKED_AT` row (nothing was
+    sent for it). Also what did not answer, or ``None`` when every entry was looked at."""
+    rows: list[dict[str, Any]] = []
+    problem = None
+    for entry in entries:
+        if problem is None:
+            waited = stuck_for(entry.path)
+            if waited is None:
+                rows.append(_describe(entry, now, timeout))
+                if stuck_for(entry.path) is not None:
+                    problem = (
+                        f"{entry.path} did not answer within {timeout:g} s "
+                        "(a hung shared filesystem?)"
+                    )
+                continue
+            problem = (
+                f"{os.path.dirname(entry.path)}: an earlier call there is still stuck "
+                f"after {waited:.1f} s (a hung shared filesystem?)"
+            )
+        rows.append(
+            {
+                "job_id": entry.job_id,
+                "task_id": entry.task_id,
+                "path": entry.path,
+                "state": NOT_LOOKED_AT,
+                "reason": "not looked at: an earlier call in the directory did not answer",
+                "size": None,
+                "age_seconds": None,
+                "diagnostic": None,
+            }
+        )
+    return rows, problem
 
 
 def _describe(entry: DecisionFile, now: float, timeout: float) -> dict[str, Any]:
@@ -106,7 +156,11 @@ def _describe(entry: DecisionFile, now: float, timeout: float) -> dict[str, Any]
 def _producers(
     names: list[str], directory: str, job_id: str | None, timeout: float
 ) -> list[dict[str, Any]]:
-    """The state of each ``publish-drained`` producer that keeps it in ``directory``."""
+    """The state of each ``publish-drained`` producer that keeps it in ``directory``.
+
+    Each state file is checked (:func:`~.producer_state.read_state_file`); one that
+    cannot be read in time or is not valid is a row with ``unreadable``: the reason.
+    """
     producers = []
     for name in sorted(names):
         match = STATE_FILE.fullmatch(name)
@@ -114,30 +168,28 @@ def _producers(
             continue
         row: dict[str, Any] = {"producer_id": match["id"], "job_id": match["job"]}
         try:
-            state = json.loads(boundedfs.read_current(f"{directory}/{name}", timeout).data)
-            row.update(
-                {
-                    key: state[key]
-                    for key in (
-                        "last_pass",
-                        "last_ok",
-                        "failing_since",
-                        "failed_passes",
-                        "last_error",
-                    )
-                }
-            )
-            row["interval"] = state.get("interval")
-        except (OSError, FilesystemTimeout, ValueError, KeyError, TypeError) as error:
+            state = read_state_file(os.path.join(directory, name), timeout)
+        except (OSError, StateFileError) as error:  # FilesystemTimeout is an OSError
             row["unreadable"] = str(error) or type(error).__name__
+        else:
+            if state is None:  # removed since the directory was listed
+                continue
+            row.update(
+                last_pass=state.last_pass,
+                last_ok=state.last_ok,
+                failing_since=state.failing_since,
+                failed_passes=state.failed_passes,
+                last_error=state.last_error,
+                interval=state.interval,
+            )
         producers.append(row)
     return producers
 
 
 def _producer_line(row: dict[str, Any], now: float) -> str:
-    who = f"producer {row['producer_id']} (job {row['job_id']})"
+    who = f"producer {printable(row['producer_id'])} (job {row['job_id']})"
     if "unreadable" in row:
-        return f"{who}: state file unreadable ({row['unreadable']})"
+        return f"{who}: state file unreadable ({printable(row['unreadable'])})"
     quiet = now - row["last_pass"]
     if row["failing_since"] is None:
         line = f"{who}: last pass {format_age(quiet)} ago, ok"
@@ -147,7 +199,7 @@ def _producer_line(row: dict[str, Any], now: float) -> str:
         line = (
             f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
             f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
-            f"kept as they were: {row['last_error']}"
+            f"kept as they were: {printable(row['last_error'] or '')}"
         )
     interval = row["interval"]
     if interval and quiet > max(3 * interval, interval + 60):
@@ -180,10 +232,18 @@ def status_command(args: argparse.Namespace) -> int:
     for warning in warnings:
         print(f"nvrx-seghealth {NAME}: warning: {warning}", file=sys.stderr)
     now = time.time()
-    rows = [
-        _describe(entry, now, args.fs_timeout)
-        for entry in list_decisions(names, directory, args.job_id)
-    ]
+    rows, problem = _describe_all(
+        list_decisions(names, directory, args.job_id), now, args.fs_timeout
+    )
+    if problem is not None:
+        unknown = sum(row["state"] == NOT_LOOKED_AT for row in rows)
+        print(
+            f"nvrx-seghealth {NAME}: {problem}; {unknown} more decision file"
+            f"{'' if unknown == 1 else 's'} not looked at (state {NOT_LOOKED_AT}): run "
+            "status again once the filesystem answers, or give a longer --fs-timeout",
+            file=sys.stderr,
+        )
+    status = EXIT_OK if problem is None else EXIT_FAILURE
     producers = _producers(names, directory, args.job_id, args.fs_timeout)
     if args.json:
         print_json(
@@ -194,7 +254,7 @@ def status_command(args: argparse.Namespace) -> int:
                 "warnings": warnings,
             }
         )
-        return EXIT_OK
+        return status
     if not rows:
         print(f"no decision files in {directory}")
     else:
@@ -210,13 +270,11 @@ def status_command(args: argparse.Namespace) -> int:
             ]
             for row in rows
         ]
-        colours = [
-            [None, None, _STATE_COLOURS[Outcome(row["state"])], None, None, None] for row in rows
-        ]
+        colours = [[None, None, _STATE_COLOURS[row["state"]], None, None, None] for row in rows]
         print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
         unhealthy = sum(row["state"] == Outcome.UNHEALTHY.value for row in rows)
         plural = "" if len(rows) == 1 else "s"
         print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy")
     for row in producers:
         print(_producer_line(row, now))
-    return EXIT_OK
+    return status

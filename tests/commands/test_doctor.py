@@ -118,3 +118,54 @@ def test_a_directory_everyone_can_write_is_a_warning_with_the_fix(tmp_path):
         f"ok    no other account can replace or remove another's decision in {tmp_path}"
         in done.stdout
     )
+
+
+def test_a_symlinked_directory_is_judged_where_its_files_live(tmp_path):
+    """The path given is a symlink in a safe place; the real directory is under a parent
+    everyone can write without the sticky bit: that parent is warned about, and the
+    warning names the real directory and the symlink."""
+    open_parent = tmp_path / "open"
+    open_parent.mkdir()
+    open_parent.chmod(0o777)
+    real = open_parent / "shc"
+    real.mkdir()
+    safe = tmp_path / "safe"
+    safe.mkdir()
+    link = safe / "shc"
+    link.symlink_to(real)
+    env = {**slurm_env(task=4, array_job=500), **STEP}
+
+    report = json.loads(doctor("--dir", str(link), "--json", env=env).stdout)
+    warnings = [f["message"] for f in report["findings"] if f["level"] == "warn"]
+    assert report["ok"] is True  # a warning, not a failure
+    [warning] = warnings
+    assert warning.startswith(f"{open_parent}, ") and str(real) in warning and str(link) in warning
+    status = json.loads(nvrx_seghealth("status", "--dir", str(link), "--json").stdout)
+    assert status["warnings"] == warnings
+
+    open_parent.chmod(0o755)  # the same place, made safe: nothing to warn about
+    report = json.loads(doctor("--dir", str(link), "--json", env=env).stdout)
+    assert [f for f in report["findings"] if f["level"] == "warn"] == []
+
+
+@pytest.mark.parametrize("target", ["unhealthy", "empty", "dangling"])
+def test_a_symlink_named_like_the_decision_is_reported_not_judged(tmp_path, target):
+    """Whatever the planted symlink points to (a secret, an empty file, nothing), doctor
+    says the decision path is a symlink and does not judge the target."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    secret = tmp_path / "secret"
+    if target == "unhealthy":
+        secret.write_text("root's secret\n")
+        secret.chmod(0o600)
+    elif target == "empty":
+        secret.touch()
+    decision = shc / "segment_health_check.500.4"
+    decision.symlink_to(secret)
+    done = doctor("--dir", str(shc), "--json", env={**slurm_env(task=4, array_job=500), **STEP})
+    assert done.returncode == 0, done.stdout  # a warning, not a failure
+    findings = json.loads(done.stdout)["findings"]
+    [warning] = [f["message"] for f in findings if f["level"] == "warn"]
+    assert warning.startswith(f"{decision} is ") and "symbolic link" in warning
+    assert "root's secret" not in done.stdout
+    assert not any(f["message"].startswith("decision now") for f in findings)

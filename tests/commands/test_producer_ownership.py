@@ -3,7 +3,10 @@
 * the read-vs-rename race, with the window held open: a ``mark`` (the real command)
   that lands between the producer's read of a decision and its write survives;
 * a decision the producer cannot read, for real: the producer runs as user ``nobody``
-  and the decision belongs to root, mode 0600. It is never overwritten nor cleared.
+  and the decision belongs to root, mode 0600. It is never overwritten nor cleared;
+* a state file that another account planted (root's for a producer running as
+  ``nobody``, and ``nobody``'s for one running as root) is not trusted: its counts
+  publish nothing.
 
 Slurm is the fake of ``test_publish_drained.py`` (shell scripts on PATH).
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -26,9 +30,11 @@ from nvrx_seghealth._commands.publish_drained import DrainedPublisher, producer_
 from nvrx_seghealth._commands.slurm import SlurmClient
 
 from .runner import nvrx_seghealth
+from .test_producer_state import dump, planted
 from .test_publish_drained import NODES, FakeSlurm
 
 TAG = producer_tag("t1")
+NOBODY = pwd.getpwnam("nobody").pw_uid
 MARK = "ops: bad psu (ticket 7)\n"
 
 
@@ -213,3 +219,54 @@ def test_in_a_sticky_directory_another_accounts_decision_cannot_be_replaced(publ
     assert Path(path).read_text() == "root's decision\n"
     done = as_nobody(lib, "status", "--dir", shc, env={"PATH": os.environ["PATH"]})
     assert done.returncode == 0 and "warning" not in done.stderr  # 1777 is a sound setup
+
+
+# --- a state file planted by another account ------------------------------------------------
+
+ALL_FINE = NODES.replace("drng", "alloc")  # Slurm: every node idle or allocated
+
+
+def _planted_state(path, producer_id, uid):
+    """Plant, as account ``uid``, a valid state file saying node n2 (task 0's) is
+    unavailable for 9999 more clean passes."""
+    path.write_bytes(dump(planted(producer_id, "500")))
+    os.chown(path, uid, -1)
+    path.chmod(0o644)
+
+
+def test_a_state_file_planted_by_another_account_is_not_trusted_by_root(public):
+    fake = FakeSlurm(Path(public))
+    fake.answer("sinfo", ALL_FINE)
+    state = fake.shc / ".publish-drained.t1.500.json"
+    _planted_state(state, "t1", NOBODY)
+    done = fake.run("--once")
+    assert done.returncode == 0, done.stderr
+    [warning] = [line for line in done.stderr.splitlines() if " warning: " in line]
+    assert str(state) in warning and f"uid {NOBODY}" in warning
+    assert fake.files() == {}  # nothing published from the planted counts
+    assert os.stat(state).st_uid == 0  # replaced by root's own state
+
+
+def test_a_state_file_planted_by_root_is_not_trusted_by_a_producer_running_as_nobody(public):
+    """The default producer id is predictable: root plants its state file in a sticky
+    directory before the first pass of a producer running as nobody."""
+    lib = _public_copy(public)
+    root = Path(public) / "slurm"
+    root.mkdir()
+    fake = FakeSlurm(root)
+    fake.answer("sinfo", ALL_FINE)
+    os.chmod(root, 0o777)  # the fake Slurm's argument records
+    os.chmod(fake.shc, 0o1777)
+    producer_id = "nobody-drain+down+fail+no_respond"
+    state = fake.shc / f".publish-drained.{producer_id}.500.json"
+    _planted_state(state, producer_id, 0)
+    args = ["publish-drained", "--dir", str(fake.shc), "--job-id", "500"]
+    env = {"PATH": fake.env["PATH"], "LANG": "C.UTF-8"}
+    for _ in range(2):  # also the next pass: the planted file still stands
+        done = as_nobody(lib, *args, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        warnings = [line for line in done.stderr.splitlines() if " warning: " in line]
+        assert any(str(state) in line and "uid 0" in line for line in warnings), done.stderr
+        assert fake.files() == {}  # nothing published from the planted counts
+    assert os.stat(state).st_uid == 0

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
+import tempfile
 import time
 
 import pytest
 
 from .runner import nvrx_seghealth
+from .test_producer_ownership import _public_copy, as_nobody
+from .test_producer_state import dump, planted
 
 
 @pytest.fixture
@@ -135,17 +139,8 @@ def test_a_producer_that_stopped_is_told_apart(tmp_path):
     shc = tmp_path / "shc"
     shc.mkdir()
     last = time.time() - 3600
-    (shc / ".publish-drained.ops-a.12.json").write_text(
-        json.dumps(
-            {
-                "last_pass": last,
-                "last_ok": last,
-                "failing_since": None,
-                "failed_passes": 0,
-                "last_error": None,
-                "interval": 30.0,
-            }
-        )
+    (shc / ".publish-drained.ops-a.12.json").write_bytes(
+        dump(planted("ops-a", "12", last_pass=last, last_ok=last, interval=30.0, nodes={}))
     )
     done = nvrx_seghealth("status", "--dir", str(shc))
     assert done.returncode == 0
@@ -158,3 +153,72 @@ def test_a_producer_that_stopped_is_told_apart(tmp_path):
     done = nvrx_seghealth("status", "--dir", str(shc), "--json")
     assert [p["producer_id"] for p in json.loads(done.stdout)["producers"]] == ["ops-a", "ops-b"]
     assert "unreadable" in json.loads(done.stdout)["producers"][1]
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [char for char in text if not char.isprintable() and char != "\n"]
+
+
+def test_the_producers_text_is_printed_with_its_control_characters_escaped(tmp_path):
+    """A carriage return would make an unhealthy row read as clear; the OSC sequence
+    sets the terminal's title; SGR 8 hides what follows."""
+    body = "x\r1000  1     clear       0     1s\x1b]0;pwned-title\x07\x1b[8m\n"
+    (tmp_path / "segment_health_check.1000.1").write_text(body)
+    table = nvrx_seghealth("status", "--dir", str(tmp_path))
+    as_json = nvrx_seghealth("status", "--dir", str(tmp_path), "--json")
+    assert (table.returncode, as_json.returncode) == (0, 0), table.stderr + as_json.stderr
+    for output in (table.stdout, table.stderr, as_json.stdout, as_json.stderr):
+        assert _raw_controls(output) == []
+    (row,) = json.loads(as_json.stdout)["decisions"]
+    assert row["state"] == "unhealthy"
+    assert (
+        row["diagnostic"] == r"x\x0d1000  1     clear       0     1s\x1b]0;pwned-title\x07\x1b[8m"
+    )
+
+
+def test_printable_escapes_controls_bidi_overrides_and_separators():
+    from nvrx_seghealth._commands.decisions import printable
+
+    assert printable("ok: né – 1 µs") == "ok: né – 1 µs"
+    assert printable("\t\x00\x7f\x85\u2028\u202e\u2066\U000e0001") == (
+        r"\x09\x00\x7f\x85\u2028\u202e\u2066\U000e0001"
+    )
+
+
+@pytest.fixture
+def secret_behind_a_symlink():
+    """A 0777 directory where another account planted a symlink to a root-only file."""
+    if os.geteuid() != 0:
+        reason = "needs root to run status as user nobody and to own the secret"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true runs as root: {reason}", pytrace=False)
+        pytest.skip(reason)
+    root = tempfile.mkdtemp(prefix="nvrx-status-symlink-")  # not under pytest's 0700 tmp
+    try:
+        os.chmod(root, 0o755)
+        private = os.path.join(root, "private")
+        os.mkdir(private, 0o700)
+        with open(os.path.join(private, "shadow"), "w") as file:
+            file.write("root:SECRET-HASH\n")
+        shc = os.path.join(root, "shc")
+        os.mkdir(shc)
+        os.chmod(shc, 0o777)
+        os.symlink(os.path.join(private, "shadow"), os.path.join(shc, "segment_health_check.1.1"))
+        yield shc
+    finally:
+        shutil.rmtree(root)
+
+
+def test_status_never_prints_what_a_planted_symlink_points_to(secret_behind_a_symlink):
+    shc = secret_behind_a_symlink
+    lib = _public_copy(os.path.dirname(shc))
+    env = {"PATH": os.environ["PATH"]}
+    outputs = [
+        nvrx_seghealth("status", "--dir", shc),
+        nvrx_seghealth("status", "--dir", shc, "--json"),
+        as_nobody(lib, "status", "--dir", shc, env=env),
+        as_nobody(lib, "status", "--dir", shc, "--json", env=env),
+    ]
+    for done in outputs:
+        assert done.returncode == 0, done.stderr
+        assert "SECRET" not in done.stdout + done.stderr
