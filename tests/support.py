@@ -115,3 +115,17 @@ def publish_concurrently(store_for_thread, run_id: str, array_job_id: str, group
     for thread in threads:
         thread.join(timeout=120)
     return errors
+
+
+def require_root(reason: str) -> None:
+    """Skip unless running as root, and fail instead under ``CI=true`` (CI runs as root,
+    so a test that needs it must run there): ``reason`` says what root is needed for."""
+    import os
+
+    import pytest
+
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true runs as root: {reason}", pytrace=False)
+    pytest.skip(reason)

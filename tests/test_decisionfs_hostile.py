@@ -25,6 +25,8 @@ import pytest
 from nvrx_seghealth import _decisionfs as decisionfs
 from nvrx_seghealth._decisionfs import LOCK_NAME, Current
 
+from .support import require_root
+
 NOBODY = 65534
 #: Seconds a write may take before its test fails: 6 x the writer's lock wait (5 s).
 HANG = 30
@@ -48,11 +50,7 @@ except OSError as error:
 @pytest.fixture
 def public():
     """A 0755 directory outside pytest's 0700 tree, with a copy of the module in it."""
-    if os.geteuid() != 0:
-        reason = "needs root: to act as user nobody, to plant device nodes, to mount"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true runs as root: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_root("needs root: to act as user nobody, to plant device nodes, to mount")
     root = Path(tempfile.mkdtemp(prefix="nvrx-hostile-"))
     root.chmod(0o755)
     (root / "lib").mkdir(mode=0o755)

@@ -29,6 +29,7 @@ import nvrx_seghealth as package
 from nvrx_seghealth._commands.publish_drained import DrainedPublisher, producer_tag
 from nvrx_seghealth._commands.slurm import SlurmClient
 
+from ..support import require_root
 from .runner import nvrx_seghealth
 from .test_producer_state import dump, planted
 from .test_publish_drained import NODES, FakeSlurm
@@ -136,11 +137,7 @@ def as_nobody(lib, *args, env):
 
 @pytest.fixture
 def public():
-    if os.geteuid() != 0:
-        reason = "needs root to run the producer as user nobody"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true runs as root: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_root("needs root to run the producer as user nobody")
     root = tempfile.mkdtemp(prefix="nvrx-ownership-")  # not under pytest's 0700 tmp dir
     os.chmod(root, 0o755)
     try:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from ..support import require_root
 from .runner import nvrx_seghealth
 from .test_producer_ownership import _public_copy, as_nobody
 from .test_producer_state import dump, planted
@@ -188,11 +189,7 @@ def test_printable_escapes_controls_bidi_overrides_and_separators():
 @pytest.fixture
 def secret_behind_a_symlink():
     """A 0777 directory where another account planted a symlink to a root-only file."""
-    if os.geteuid() != 0:
-        reason = "needs root to run status as user nobody and to own the secret"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true runs as root: {reason}", pytrace=False)
-        pytest.skip(reason)
+    require_root("needs root to run status as user nobody and to own the secret")
     root = tempfile.mkdtemp(prefix="nvrx-status-symlink-")  # not under pytest's 0700 tmp
     try:
         os.chmod(root, 0o755)
