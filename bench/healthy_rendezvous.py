@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from nvrx_seghealth._simulation import JobSpec
+from nvrx_seghealth._demo import JobSpec
 
 from .common import Row, interleaved_samples, median_or_none, ratio_or_none
 from .simjobs import JobFacts, first_world_started, run_job

@@ -19,9 +19,9 @@ from __future__ import annotations
 import tempfile
 import time
 
-from nvrx_seghealth._commands.debounce import DEFAULT_PASSES, Debouncer
-from nvrx_seghealth._commands.publish_drained import DrainedPublisher
-from nvrx_seghealth._commands.slurm import (
+from nvrx_seghealth._producer.debounce import DEFAULT_PASSES, Debouncer
+from nvrx_seghealth._producer.publisher import DrainedPublisher
+from nvrx_seghealth._producer.slurm import (
     NODE_STATES,
     NodeState,
     RunningTask,

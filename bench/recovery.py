@@ -1,10 +1,10 @@
 """Row 7: recovery from each ordinary failure, segment-health (nothing marked) vs c10d.
 
-For every fault of the matrix (``nvrx_seghealth._simulation.faults.FAULTS``, the same
+For every fault of the matrix (``harness.faults.FAULTS``, the same
 faults ``integration/test_fault_matrix.py`` runs), the same job runs on
 ``segment-health`` with the check on and no decision file, and on plain ``c10d``.
 Measured: the recovery time as the harness defines it
-(:meth:`nvrx_seghealth._simulation.JobResult.recovery`): from the moment the harness
+(:meth:`nvrx_seghealth._demo.JobResult.recovery`): from the moment the harness
 injected the fault until every worker of the next world had joined its process group.
 Each job is stopped as soon as that is known. Medians of interleaved repetitions; the
 target is "do no harm": segment-health within 10 % of c10d.
@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from nvrx_seghealth._simulation.faults import FAULTS, Fault, FaultNotInjected, run_fault
+from harness.faults import FAULTS, Fault, FaultNotInjected, run_fault
 
 from .common import Row, interleaved_samples, median_or_none, ratio_or_none
 

@@ -20,7 +20,7 @@ workers' records.
 
 from __future__ import annotations
 
-from nvrx_seghealth._simulation import JobSpec, StartAfter
+from nvrx_seghealth._demo import JobSpec, StartAfter
 
 from .bad_task import JOINING
 from .common import Row, interleaved_samples, median_or_none, ratio_or_none

@@ -2,7 +2,7 @@
 
 Every job is real: one ``torchrun`` agent per simulated node on 127.0.0.1, a store
 outside every allocation unit, ``srun --kill-on-bad-exit=1`` per unit (see
-:mod:`nvrx_seghealth._simulation`). Times come from the workers' own records and the
+:mod:`nvrx_seghealth._demo`). Times come from the workers' own records and the
 harness's launch time, never from how long the harness took to notice.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nvrx_seghealth._simulation import JobResult, JobSpec, SimulatedJob, WorkerRecord
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, WorkerRecord
 
 __all__ = ["JobFacts", "first_world_started", "run_job", "some_world_completed"]
 

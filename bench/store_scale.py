@@ -115,7 +115,7 @@ def _round(port: int, directory: str, run_id: str, share: int, ready, results) -
     store = CountingStore(
         dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=120))
     )
-    from nvrx_seghealth import _artifact as artifact
+    from nvrx_seghealth._decision import artifact
 
     stats = 0
     real_stat_within = artifact.stat_within

@@ -1,4 +1,4 @@
-"""Fixtures for the whole-job scenarios (``nvrx_seghealth._simulation``).
+"""Fixtures for the whole-job scenarios (``nvrx_seghealth._demo``).
 
 Every scenario runs real ``torchrun`` agents on 127.0.0.1 through the package's own
 simulation harness and asserts on recorded facts. Each simulated job's duration and
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from simhelpers import JOB_TIMEOUT, RESULTS_KEY, report
 
-from nvrx_seghealth._simulation import JobResult, JobSpec, SimulatedJob
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 
 
 @pytest.fixture

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 from simhelpers import JOINING, report
 
-from nvrx_seghealth._events import EventName
-from nvrx_seghealth._simulation import JobResult, JobSpec, SimulatedJob
-from nvrx_seghealth._simulation.outcome import LauncherOutcome
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
+from nvrx_seghealth._demo.outcome import LauncherOutcome
+from nvrx_seghealth._launcher.events import EventName
 
 __all__ = [
     "BOTH",

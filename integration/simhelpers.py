@@ -6,9 +6,9 @@ import re
 
 import pytest
 
+from nvrx_seghealth._demo import JobResult, StartAfter, render_report
+from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
-from nvrx_seghealth._simulation import JobResult, StartAfter, render_report
-from nvrx_seghealth._simulation.logtokens import Exclusion, exclusion
 
 #: Bound for one simulated job. A healthy 6-launcher job takes 20-30 s on 2 busy cores;
 #: the slowest scenario (the race, with a restart) about 60 s.

@@ -2,7 +2,7 @@
 
 Each launcher's agent routes torch's rendezvous events and the ``nvrx_seghealth``
 metrics to files through torch's own configuration (its events destination and
-``metrics.configure``; ``nvrx_seghealth._simulation.agent``), as an operator's launcher
+``metrics.configure``; ``nvrx_seghealth._demo.agent``), as an operator's launcher
 would route them to a collector. One job of three array tasks for a world of two:
 task 1 is marked (excluded), task 2's decision path is a directory (fail open), task 0
 is healthy. Every launcher records exactly one event per decision, with torch's own
@@ -15,8 +15,8 @@ import os
 
 from simhelpers import JOB_TIMEOUT, report
 
-from nvrx_seghealth._artifact import artifact_path
-from nvrx_seghealth._simulation import JobSpec, SimulatedJob
+from nvrx_seghealth._decision.artifact import artifact_path
+from nvrx_seghealth._demo import JobSpec, SimulatedJob
 
 #: The decisions of each launcher, in order: one event each, none per responder look.
 EXPECTED = {

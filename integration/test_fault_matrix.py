@@ -1,6 +1,6 @@
 """Do no harm: every ordinary failure recovers through segment-health as through c10d.
 
-Each fault of the matrix (``nvrx_seghealth._simulation.faults``) runs twice with the same
+Each fault of the matrix (``harness.faults``) runs twice with the same
 job: on ``segment-health`` with the check on and nothing marked, and on plain ``c10d``.
 Both must recover through the rendezvous (the world the fault hit is restarted while it
 computes, before any collective could fail on the lost rank) and end the same way: the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 from simhelpers import report
 
-from nvrx_seghealth._simulation.faults import FAULTS, Fault, outcome, run_fault
+from harness.faults import FAULTS, Fault, outcome, run_fault
 
 
 @pytest.mark.parametrize("fault", FAULTS, ids=[fault.name for fault in FAULTS])

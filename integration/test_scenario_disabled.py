@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from nvrx_seghealth._simulation import JobResult, JobSpec
+from nvrx_seghealth._demo import JobResult, JobSpec
 
 
 def facts(result: JobResult) -> dict[str, object]:

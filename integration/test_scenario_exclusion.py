@@ -9,8 +9,8 @@ from simhelpers import (
     siblings_after_process_zero,
 )
 
-from nvrx_seghealth._simulation import JobSpec, SimulatedJob
-from nvrx_seghealth._simulation.srun import KILL_WAIT
+from nvrx_seghealth._demo import JobSpec, SimulatedJob
+from nvrx_seghealth._demo.srun import KILL_WAIT
 
 
 def test_exclusion_known_before_launch(simulate) -> None:

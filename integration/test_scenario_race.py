@@ -11,9 +11,9 @@ import re
 
 from simhelpers import JOINED, JOINING, assert_excluded_by_decision
 
+from nvrx_seghealth._demo import JobSpec, StartAfter
+from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
-from nvrx_seghealth._simulation import JobSpec, StartAfter
-from nvrx_seghealth._simulation.logtokens import Exclusion, exclusion
 
 #: The late sibling's worker is running in round 0.
 SIBLING_WORKER_UP = r"task1\.proc1: round 0, rank"

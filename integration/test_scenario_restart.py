@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from simhelpers import JOB_TIMEOUT, report
 
+from nvrx_seghealth._demo import JobSpec, SimulatedJob
+from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
-from nvrx_seghealth._simulation import JobSpec, SimulatedJob
-from nvrx_seghealth._simulation.logtokens import Exclusion, exclusion
 
 
 def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:

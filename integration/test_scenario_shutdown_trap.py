@@ -17,7 +17,7 @@ from simhelpers import (
     siblings_after_process_zero,
 )
 
-from nvrx_seghealth._simulation import JobSpec, StartAfter
+from nvrx_seghealth._demo import JobSpec, StartAfter
 
 PATCH_DIR = Path(__file__).parent / "shutdown_trap"
 PATCH_LINE = "TEST PATCH: segment-health shutdown() delegates to the inner handler"

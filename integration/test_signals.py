@@ -24,9 +24,9 @@ from signals import (
     wait_for_round,
 )
 
-from nvrx_seghealth._config import HANDOFF_TIMEOUT_KEY
-from nvrx_seghealth._handoff import VerdictHandoff
-from nvrx_seghealth._simulation import JobSpec, SimulatedJob
+from nvrx_seghealth._demo import JobSpec, SimulatedJob
+from nvrx_seghealth._launcher.handoff import VerdictHandoff
+from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY
 
 
 def _request_pending(job: SimulatedJob) -> bool:

@@ -34,8 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._allocation import AllocationUnit, InvalidIdentityError
-from ._artifact import (
+from ._decision.artifact import (
     DEFAULT_STAT_TIMEOUT,
     Decision,
     DecisionConflict,
@@ -45,14 +44,15 @@ from ._artifact import (
     evaluate,
     publish_decision,
 )
-from ._backend import BACKEND_NAME, register
-from ._check import SegmentHealthCheck, get_segment_health_check
+from ._decision.unit import AllocationUnit, InvalidIdentityError
 from ._errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
+from ._launcher.backend import BACKEND_NAME, register
+from ._launcher.check import SegmentHealthCheck, get_segment_health_check
+from ._launcher.markers import ReplacementGroupMarkers
 from ._logfmt import parse_fields
-from ._markers import ReplacementGroupMarkers
 
 if TYPE_CHECKING:
-    from ._handler import SegmentHealthRendezvousHandler
+    from ._launcher.handler import SegmentHealthRendezvousHandler
 
 __all__ = [
     "BACKEND_NAME",
@@ -90,7 +90,7 @@ del _exception
 
 def __getattr__(name: str) -> Any:
     if name == "SegmentHealthRendezvousHandler":
-        from ._handler import SegmentHealthRendezvousHandler
+        from ._launcher.handler import SegmentHealthRendezvousHandler
 
         return SegmentHealthRendezvousHandler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

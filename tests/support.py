@@ -96,7 +96,7 @@ def publish_concurrently(store_for_thread, run_id: str, array_job_id: str, group
     ``store_for_thread()`` returns a new client. All threads start publishing together;
     returns the errors raised (none expected).
     """
-    from nvrx_seghealth._markers import ReplacementGroupMarkers
+    from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
     barrier = threading.Barrier(len(groups))
     errors = []

@@ -16,7 +16,7 @@ from torch.distributed.elastic import events as torch_events
 from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.events import RdzvEvent, handlers
 
-from nvrx_seghealth._events import EVENT_DESTINATION, METRIC_GROUP, parse_fields
+from nvrx_seghealth._launcher.events import EVENT_DESTINATION, METRIC_GROUP, parse_fields
 
 
 class _EventList(logging.Handler):

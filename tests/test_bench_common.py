@@ -12,7 +12,7 @@ from bench.common import (
     ratio_or_none,
     table,
 )
-from nvrx_seghealth._simulation import worker
+from nvrx_seghealth._demo import worker
 
 
 def test_interleaved_alternates_the_order_of_the_variants() -> None:

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import build_parser as bench_parser
-from nvrx_seghealth._artifact import ARTIFACT_PREFIX
 from nvrx_seghealth._commands import build_parser
-from nvrx_seghealth._config import BackendSettings
-from nvrx_seghealth._ft_settings import resolve_directory
+from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
+from nvrx_seghealth._settings.launcher_options import resolve_directory
+from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
 from .support import exclusion_tokens, free_port
 

@@ -1,6 +1,6 @@
 """The request/verdict hand-off on torch's EtcdStore against a real etcd.
 
-The protocol tests of ``tests/test_handoff.py`` run here once more, with ``markers``
+The protocol tests of ``tests/launcher/test_handoff.py`` run here once more, with ``markers``
 in etcd: the hand-off uses only ``add``, which torch's EtcdStore has (it has no
 ``compare_set``).
 """
@@ -12,8 +12,8 @@ import uuid
 import pytest
 from test_markers_on_etcd import etcd_store
 
-from nvrx_seghealth._markers import ReplacementGroupMarkers
-from tests.test_handoff import (  # noqa: F401  (collected here with the etcd fixture)
+from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
+from tests.launcher.test_handoff import (  # noqa: F401  (collected here with the etcd fixture)
     test_a_new_process_zero_instance_answers_correctly,
     test_a_standing_answer_covers_every_request_made_while_it_stands,
     test_a_verdict_covering_the_request_is_taken_at_once,

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from nvrx_seghealth._markers import ReplacementGroupMarkers
+from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 from tests.support import publish_concurrently
 
 pytestmark = pytest.mark.etcd

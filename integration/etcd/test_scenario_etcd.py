@@ -27,9 +27,9 @@ from simhelpers import (
     siblings_after_process_zero,
 )
 
-from nvrx_seghealth._handoff import EVERY_REQUEST, Answer, Verdict, decode
-from nvrx_seghealth._simulation import JobSpec, SimulatedJob, StartAfter
-from nvrx_seghealth._simulation.rendezvous_state import decode as decode_state
+from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
+from nvrx_seghealth._demo.rendezvous_state import decode as decode_state
+from nvrx_seghealth._launcher.handoff import EVERY_REQUEST, Answer, Verdict, decode
 
 #: Where torch's etcd-v2 backend keeps the rendezvous state (one key per run) and its
 #: store (``etcd_rendezvous_backend.create_backend``).

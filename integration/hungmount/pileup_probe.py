@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nvrx_seghealth._artifact import evaluate
+from nvrx_seghealth._decision.artifact import evaluate
 
 #: The bound of the final stat of NORMAL_PATH: generous, it may start a new helper.
 FRESH_BOUND = 5.0

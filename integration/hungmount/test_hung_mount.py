@@ -28,8 +28,8 @@ from typing import IO, TYPE_CHECKING
 
 import pytest
 
-from nvrx_seghealth._artifact import DEFAULT_STAT_TIMEOUT
-from nvrx_seghealth._settings import DIRECTORY_ENV
+from nvrx_seghealth._decision.artifact import DEFAULT_STAT_TIMEOUT
+from nvrx_seghealth._settings.check_settings import DIRECTORY_ENV
 from tests.support import free_port
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ RELEASE_TIMEOUT = 30.0
 
 EVALUATE = (
     "import sys\n"
-    "from nvrx_seghealth._artifact import evaluate\n"
+    "from nvrx_seghealth._decision.artifact import evaluate\n"
     "print(evaluate(sys.argv[1], float(sys.argv[2])).outcome.value, flush=True)\n"
 )
 
@@ -187,7 +187,7 @@ def test_torchrun_fails_open_trains_and_exits(hung_mount: HungMount, tmp_path: P
     env = {k: v for k, v in os.environ.items() if not k.startswith(foreign)} | {
         "SLURM_PROCID": "0",
         "SLURM_JOB_ID": "1",
-        # As for every simulated launcher (nvrx_seghealth._simulation.launcher): restarted
+        # As for every simulated launcher (nvrx_seghealth._demo.launcher): restarted
         # workers otherwise read stale gloo addresses from the agent's store.
         "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         "GLOO_SOCKET_IFNAME": "lo",

@@ -25,7 +25,7 @@ import pytest
 from conftest import LISTED
 from test_hung_mount import _kill_session, _pipe_holders, run_bounded
 
-from nvrx_seghealth._helperprocess import STUCK_TAG
+from nvrx_seghealth._decision.helperprocess import STUCK_TAG
 from tests.commands.test_publish_drained import FakeSlurm
 
 if TYPE_CHECKING:
@@ -239,8 +239,8 @@ def test_one_shot_commands_on_a_hung_directory_leave_one_stuck_helper_between_th
 
 STATS_AFTER_ABANDONING = """
 import sys
-from nvrx_seghealth._artifact import judge
-from nvrx_seghealth._boundedstat import StatTimeoutError, stat_within
+from nvrx_seghealth._decision.artifact import judge
+from nvrx_seghealth._decision.boundedstat import StatTimeoutError, stat_within
 try:
     stat_within(sys.argv[1], 0.5)
 except StatTimeoutError:

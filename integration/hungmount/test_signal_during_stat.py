@@ -30,8 +30,8 @@ from signals import (
     wait_for_round,
 )
 
-from nvrx_seghealth._config import DIRECTORY_KEY, HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
-from nvrx_seghealth._simulation import JobSpec, SimulatedJob
+from nvrx_seghealth._demo import JobSpec, SimulatedJob
+from nvrx_seghealth._settings.rdzv_conf import DIRECTORY_KEY, HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
 
 if TYPE_CHECKING:
     from conftest import HungMount

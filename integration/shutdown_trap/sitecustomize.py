@@ -8,7 +8,7 @@ would: an excluded launcher then closes the rendezvous for every node.
 
 import sys
 
-from nvrx_seghealth._handler import SegmentHealthRendezvousHandler
+from nvrx_seghealth._launcher.handler import SegmentHealthRendezvousHandler
 
 
 def _delegating_shutdown(self: SegmentHealthRendezvousHandler) -> bool:

@@ -4,9 +4,9 @@ Every end-to-end test submits ``examples/segment-health-array.sbatch`` itself, w
 ``sbatch`` against the private cluster, and overrides only the script's documented
 ``SEGHEALTH_*`` settings. Each launcher is a real ``torchrun --rdzv-backend=segment-health``
 started by ``srun --kill-on-bad-exit=1``; the training is the package's simulation worker
-(:mod:`nvrx_seghealth._simulation.worker`), which records its rank, world and
+(:mod:`nvrx_seghealth._demo.worker`), which records its rank, world and
 ``SLURM_ARRAY_TASK_ID``/``SLURM_PROCID``. The rendezvous store is the package's
-:class:`~nvrx_seghealth._simulation.store_host.StoreHost`: a TCPStore process of the test,
+:class:`~nvrx_seghealth._demo.store_host.StoreHost`: a TCPStore process of the test,
 outside every allocation unit (launchers get ``is_host=false``).
 
 What the tests assert comes from Slurm (``scontrol show job``, srun's stderr in the job
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvrx_seghealth._simulation.records import LAUNCHER_ENV, WorkerRecord, read_records
-from nvrx_seghealth._simulation.store_host import StoreHost
+from nvrx_seghealth._demo.records import LAUNCHER_ENV, WorkerRecord, read_records
+from nvrx_seghealth._demo.store_host import StoreHost
 from tests.commands.runner import nvrx_seghealth
 from tests.support import exclusion_tokens
 
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "segment-health-array.sbatch"
 
 #: The training each launcher runs (arguments of the example script; torchrun's ``-m``).
-WORKER_MODULE = "nvrx_seghealth._simulation.worker"
+WORKER_MODULE = "nvrx_seghealth._demo.worker"
 
 #: Rendezvous settings for a 2-core machine shared with other test runs. Each value
 #: keeps a launcher that srun killed (the excluded task's process 1) out of a completed

@@ -18,13 +18,13 @@ import pytest
 from e2e import array_task_exit_reported, exclusion_line, install_line, task_of, training
 from test_publish_drained import node_state
 
-from nvrx_seghealth._commands.publish_drained import producer_tag
+from nvrx_seghealth._producer.publisher import producer_tag
 from tests.commands.runner import nvrx_seghealth
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster
 
-    from nvrx_seghealth._simulation.records import WorkerRecord
+    from nvrx_seghealth._demo.records import WorkerRecord
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 

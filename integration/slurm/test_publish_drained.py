@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvrx_seghealth._commands.publish_drained import producer_tag
-from nvrx_seghealth._hostlist import expand
+from nvrx_seghealth._producer.hostlist import expand
+from nvrx_seghealth._producer.publisher import producer_tag
 from tests.commands.runner import nvrx_seghealth
 from tests.support import wait_until
 

@@ -1,6 +1,6 @@
 """Options shared by the operator commands: the decision directory and unit ids.
 
-Standard library plus PyYAML (through :mod:`nvrx_seghealth._ft_settings`).
+Standard library plus PyYAML (through :mod:`nvrx_seghealth._settings.launcher_options`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import re
 import textwrap
 from typing import Any
 
-from .._allocation import InvalidIdentityError, validate_id
-from .._durations import DEFAULT_STAT_TIMEOUT
+from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
-from .._ft_settings import resolve_directory
-from .._settings import DIRECTORY_ENV
+from .._settings.check_settings import DIRECTORY_ENV
+from .._settings.durations import DEFAULT_STAT_TIMEOUT
+from .._settings.launcher_options import resolve_directory
 from .output import EXIT_STATUSES, exit_status_text
 
 __all__ = [

@@ -1,6 +1,6 @@
 """``nvrx-seghealth check``: the consumer's decision for one allocation unit, on demand.
 
-The evaluation is the consumer's own (:func:`nvrx_seghealth._artifact.evaluate`, one
+The evaluation is the consumer's own (:func:`nvrx_seghealth._decision.artifact.evaluate`, one
 ``stat`` bounded by the same default timeout, the file never opened). Unlike the
 consumer, ``check`` evaluates on every launcher, whatever ``SLURM_PROCID`` says: it
 answers an operator's question, it installs nothing.
@@ -16,8 +16,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._allocation import AllocationUnit, InvalidIdentityError
-from .._artifact import (
+from .._decision.artifact import (
     DEFAULT_STAT_TIMEOUT,
     Decision,
     Outcome,
@@ -25,6 +24,7 @@ from .._artifact import (
     directory_problem,
     evaluate,
 )
+from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of, slurm_id
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json, usage_error

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._simulation import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
-from .._simulation.comparison import Comparison, Variant
-from .._simulation.report import render_decisions, render_timeline
-from .._simulation.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
+from .._demo import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
+from .._demo.comparison import Comparison, Variant
+from .._demo.report import render_decisions, render_timeline
+from .._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 
 __all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run"]
 
@@ -192,7 +192,7 @@ def _show_progress() -> _Elapsed:
     formatter = _Elapsed()
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(formatter)
-    logger = logging.getLogger("nvrx_seghealth._simulation")
+    logger = logging.getLogger("nvrx_seghealth._demo")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False

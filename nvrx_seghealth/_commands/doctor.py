@@ -11,7 +11,7 @@ is always given as a hint.
 Every finding is one line: ``ok``, ``info``, ``hint``, ``warn`` or ``FAIL``; each ``FAIL``
 says what to do. A decision path that is itself a symlink is a ``warn`` saying so; what
 it points to is not judged (nor read). Who else can write the decision directory (or a directory above it)
-without the sticky bit is a ``warn`` (:func:`~.fsproblems.permission_problems`).
+without the sticky bit is a ``warn`` (:func:`~.._decision.problems.permission_problems`).
 Exit codes: :data:`~.output.EXIT_STATUSES` (``doctor``). Standard library plus PyYAML.
 """
 
@@ -24,13 +24,13 @@ import stat
 import time
 from typing import Any
 
-from .. import _boundedfs as boundedfs
-from .._allocation import AllocationUnit, InvalidIdentityError
-from .._artifact import DEFAULT_STAT_TIMEOUT, Decision, Outcome, artifact_path, evaluate
-from .._boundedstat import StatTimeoutError, stat_within
+from .._decision import boundedfs
+from .._decision.artifact import DEFAULT_STAT_TIMEOUT, Decision, Outcome, artifact_path, evaluate
+from .._decision.boundedstat import StatTimeoutError, stat_within
+from .._decision.problems import permission_problems
+from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of
-from .fsproblems import permission_problems
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json
 
 __all__ = ["doctor_command", "register"]
@@ -105,7 +105,7 @@ def _planted(path: str, decision: Decision) -> str | None:
     ``not a regular file: symbolic link``; ``None`` when it is one, or cannot be told.
 
     The entry is looked at without following it, within a time bound
-    (:func:`nvrx_seghealth._boundedfs.read_current`), so what a symlink points to is
+    (:func:`nvrx_seghealth._decision.boundedfs.read_current`), so what a symlink points to is
     never read.
     """
     if decision.outcome not in (Outcome.UNHEALTHY, Outcome.CLEAR, Outcome.ABSENT):

@@ -1,6 +1,6 @@
 """``nvrx-seghealth mark`` and ``clear``: an operator writes one unit's decision by hand.
 
-Both write as the producer API does (:mod:`nvrx_seghealth._decisionfs`): the file is
+Both write as the producer API does (:mod:`nvrx_seghealth._decision.files`): the file is
 replaced atomically under the directory's lock, so a producer's pass never overwrites a
 ``mark`` that lands while it runs, and no other file of the directory is touched. Every
 call into the directory runs in a helper process bounded by ``--fs-timeout``: on a hung
@@ -16,9 +16,10 @@ import argparse
 import sys
 from typing import Any
 
-from .. import _boundedfs as boundedfs
-from .._artifact import artifact_path
-from .._decisionfs import LockBusyError, Result
+from .._decision import boundedfs
+from .._decision.artifact import artifact_path
+from .._decision.files import LockBusyError, Result
+from .._decision.problems import write_problem
 from .._errors import ConfigurationError
 from .arguments import (
     add_command,
@@ -27,7 +28,6 @@ from .arguments import (
     directory_of,
     slurm_id,
 )
-from .fsproblems import write_problem
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
 
 __all__ = ["clear_command", "mark_command", "register"]

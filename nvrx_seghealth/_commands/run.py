@@ -9,7 +9,7 @@ Every torchrun option is torchrun's own: the command parses with
   depth) may give ``segment_health_check_dir``.
 
 Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` (see
-:mod:`nvrx_seghealth._ft_settings`). With a directory, the rendezvous becomes the
+:mod:`nvrx_seghealth._settings.launcher_options`). With a directory, the rendezvous becomes the
 ``segment-health`` backend around the user's one: ``--rdzv-backend`` becomes
 ``segment-health`` and ``--rdzv-conf`` gains ``segment_health_check_dir=DIR`` and
 ``inner_backend=`` ``c10d`` or ``etcd-v2``. As in NVRx's ``ft_launcher``,
@@ -33,10 +33,16 @@ import uuid
 from collections.abc import MutableMapping
 from typing import Any
 
-from .._backend import BACKEND_NAME
-from .._config import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS
 from .._errors import ConfigurationError
-from .._ft_settings import CFG_FLAG, DIRECTORY_FLAG, YAML_FIELD, DirectorySetting, resolve_directory
+from .._launcher.backend import BACKEND_NAME
+from .._settings.launcher_options import (
+    CFG_FLAG,
+    DIRECTORY_FLAG,
+    YAML_FIELD,
+    DirectorySetting,
+    resolve_directory,
+)
+from .._settings.rdzv_conf import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS
 from .output import EXIT_OK, usage_error
 
 __all__ = [

@@ -1,6 +1,6 @@
 """``nvrx-seghealth status``: every decision file of a directory, and how its producers are.
 
-Each file is judged as the consumer judges it (:func:`nvrx_seghealth._artifact.judge`),
+Each file is judged as the consumer judges it (:func:`nvrx_seghealth._decision.artifact.judge`),
 so the state column says what the unit's process 0 would do. For an unhealthy file the
 table also shows the first line of the producer's diagnostic text. Below the table, one
 line per ``publish-drained`` producer that keeps its state in the directory: when its
@@ -8,12 +8,12 @@ last pass ran, and since when its passes fail (its decisions are then kept, stal
 
 Every call into the directory is bounded by ``--fs-timeout`` (a hung filesystem is
 reported, exit 1), and one call that does not answer ends the looking: at most one call
-into the directory is left stuck (:mod:`nvrx_seghealth._helperprocess`), the decision
-files after it are rows in state :data:`NOT_LOOKED_AT`, and the command exits 1 within
-about one ``--fs-timeout``. The producers' text is printed through
-:func:`~.decisions.printable`. A directory that users other than its owner can write without the
-sticky bit (or a parent like it) is warned about on stderr
-(:func:`~.fsproblems.permission_problems`).
+into the directory is left stuck (:mod:`nvrx_seghealth._decision.helperprocess`), the
+decision files after it are rows in state :data:`NOT_LOOKED_AT`, and the command exits 1
+within about one ``--fs-timeout``. The producers' text is printed through
+:func:`~.._decision.listing.printable`. A directory that users other than its owner can
+write without the sticky bit (or a parent like it) is warned about on stderr
+(:func:`~.._decision.problems.permission_problems`).
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``status``). Standard library plus PyYAML.
 """
@@ -27,11 +27,14 @@ import sys
 import time
 from typing import Any
 
-from .. import _boundedfs as boundedfs
-from .._artifact import Decision, Outcome, judge
-from .._boundedfs import FilesystemTimeout
-from .._boundedstat import stat_within, stuck_for
+from .._decision import boundedfs
+from .._decision.artifact import Decision, Outcome, judge
+from .._decision.boundedfs import FilesystemTimeout
+from .._decision.boundedstat import stat_within, stuck_for
+from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
+from .._decision.problems import permission_problems
 from .._errors import ConfigurationError
+from .._producer.state import STATE_FILE, StateFileError, read_state_file
 from .arguments import (
     add_command,
     add_directory_option,
@@ -39,10 +42,7 @@ from .arguments import (
     directory_of,
     slurm_id,
 )
-from .decisions import DecisionFile, first_line, list_decisions, list_directory, printable
-from .fsproblems import permission_problems
 from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table, usage_error
-from .producer_state import STATE_FILE, StateFileError, read_state_file
 
 __all__ = ["register", "status_command"]
 
@@ -95,7 +95,7 @@ def _describe_all(
     entries: list[DecisionFile], now: float, timeout: float
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Each entry's row, in order, until a call into their directory does not answer
-    (:func:`~nvrx_seghealth._boundedstat.stuck_for`): the entry that was being looked at
+    (:func:`~nvrx_seghealth._decision.boundedstat.stuck_for`): the entry that was being looked at
     keeps what was found, every later one is a :data:`NOT_LOOKED_AT` row (nothing was
     sent for it). Also what did not answer, or ``None`` when every entry was looked at."""
     rows: list[dict[str, Any]] = []
@@ -158,7 +158,7 @@ def _producers(
 ) -> list[dict[str, Any]]:
     """The state of each ``publish-drained`` producer that keeps it in ``directory``.
 
-    Each state file is checked (:func:`~.producer_state.read_state_file`); one that
+    Each state file is checked (:func:`~.._producer.state.read_state_file`); one that
     cannot be read in time or is not valid is a row with ``unreadable``: the reason.
     """
     producers = []

@@ -26,12 +26,12 @@ import pytest
 import yaml
 
 import nvrx_seghealth as package
-from nvrx_seghealth._commands.publish_drained import DrainedPublisher, producer_tag
-from nvrx_seghealth._commands.slurm import SlurmClient
+from nvrx_seghealth._producer.publisher import DrainedPublisher, producer_tag
+from nvrx_seghealth._producer.slurm import SlurmClient
 
+from ..producer.test_state import dump, planted
 from ..support import require_root
 from .runner import nvrx_seghealth
-from .test_producer_state import dump, planted
 from .test_publish_drained import NODES, FakeSlurm
 
 TAG = producer_tag("t1")

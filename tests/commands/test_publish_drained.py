@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from nvrx_seghealth._commands.publish_drained import producer_tag
-from nvrx_seghealth._commands.slurm import (
+from nvrx_seghealth._producer.publisher import producer_tag
+from nvrx_seghealth._producer.slurm import (
     NodeState,
     SlurmError,
     parse_nodes,

@@ -17,7 +17,7 @@ from nvrx_seghealth._commands.run import (
     use_local_rendezvous,
 )
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._ft_settings import DirectorySetting
+from nvrx_seghealth._settings.launcher_options import DirectorySetting
 
 from ..support import slurm_env
 from .runner import nvrx_seghealth

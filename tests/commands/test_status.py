@@ -11,10 +11,10 @@ import time
 
 import pytest
 
+from ..producer.test_state import dump, planted
 from ..support import require_root
 from .runner import nvrx_seghealth
 from .test_producer_ownership import _public_copy, as_nobody
-from .test_producer_state import dump, planted
 
 
 @pytest.fixture
@@ -178,7 +178,7 @@ def test_the_producers_text_is_printed_with_its_control_characters_escaped(tmp_p
 
 
 def test_printable_escapes_controls_bidi_overrides_and_separators():
-    from nvrx_seghealth._commands.decisions import printable
+    from nvrx_seghealth._decision.listing import printable
 
     assert printable("ok: né – 1 µs") == "ok: né – 1 µs"
     assert printable("\t\x00\x7f\x85\u2028\u202e\u2066\U000e0001") == (

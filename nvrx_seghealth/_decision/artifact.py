@@ -1,0 +1,294 @@
+"""The decision artifact: where it lives, what one ``stat`` of it means, how to write it.
+
+The contract (consumer side):
+
+* Path: ``<directory>/segment_health_check.<job_id>.<task_id>``; ``directory`` is
+  absolute and both ids are decimal digits, so the path never leaves ``directory``.
+* One metadata call, ``os.stat`` following symlinks, bounded in time. The file is
+  never opened: opening a FIFO blocks, reading a large file costs, and the content
+  belongs to the producer.
+* Outcomes:
+
+  ======================================  ===================  ============
+  what the stat finds                     outcome              proceed?
+  ======================================  ===================  ============
+  regular file, size > 0                  ``UNHEALTHY``        no
+  regular file, size 0                    ``CLEAR``            yes
+  ENOENT (no file, no dir, dangling link)  ``ABSENT``           yes, quietly
+  any other error, or no answer in time   ``UNREADABLE``       yes, warned
+  directory, FIFO, socket, device         ``NOT_REGULAR``      yes, warned
+  ======================================  ===================  ============
+
+The producer side (:func:`publish_decision`, :func:`clear_decision`) replaces the file
+atomically, so a consumer never sees a partial or momentarily empty decision, under the
+directory's lock and, when asked, only if the file still holds what the writer read
+(:mod:`.files`).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass
+
+from .._settings.check_settings import require_absolute_directory
+from .._settings.durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
+from . import files as decisionfs
+from .boundedstat import StatHelperError, StatTimeoutError, stat_within
+from .files import Current, Result
+from .unit import validate_id
+
+__all__ = [
+    "ARTIFACT_PREFIX",
+    "DEFAULT_STAT_TIMEOUT",
+    "Decision",
+    "DecisionConflict",
+    "DirectoryPath",
+    "Outcome",
+    "artifact_path",
+    "clear_decision",
+    "directory_problem",
+    "evaluate",
+    "judge",
+    "publish_decision",
+    "unit_artifact_path",
+    "unit_id",
+]
+
+log = logging.getLogger(__name__)
+
+#: A decision directory as the composition API takes it: a ``str`` or a path object.
+DirectoryPath = str | os.PathLike[str]
+
+ARTIFACT_PREFIX = "segment_health_check"
+
+
+class Outcome(enum.Enum):
+    """What one ``stat`` of the artifact found."""
+
+    UNHEALTHY = "unhealthy"
+    CLEAR = "clear"
+    ABSENT = "absent"
+    UNREADABLE = "unreadable"
+    NOT_REGULAR = "not-a-regular-file"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The consumer's reading of one artifact.
+
+    Attributes:
+        path: the artifact path that was examined.
+        outcome: what the stat found.
+        reason: one human-readable line explaining ``outcome``.
+        size: the file size for a regular file, else ``None``.
+    """
+
+    path: str
+    outcome: Outcome
+    reason: str
+    size: int | None = None
+
+    @property
+    def proceed(self) -> bool:
+        """True unless the unit is excluded (fail-open outcomes proceed)."""
+        return self.outcome is not Outcome.UNHEALTHY
+
+    @property
+    def failed_open(self) -> bool:
+        """True when the artifact could not be judged and the unit proceeds anyway."""
+        return self.outcome in (Outcome.UNREADABLE, Outcome.NOT_REGULAR)
+
+
+def unit_id(name: str, value: str | int) -> str:
+    """``value`` as a decision-file id: a string of decimal digits, or a non-negative int.
+
+    Raises:
+        TypeError: ``value`` is neither a ``str`` nor an ``int`` (``bool`` is refused).
+        InvalidIdentityError: a string that is not decimal digits, or a negative int.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(
+            f"{name} must be a str of decimal digits or an int, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    return validate_id(name, str(value))
+
+
+def artifact_path(directory: DirectoryPath, job_id: str | int, task_id: str | int) -> str:
+    """Return ``<directory>/segment_health_check.<job_id>.<task_id>``.
+
+    Ids are strings of decimal digits or ints (:func:`unit_id`).
+
+    Raises:
+        ValueError: ``directory`` is not absolute, or an id is not decimal digits.
+        TypeError: an id is neither a ``str`` nor an ``int``.
+    """
+    return unit_artifact_path(
+        require_absolute_directory(directory),
+        unit_id("job_id", job_id),
+        unit_id("task_id", task_id),
+    )
+
+
+def unit_artifact_path(directory: str, job_id: str, task_id: str) -> str:
+    """:func:`artifact_path` for a directory and ids already validated (a
+    :class:`~.._settings.check_settings.CheckSettings` and an :class:`~.unit.AllocationUnit`)."""
+    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job_id}.{task_id}")
+
+
+def _file_type(mode: int) -> str:
+    for test, name in decisionfs.FILE_TYPES:
+        if test(mode):
+            return name
+    return f"file of mode {stat.S_IFMT(mode):#o}"
+
+
+def evaluate(path: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT) -> Decision:
+    """Judge the artifact at ``path`` with one bounded ``stat``; never open it.
+
+    The stat runs in a helper process (:mod:`.boundedstat`), so a hung filesystem
+    holds neither the caller beyond ``stat_timeout`` seconds nor its exit.
+
+    Never raises for anything the filesystem does: every failure is a fail-open
+    :class:`Decision` whose ``reason`` names the error.
+
+    Raises:
+        ConfigurationError: ``stat_timeout`` is out of range (see :mod:`.._settings.durations`).
+    """
+    return judge(path, validate_seconds(STAT_TIMEOUT, stat_timeout))
+
+
+def judge(path: str, seconds: float) -> Decision:
+    """:func:`evaluate` for a bound already validated (:data:`~.._settings.durations.STAT_TIMEOUT`).
+
+    For callers that validated the bound once where it entered, so that each round's
+    check does not validate it again.
+    """
+    try:
+        st = stat_within(path, seconds)
+    except FileNotFoundError:
+        return Decision(path, Outcome.ABSENT, "no decision file")
+    except (StatTimeoutError, StatHelperError) as error:
+        return Decision(path, Outcome.UNREADABLE, str(error))
+    except OSError as error:
+        code = errno.errorcode.get(error.errno or 0, "error")
+        return Decision(path, Outcome.UNREADABLE, f"stat failed: {code}: {error.strerror}")
+    except ValueError as error:  # e.g. an embedded NUL byte
+        return Decision(path, Outcome.UNREADABLE, f"stat failed: {error}")
+    if not stat.S_ISREG(st.st_mode):
+        return Decision(path, Outcome.NOT_REGULAR, f"not a regular file: {_file_type(st.st_mode)}")
+    if st.st_size > 0:
+        return Decision(
+            path, Outcome.UNHEALTHY, f"non-empty decision file ({st.st_size} bytes)", st.st_size
+        )
+    return Decision(path, Outcome.CLEAR, "empty decision file", 0)
+
+
+def directory_problem(directory: str, seconds: float) -> str | None:
+    """Why ``directory`` cannot hold decisions, or ``None`` when it can or cannot be told.
+
+    One ``stat`` bounded by ``seconds`` (already validated, as for :func:`judge`). Only a definite answer is a problem: the directory does not
+    exist, or is not a directory. A stat that fails otherwise (or hangs) returns
+    ``None``: the artifact's own stat reports that.
+    """
+    try:
+        st = stat_within(directory, seconds)
+    except FileNotFoundError:
+        return f"decision directory {directory} does not exist"
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        return f"decision directory {directory} is a {_file_type(st.st_mode)}, not a directory"
+    return None
+
+
+def _write(path: str, content: bytes | None, expect: Current | None) -> Result:
+    result = decisionfs.replace(path, content, expect)
+    for warning in result.warnings:
+        log.warning("%s", warning)
+    return result
+
+
+def publish_decision(
+    directory: DirectoryPath,
+    job_id: str | int,
+    task_id: str | int,
+    text: str,
+    *,
+    expect: Current | None = None,
+) -> str:
+    """Mark a unit unhealthy: atomically write ``text`` as its decision; return the path.
+
+    Producer-side. The file is written under a temporary name in ``directory`` and
+    renamed over the artifact, so a consumer sees the old decision or the new one,
+    never a partial or empty file. ``directory`` must exist. The write holds the
+    directory's lock (:data:`~.files.LOCK_NAME`), so writers of this package never
+    interleave. With ``expect`` (what :func:`~.files.read_current` returned), the
+    write happens only if the file still holds exactly that; else
+    :class:`DecisionConflict` is raised and nothing is written.
+
+    A directory sync that fails after the rename is logged as a WARNING: the new
+    decision is in place, and the call succeeds.
+
+    Raises:
+        ValueError: ``text`` is empty (an empty file means *healthy*), or a bad
+            directory or id. ``TypeError``: an id that is neither str nor int.
+        DecisionConflict: the file no longer holds ``expect``.
+        OSError: the directory cannot be written (:class:`~.files.StepError`
+            names the failed step).
+    """
+    if not text:
+        raise ValueError("a decision needs non-empty text; an empty file means healthy")
+    path = artifact_path(directory, job_id, task_id)
+    result = _write(path, text.encode(), expect)
+    if result.status == "conflict":
+        raise DecisionConflict(path, result.before)
+    return path
+
+
+def clear_decision(
+    directory: DirectoryPath,
+    job_id: str | int,
+    task_id: str | int,
+    *,
+    remove: bool = False,
+    expect: Current | None = None,
+) -> str:
+    """Mark a unit healthy again; return the path. Touches no other file.
+
+    With ``remove=False`` the artifact is atomically replaced by an empty file (the
+    producer is visibly alive); with ``remove=True`` it is unlinked (a missing file
+    is fine). ``expect``, the lock and a failed directory sync: as
+    :func:`publish_decision`.
+
+    Raises:
+        DecisionConflict: the file no longer holds ``expect``.
+        OSError: the directory cannot be written.
+    """
+    path = artifact_path(directory, job_id, task_id)
+    result = _write(path, None if remove else b"", expect)
+    if result.status == "conflict":
+        raise DecisionConflict(path, result.before)
+    return path
+
+
+class DecisionConflict(RuntimeError):
+    """A conditional write found another decision than expected; nothing was written.
+
+    Attributes:
+        path: the decision file. current: what it holds now.
+    """
+
+    def __init__(self, path: str, current: Current) -> None:
+        super().__init__(
+            f"{path} changed since it was read (now {current.kind}, "
+            f"{current.size} bytes); nothing written"
+        )
+        self.path = path
+        self.current = current

@@ -1,0 +1,593 @@
+"""Writing decision files without losing another writer's decision, on hostile ground.
+
+The producer side of the artifact, as file operations:
+
+* :func:`read_current` — what a decision path holds now: nothing (``absent``), some
+  bytes (``content``; an empty file is content ``b""``), or something this process
+  cannot or will not read (``unreadable``: a permission error, an I/O error, or not a
+  regular file: a symbolic link, a FIFO, a directory, a device node).
+* :func:`replace` — write (or remove) a decision atomically, *only if* the path still
+  holds what the caller read (``expect``). Every writer of this package takes an
+  exclusive ``flock`` on :data:`LOCK_NAME` in the decision directory around its
+  re-read, compare and rename, so a ``mark`` that lands between a producer's read and
+  its rename is never overwritten: either it lands first and the producer's compare
+  fails (``conflict``), or it waits for the lock and lands after.
+* :func:`list_names`, :func:`append_text` — listing and an append-only log.
+
+A decision directory may be writable by other accounts (``1777``, or worse without the
+sticky bit), so anything in it may have been planted. Every file this module opens there
+(a decision, the lock, the log) is opened by :func:`open_regular`: ``lstat`` first, and
+anything but a regular file is refused *before* any ``open`` (a device node is never
+opened); then ``open`` with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`` and
+``fstat``: the descriptor must be a regular file and, when the ``lstat`` found one, the
+same ``(st_dev, st_ino)``. So a symlink is never followed, no open waits on a FIFO, and a
+refusal (:class:`NotRegularError`) comes at once.
+
+Writes go to a temporary file in the same directory (``.<name>.<random>.tmp``, created
+``O_EXCL`` by :func:`tempfile.mkstemp`), made mode 0644 with ``fchmod`` on its descriptor,
+written in full, ``fsync``-ed and renamed over the decision; then the directory is
+synced. Nothing is done to the temporary file by name except the rename and, on any
+failure between its creation and the rename (also a :class:`BaseException`, e.g. a
+signal handler that raises), its removal. A failed directory sync after a successful
+rename is a *warning* of the result, not a failure: the new decision is in place.
+
+A writer killed between creating its temporary file and the rename leaves the file
+behind. Readers ignore it by name; the next writer that holds the directory's lock
+removes the decisions' temporary files (``.segment_health_check.<job>.<task>.<random>
+.tmp``) that are regular files (``lstat``), owned by its own uid and last modified
+more than :data:`STALE_TEMPORARY_AGE` seconds ago. A live writer's temporary file is
+never among them: every writer of a decision holds the lock from before it creates
+its temporary file until after the rename (:func:`replace` refuses ``lock=False`` for a
+decision), and a writer that could not lock (below) does not remove anything.
+
+Where ``flock`` is not supported (``ENOLCK``, ``EOPNOTSUPP``, ...; e.g. a Lustre client
+mounted without ``-o flock``), writes still compare before they rename but are not
+serialised; the result carries a warning saying so.
+
+This module imports nothing from the package and only the standard library: the same
+code runs in-process (:func:`nvrx_seghealth.publish_decision`) and, for the operators'
+commands, in a helper process (``python -I -S decisionfs.py``, see
+:mod:`nvrx_seghealth._decision.boundedfs`) that answers JSON requests on stdin, one per line.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import fcntl
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "LOCK_NAME",
+    "READ_LIMIT",
+    "STALE_TEMPORARY_AGE",
+    "Current",
+    "LockBusyError",
+    "NotRegularError",
+    "Result",
+    "StepError",
+    "append_text",
+    "list_names",
+    "open_regular",
+    "read_current",
+    "replace",
+]
+
+_DECISION_PREFIX = "segment_health_check."
+#: The lock file every writer of this package flocks in the decision directory.
+LOCK_NAME = f".{_DECISION_PREFIX}lock"
+#: Bytes read at most from one decision.
+READ_LIMIT = 64 * 1024
+#: Seconds since its last modification after which a decision's temporary file, of this
+#: process's uid, is a dead writer's and is removed by the next writer holding the lock.
+#: The lock alone already keeps live writers' files out; the age also spares a file of a
+#: writer on a client whose lock the others do not see (a lost NFS lock, a Lustre client
+#: mounted with ``-o localflock``) unless it has made no progress for ten minutes.
+STALE_TEMPORARY_AGE = 600.0
+
+_TEMPORARY_SUFFIX = ".tmp"
+#: A decision's temporary file, as :func:`_write` names it (mkstemp's random part).
+_DECISION_TEMPORARY = re.compile(
+    rf"\.{re.escape(_DECISION_PREFIX)}[0-9]+\.[0-9]+\.[a-z0-9_]+{re.escape(_TEMPORARY_SUFFIX)}"
+)
+#: Added to every open in the decision directory (:func:`open_regular`).
+_HOSTILE_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+#: Attempts of :func:`open_regular` when the path is replaced between lstat and open.
+_OPEN_ATTEMPTS = 3
+
+_UNSUPPORTED_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF}
+#: What a path that is not a regular file is, by ``stat`` mode test (also the consumer's
+#: words for it, :func:`nvrx_seghealth._decision.artifact.judge`, whose ``stat`` follows symlinks).
+FILE_TYPES = (
+    (stat.S_ISLNK, "symbolic link"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+)
+
+
+class StepError(OSError):
+    """A filesystem call of a write failed; ``step`` names it.
+
+    Steps: ``lock`` (open the lock file), ``create`` (the temporary file), ``write``,
+    ``rename`` (over the decision), ``remove``.
+    """
+
+    def __init__(self, step: str, error: OSError) -> None:
+        super().__init__(error.errno, error.strerror, error.filename)
+        self.step = step
+
+
+class NotRegularError(OSError):
+    """``filename`` is not a regular file and was refused (:func:`open_regular`).
+
+    ``errno`` is ``ELOOP`` for a symbolic link (what ``O_NOFOLLOW`` answers), ``EINVAL``
+    for anything else; ``strerror`` is ``not a regular file: <kind>``; ``kind`` is one of
+    :data:`FILE_TYPES`' words, or ``special file``.
+    """
+
+    def __init__(self, path: str, kind: str) -> None:
+        code = errno.ELOOP if kind == "symbolic link" else errno.EINVAL
+        super().__init__(code, f"not a regular file: {kind}", path)
+        self.kind = kind
+
+
+class LockBusyError(TimeoutError):
+    """Another writer held :data:`LOCK_NAME` for longer than the wait allowed."""
+
+    def __init__(self, lock_path: str, waited: float) -> None:
+        super().__init__(f"{lock_path} held by another writer for {waited:.1f} s")
+        self.lock_path = lock_path
+        self.waited = waited
+
+
+@dataclass(frozen=True)
+class Current:
+    """What a decision path holds.
+
+    Attributes:
+        kind: ``absent``, ``content`` or ``unreadable``.
+        data: the first :data:`READ_LIMIT` bytes (``content`` only).
+        size: the file size (``content`` only).
+        error: why it cannot be read (``unreadable`` only), e.g. ``EACCES: Permission
+            denied`` or ``not a regular file: FIFO``.
+        uid: the owner of the very file read (``content`` only), from the ``fstat`` of
+            its descriptor; not compared: two reads of the same bytes are equal.
+    """
+
+    kind: str
+    data: bytes = b""
+    size: int = 0
+    error: str = ""
+    uid: int | None = field(default=None, compare=False)
+
+    @property
+    def empty(self) -> bool:
+        """Absent or a zero-byte file: a decision that says *healthy*."""
+        return self.kind == "absent" or (self.kind == "content" and self.size == 0)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "data": base64.b64encode(self.data).decode(),
+            "size": self.size,
+            "error": self.error,
+            "uid": self.uid,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> Current:
+        return cls(
+            wire["kind"], base64.b64decode(wire["data"]), wire["size"], wire["error"], wire["uid"]
+        )
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of :func:`replace`.
+
+    Attributes:
+        status: ``done``, or ``conflict`` (the path no longer held ``expect``; nothing
+            was written).
+        before: what the path held when the lock was taken.
+        warnings: problems that did not stop the write (directory sync, no lock, a
+            stale temporary file that could not be removed).
+    """
+
+    status: str
+    before: Current
+    warnings: list[str] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"status": self.status, "before": self.before.to_wire(), "warnings": self.warnings}
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> Result:
+        return cls(wire["status"], Current.from_wire(wire["before"]), list(wire["warnings"]))
+
+
+def _describe(error: OSError) -> str:
+    return f"{errno.errorcode.get(error.errno or 0, 'error')}: {error.strerror}"
+
+
+def _require_regular(path: str, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in FILE_TYPES if test(mode)), "special file")
+        raise NotRegularError(path, kind)
+
+
+def open_regular(path: str, flags: int, mode: int = 0o644) -> tuple[int, os.stat_result]:
+    """Open the regular file ``path``; never follow a symlink nor open anything else.
+
+    ``lstat`` first: an existing path that is not a regular file is refused before any
+    ``open``. Then ``open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
+    mode)`` and ``fstat``: the descriptor must be a regular file and, when the ``lstat``
+    found one, the same ``(st_dev, st_ino)``; a path replaced in between is looked at
+    again (up to three times). ``O_CREAT`` in ``flags`` creates a missing file.
+
+    Returns:
+        The descriptor (the caller closes it) and its ``fstat``.
+
+    Raises:
+        NotRegularError: the path is (or became) a symlink, FIFO, directory, device...
+        FileNotFoundError: the path is missing and ``flags`` has no ``O_CREAT``.
+        OSError: ``lstat``, ``open`` or ``fstat`` failed otherwise; ``EAGAIN``: the path
+            was replaced at every attempt.
+    """
+    for _ in range(_OPEN_ATTEMPTS):
+        try:
+            seen: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            if not flags & os.O_CREAT:
+                raise
+            seen = None
+        if seen is not None:
+            _require_regular(path, seen.st_mode)
+        try:
+            fd = os.open(path, flags | _HOSTILE_OPEN, mode)
+        except OSError as error:
+            if error.errno == errno.ELOOP:  # a symlink put there since the lstat
+                raise NotRegularError(path, "symbolic link") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            _require_regular(path, st.st_mode)
+        except BaseException:
+            os.close(fd)
+            raise
+        if seen is None or (st.st_dev, st.st_ino) == (seen.st_dev, seen.st_ino):
+            return fd, st
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"replaced at each of {_OPEN_ATTEMPTS} attempts to open it", path)
+
+
+def read_current(path: str, limit: int = READ_LIMIT) -> Current:
+    """Read what ``path`` holds, at most ``limit`` bytes; never follows a symlink.
+
+    Opened by :func:`open_regular` (``O_RDONLY``): a symlink, FIFO, directory or device
+    node at ``path`` is ``unreadable`` with the error ``not a regular file: <kind>``
+    (e.g. ``symbolic link``) and is never opened, so its target is not read and nothing
+    blocks. Any other failure is ``unreadable`` with the errno's name and text.
+    """
+    try:
+        fd, st = open_regular(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return Current("absent")
+    except NotRegularError as error:
+        return Current("unreadable", error=error.strerror or "")
+    except OSError as error:
+        return Current("unreadable", error=_describe(error))
+    try:
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return Current("content", b"".join(chunks), st.st_size, uid=st.st_uid)
+    except OSError as error:
+        return Current("unreadable", error=_describe(error))
+    finally:
+        os.close(fd)
+
+
+def _open_lock(lock_path: str) -> int:
+    """Open (create 0644 if missing) the regular file :data:`LOCK_NAME`, read-write or,
+    when it is another account's (a sticky directory), read-only.
+
+    Raises:
+        StepError: step ``lock``; for a lock that is not a regular file the message says
+            what is there and to remove it.
+    """
+    try:
+        try:
+            fd, _ = open_regular(lock_path, os.O_RDWR | os.O_CREAT)
+        except PermissionError as denied:
+            try:
+                fd, _ = open_regular(lock_path, os.O_RDONLY)
+            except FileNotFoundError:  # no lock, and no right to create one
+                raise denied from None
+    except NotRegularError as error:
+        refusal = OSError(
+            error.errno,
+            f"{lock_path} is a {error.kind}, not a regular file: remove it; the next write "
+            "creates the lock as a regular file",
+            lock_path,
+        )
+        raise StepError("lock", refusal) from None
+    except OSError as error:
+        raise StepError("lock", error) from None
+    return fd
+
+
+def _lock(directory: str, wait: float) -> tuple[int, str | None]:
+    """Open and flock :data:`LOCK_NAME`, waiting at most ``wait`` seconds for another
+    writer; return the fd and a warning when ``flock`` is unsupported (then unlocked)."""
+    lock_path = os.path.join(directory, LOCK_NAME)
+    fd = _open_lock(lock_path)
+    started = time.monotonic()
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd, None
+            except BlockingIOError:
+                waited = time.monotonic() - started
+                if waited >= wait:
+                    raise LockBusyError(lock_path, waited) from None
+                time.sleep(0.01)
+            except OSError as error:
+                if error.errno not in _UNSUPPORTED_LOCK:
+                    raise StepError("lock", error) from None
+                return fd, (
+                    f"{lock_path} cannot be locked ({_describe(error)}): concurrent "
+                    "writers are not serialised on this filesystem"
+                )
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _remove_stale_temporaries(directory: str) -> list[str]:
+    """Remove the dead writers' temporary decisions in ``directory`` (the caller holds
+    the lock); a warning for each that could not be removed or looked at."""
+    warnings = []
+    try:
+        names = os.listdir(directory)
+    except OSError as error:
+        return [f"stale temporary files in {directory} not looked for ({_describe(error)})"]
+    now, uid = time.time(), os.geteuid()
+    for name in filter(_DECISION_TEMPORARY.fullmatch, names):
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+            if (
+                stat.S_ISREG(st.st_mode)
+                and st.st_uid == uid
+                and now - st.st_mtime > STALE_TEMPORARY_AGE
+            ):
+                os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            warnings.append(f"the stale temporary file {path} stays ({_describe(error)})")
+    return warnings
+
+
+def _sync_directory(directory: str) -> str | None:
+    """fsync ``directory``; a warning instead of an error (the rename already happened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        return (
+            f"the decision was replaced, but syncing {directory} failed "
+            f"({_describe(error)}): a crash of the file server now could lose it"
+        )
+    return None
+
+
+def _write_all(fd: int, data: bytes, name: str) -> None:
+    """Write all of ``data`` to ``fd`` (looping on partial writes), or raise.
+
+    Raises:
+        OSError: a write failed (its errno, e.g. ``ENOSPC``) or made no progress
+            (``EIO``); the message names ``name`` and how many bytes were written.
+    """
+    written = 0
+    view = memoryview(data)
+    while written < len(data):
+        try:
+            count = os.write(fd, view[written:])
+        except OSError as error:
+            problem = error.strerror or str(error)
+            raise OSError(
+                error.errno, f"{problem} after {written} of {len(data)} bytes", name
+            ) from None
+        if count == 0:
+            raise OSError(
+                errno.EIO, f"a write made no progress after {written} of {len(data)} bytes", name
+            )
+        written += count
+
+
+def _write(path: str, content: bytes) -> None:
+    """Write ``content`` to a temporary file and rename it over ``path``.
+
+    The temporary file is removed on any failure before the rename, also on a
+    :class:`BaseException` (a signal handler that raises).
+    """
+    directory, name = os.path.split(path)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=_TEMPORARY_SUFFIX, dir=directory)
+    except OSError as error:
+        raise StepError("create", error) from None
+    step = "write"
+    try:
+        try:
+            os.fchmod(fd, 0o644)  # on the descriptor: the name may no longer be this file
+            _write_all(fd, content, path)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        step = "rename"
+        os.replace(temp, path)
+    except BaseException as error:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        if isinstance(error, OSError):
+            raise StepError(step, error) from None
+        raise
+
+
+def replace(
+    path: str,
+    content: bytes | None,
+    expect: Current | None = None,
+    *,
+    lock_wait: float = 5.0,
+    lock: bool = True,
+) -> Result:
+    """Atomically write ``content`` at ``path`` (``None``: remove it), if it holds ``expect``.
+
+    Under the directory's lock (unless ``lock=False``, for a file that is not a decision
+    and that only one writer owns) the path is read again (:func:`read_current`); when
+    ``expect`` is given and the path no longer holds it (same kind, size and bytes),
+    nothing is written and the status is ``conflict``. Removing a missing file is
+    ``done``. Holding the lock, the writer first removes the directory's stale
+    temporary files (see the module's documentation).
+
+    Raises:
+        StepError: a filesystem call failed (``step`` names it); nothing was written
+            unless the step is ``rename``'s successor (there is none: a failed sync is
+            a warning). A lock that is not a regular file is step ``lock``.
+        LockBusyError: the lock was held for more than ``lock_wait`` seconds.
+        ValueError: ``lock=False`` for a decision (``segment_health_check.*``).
+    """
+    directory, name = os.path.split(path)
+    if not lock and name.startswith(_DECISION_PREFIX):
+        raise ValueError(f"{path} is a decision: it is written only under the directory's lock")
+    warnings: list[str] = []
+    fd, warning = _lock(directory, lock_wait) if lock else (None, None)
+    try:
+        if warning:
+            warnings.append(warning)
+        elif fd is not None:  # held: no live writer's temporary file is there
+            warnings += _remove_stale_temporaries(directory)
+        before = read_current(path)
+        if expect is not None and before != expect:
+            return Result("conflict", before, warnings)
+        if content is None:
+            if before.kind == "absent":
+                return Result("done", before, warnings)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                raise StepError("remove", error) from None
+        else:
+            _write(path, content)
+        warning = _sync_directory(directory)
+        return Result("done", before, warnings + ([warning] if warning else []))
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the flock
+
+
+def list_names(directory: str) -> list[str]:
+    """The names in ``directory`` (``os.listdir``)."""
+    return os.listdir(directory)
+
+
+def append_text(path: str, text: str) -> None:
+    """Append all of ``text`` to the regular file ``path`` (created 0644 if missing).
+
+    Opened by :func:`open_regular` (``O_RDWR | O_APPEND | O_CREAT``): a symlink or any
+    other non-regular file is refused (:class:`NotRegularError`). When the file does not
+    end with a newline (an earlier append was cut short), a newline is written first, so
+    a new line never continues a cut one. Partial writes are continued; a write that
+    fails or makes no progress raises. (A concurrent appender can at worst make that
+    check see a byte in the middle of its line: one empty line more.)
+
+    Raises:
+        NotRegularError: ``path`` is not a regular file.
+        OSError: opening or writing failed (e.g. ``ENOSPC``); the message names ``path``
+            and how many bytes of ``text`` were written.
+    """
+    fd, _ = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    try:
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            _write_all(fd, b"\n", path)
+        _write_all(fd, text.encode(), path)
+    finally:
+        os.close(fd)
+
+
+# --- the helper process ------------------------------------------------------------------
+
+
+def _op_read(args: dict[str, Any]) -> Any:
+    return read_current(args["path"]).to_wire()
+
+
+def _op_replace(args: dict[str, Any]) -> Any:
+    content = None if args["content"] is None else base64.b64decode(args["content"])
+    expect = None if args["expect"] is None else Current.from_wire(args["expect"])
+    return replace(
+        args["path"], content, expect, lock_wait=args["lock_wait"], lock=args["lock"]
+    ).to_wire()
+
+
+def _op_list(args: dict[str, Any]) -> Any:
+    return list_names(args["path"])
+
+
+def _op_append(args: dict[str, Any]) -> Any:
+    append_text(args["path"], args["text"])
+    return None
+
+
+OPS = {"read": _op_read, "replace": _op_replace, "list": _op_list, "append": _op_append}
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return {"ok": OPS[request["op"]](request["args"])}
+    except LockBusyError as error:
+        return {"busy": error.waited, "lock": error.lock_path}
+    except OSError as error:
+        return {
+            "errno": error.errno or 0,
+            "strerror": error.strerror or str(error),
+            "filename": error.filename,
+            "step": getattr(error, "step", None),
+        }
+
+
+def serve() -> None:
+    """Answer one JSON request per line on stdin with one JSON line on stdout."""
+    for line in sys.stdin.buffer:
+        reply = json.dumps(_answer(json.loads(line)))
+        os.write(1, reply.encode() + b"\n")
+
+
+if __name__ == "__main__":
+    serve()

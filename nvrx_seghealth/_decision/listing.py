@@ -1,0 +1,87 @@
+"""Decision files as an operator tool sees them: listed by name, within a time bound.
+
+The consumer never reads a decision; the operator commands may, to show the producer's
+diagnostic text (:func:`nvrx_seghealth._decision.boundedfs.read_current`: bounded in time and
+size, regular files only, non-blocking, so a FIFO cannot block the reader).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from . import boundedfs
+from .artifact import ARTIFACT_PREFIX
+
+__all__ = ["DecisionFile", "first_line", "list_decisions", "list_directory", "printable"]
+
+_NAME = re.compile(rf"{re.escape(ARTIFACT_PREFIX)}\.([0-9]+)\.([0-9]+)")
+
+
+@dataclass(frozen=True)
+class DecisionFile:
+    """One ``segment_health_check.<job_id>.<task_id>`` entry of the decision directory."""
+
+    job_id: str
+    task_id: str
+    path: str
+
+
+def list_decisions(
+    names: list[str], directory: str, job_id: str | None = None
+) -> list[DecisionFile]:
+    """The entries among ``names`` (of ``directory``) named exactly like decision files,
+    sorted by job and task.
+
+    Temporary files of an atomic write (``.segment_health_check.*.tmp``), the lock file
+    and every other name are ignored. ``job_id`` keeps only that job's decisions.
+    """
+    found = []
+    for name in names:
+        match = _NAME.fullmatch(name)
+        if match and job_id in (None, match.group(1)):
+            path = os.path.join(directory, name)
+            found.append(DecisionFile(match.group(1), match.group(2), path))
+    return sorted(found, key=lambda entry: (int(entry.job_id), int(entry.task_id)))
+
+
+def list_directory(directory: str, timeout: float) -> list[str]:
+    """The names in ``directory`` within ``timeout`` seconds.
+
+    Raises:
+        OSError, FilesystemTimeout: as :func:`nvrx_seghealth._decision.boundedfs.list_names`.
+    """
+    return boundedfs.list_names(directory, timeout)
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on, or hide, made visible.
+
+    Each character that :meth:`str.isprintable` rejects (the C0 and C1 controls and DEL,
+    format characters such as the bidirectional overrides U+202A-U+202E and isolates
+    U+2066-U+2069, the line and paragraph separators U+2028/U+2029, unassigned and
+    surrogate code points, every space other than U+0020) is replaced by its escape:
+    ``\\xHH`` below U+0100, ``\\uHHHH`` below U+10000, ``\\UHHHHHHHH`` above. Every other
+    character, the backslash included, is kept, so the result is for reading, not for
+    decoding back. Use it on every producer-written text an operator tool prints.
+    """
+    return "".join(char if char.isprintable() else _escape(char) for char in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
+
+
+def first_line(data: bytes, width: int = 200) -> str:
+    """The first line of ``data`` as :func:`printable` text (undecodable bytes replaced),
+    at most ``width`` characters."""
+    line = printable(data.split(b"\n", 1)[0].decode("utf-8", "replace").strip())
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -1,0 +1,392 @@
+"""Run a whole simulated job: store, decisions, launchers, srun steps, progress.
+
+:class:`SimulatedJob` is a context manager. Entering it starts the rendezvous store
+(for c10d; etcd-v2 uses an etcd the caller runs), publishes the decisions of the marked
+units and starts the launchers; leaving it stops every process it started, by PID,
+whatever happened. The job advances only while the caller waits in
+:meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single thread polls:
+held-back launchers start, srun steps end, progress is logged), and every wait is bounded.
+Faults are injected through :meth:`SimulatedJob.kill_worker` and
+:meth:`SimulatedJob.kill_agent`, which record each one (:class:`.outcome.FaultEvent`)
+for the recovery time (:meth:`.outcome.JobResult.recovery`).
+
+Standard library only (torch runs in the child processes; :meth:`SimulatedJob.markers`
+and :meth:`SimulatedJob.rendezvous_lists` import it when called).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+
+from .._decision.artifact import publish_decision
+from .._launcher.markers import ReplacementGroupMarkers
+from .launcher import Launcher
+from .outcome import FaultEvent, JobResult, LauncherOutcome
+from .paths import RunPaths
+from .processes import kill_if_running, stop_all
+from .records import WorkerRecord, read_records
+from .rendezvous_state import read_store
+from .slurm import allocation_unit
+from .spec import JobSpec
+from .srun import KILL_WAIT, Step
+from .store_host import StoreHost
+
+__all__ = ["SimulatedJob"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two looks at the processes and the results directory.
+POLL_INTERVAL = 0.2
+#: Seconds the store host may take to report its port (a cold torch import is ~3 s).
+STORE_START_TIMEOUT = 60.0
+
+
+class SimulatedJob:
+    """One simulated Slurm job of real ``torchrun`` agents on 127.0.0.1.
+
+    Args:
+        spec: what to simulate.
+        workdir: an existing directory for logs, decisions and results.
+    """
+
+    def __init__(self, spec: JobSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.paths = RunPaths(workdir)
+        self.run_id = f"sim-{uuid.uuid4().hex[:8]}"
+        self.store = StoreHost(self.paths.logs / "store.log")
+        #: Every launcher's ``--rdzv-endpoint``; set by :meth:`start`.
+        self.endpoint = ""
+        self.decisions: dict[int, Path] = {}
+        self.launchers: dict[str, Launcher] = {}
+        self._steps: dict[str, Step] = {}
+        self._reported: set[tuple[int, str]] = set()
+        self.faults: list[FaultEvent] = []
+        self.started_at = time.time()
+
+    def __enter__(self) -> SimulatedJob:  # noqa: PYI034  (never subclassed)
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the store, publish the marked units' decisions, start the launchers.
+
+        The harness starts its store only when it hosts the c10d store
+        (:attr:`JobSpec.harness_hosts_store`); etcd-v2 keeps its state in the etcd at
+        :attr:`JobSpec.etcd_endpoint`, and a launcher-hosted store starts with that
+        launcher.
+        """
+        if self.spec.harness_hosts_store:
+            self.store.start(STORE_START_TIMEOUT)
+        self.endpoint = self._rendezvous_endpoint()
+        for unit in sorted(self.spec.marked):
+            self.publish_decision(unit)
+        for unit in self.spec.units:
+            launchers = [
+                Launcher(self.spec, unit, procid, self.paths, self.endpoint, self.run_id)
+                for procid in range(self.spec.nodes_per_task)
+            ]
+            step = Step(
+                self.spec.unit_name(unit),
+                launchers,
+                kill_on_bad_exit=unit not in self.spec.no_kill_on_bad_exit,
+            )
+            for launcher in launchers:
+                self.launchers[launcher.label] = launcher
+                self._steps[launcher.label] = step
+        self.started_at = time.time()
+        self._poll()
+
+    def _rendezvous_endpoint(self) -> str:
+        """The ``--rdzv-endpoint`` of every launcher."""
+        if self.spec.etcd_endpoint is not None:
+            return self.spec.etcd_endpoint
+        if self.spec.harness_hosts_store:
+            return self.store.endpoint
+        # A port the kernel had free a moment ago, for the launcher that hosts the store.
+        # Another process could take it before that launcher binds it; on loopback in a
+        # test run that is rare, and the launcher then fails loudly.
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return f"127.0.0.1:{probe.getsockname()[1]}"
+
+    def publish_decision(self, unit: int, text: str | None = None) -> Path:
+        """Mark ``unit`` unhealthy now, as a producer would; returns the decision file."""
+        identity = allocation_unit(self.spec, unit)
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        text = text or f"marked unhealthy by the simulation at {now}\n"
+        path = Path(
+            publish_decision(str(self.paths.decisions), identity.job_id, identity.task_id, text)
+        )
+        self.decisions[unit] = path
+        log.info("decision published for %s: %s", self.spec.unit_name(unit), path)
+        return path
+
+    def workers(self) -> list[WorkerRecord]:
+        """The worker records written so far."""
+        return read_records(self.paths.results)
+
+    def record_fault(self, what: str, in_round: int | None, at: float | None = None) -> FaultEvent:
+        """Record a fault injected ``at`` (default: now) into the world of ``in_round``
+        (``None``: before any world)."""
+        event = FaultEvent(what, time.time() if at is None else at, in_round)
+        self.faults.append(event)
+        log.info("fault: %s (round %s)", what, "none yet" if in_round is None else in_round)
+        return event
+
+    def kill_worker(self, record: WorkerRecord) -> FaultEvent:
+        """SIGKILL one worker process (a worker failure, as torchrun sees it); record it.
+
+        Raises:
+            ValueError: the worker's launcher is not running (its PID may be stale).
+        """
+        if not self.launchers[record.launcher].running:
+            raise ValueError(f"{record.launcher} is not running; not killing pid {record.pid}")
+        event = self.record_fault(
+            f"SIGKILL worker pid {record.pid} of {record.launcher}", record.round
+        )
+        os.kill(record.pid, signal.SIGKILL)
+        return event
+
+    def kill_agent(self, label: str) -> FaultEvent:
+        """SIGKILL launcher ``label``'s torchrun agent alone (the agent dies); record it.
+
+        Its workers are left to the emulated srun: with ``--kill-on-bad-exit=1`` the
+        agent's death ends its unit's step, and the leftovers of the step go with it.
+
+        Raises:
+            ValueError: the launcher is not running.
+        """
+        launcher = self.launchers[label]
+        if not launcher.running or launcher.pid is None:
+            raise ValueError(f"{label} is not running; not killing its agent")
+        rounds = [w.round for w in self.workers() if w.round is not None]
+        event = self.record_fault(
+            f"SIGKILL agent pid {launcher.pid} of {label}", max(rounds, default=None)
+        )
+        os.kill(launcher.pid, signal.SIGKILL)
+        return event
+
+    def rendezvous_lists(self) -> dict[str, frozenset[str] | None]:
+        """The launchers the c10d rendezvous lists now, by list, read from the live store.
+
+        Keys: ``participants`` (of the current round), ``waiting`` (torch's wait list:
+        nodes that make the running world restart) and ``spares`` (torch's redundancy
+        list: nodes beyond ``--nnodes``' maximum, waiting without making anyone restart).
+        Nodes are matched to launchers by their agent's PID, as torch names them. A list
+        is ``None`` when it is unknown: no node has joined yet, or torch's state could not
+        be read (:mod:`.rendezvous_state`).
+
+        Raises:
+            ValueError: the harness does not host the store (etcd-v2, or a launcher does).
+        """
+        if not self.spec.harness_hosts_store:
+            raise ValueError("the rendezvous state is only read from the harness's store")
+        state = read_store(self.store.client(), self.run_id)
+        by_pid = {launcher.pid: label for label, launcher in self.launchers.items()}
+
+        def labels(pids: tuple[int, ...] | None) -> frozenset[str] | None:
+            return None if pids is None else frozenset(by_pid[p] for p in pids if p in by_pid)
+
+        return {
+            "participants": labels(state.participants),
+            "waiting": labels(state.waiting),
+            "spares": labels(state.spares),
+        }
+
+    def markers(self) -> ReplacementGroupMarkers:
+        """The job's replacement-group markers, read through the live store.
+
+        That is the harness's TCPStore, or for etcd-v2 torch's store in etcd (opened
+        with torch's own ``create_backend``, so under torch's key prefix).
+
+        Raises:
+            ValueError: a launcher hosts the store (it lives and dies with that launcher).
+        """
+        if self.spec.etcd_endpoint is not None:
+            from torch.distributed.elastic.rendezvous import RendezvousParameters
+            from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import (
+                create_backend,
+            )
+
+            params = RendezvousParameters("etcd-v2", self.endpoint, self.run_id, 1, 1)
+            store = create_backend(params)[1]
+        elif self.spec.harness_hosts_store:
+            store = self.store.client()
+        else:
+            raise ValueError(f"the store lives in launcher {self.spec.store_in_launcher}")
+        return ReplacementGroupMarkers(store, self.run_id, str(self.spec.array_job_id))
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Advance the job until ``condition()`` holds.
+
+        Raises:
+            TimeoutError: ``what`` did not happen within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self._poll()
+            if condition():
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
+            time.sleep(POLL_INTERVAL)
+
+    def wait(self, timeout: float) -> JobResult:
+        """Advance the job until no launcher runs (or ``timeout``), stop it, return the result.
+
+        Launchers still running after ``timeout`` seconds are stopped and the result
+        says ``timed_out``.
+        """
+        try:
+            self.wait_until(lambda: self.ended, timeout, "the end of the job")
+            timed_out = False
+        except TimeoutError:
+            log.warning("job still running after %.0f s; stopping it", timeout)
+            timed_out = True
+        self._stop_launchers()
+        return self._result(timed_out)
+
+    def stop_now(self) -> JobResult:
+        """Stop the job on purpose (the caller has what it came for) and return the result.
+
+        As :meth:`wait` at its time limit, without the warning: the result says
+        ``timed_out`` when a launcher was still running.
+        """
+        self._poll()
+        timed_out = not self.ended
+        self._stop_launchers()
+        return self._result(timed_out)
+
+    def result(self) -> JobResult:
+        """What the job did so far; launchers still running have no exit code yet."""
+        return self._result(timed_out=False)
+
+    @property
+    def ended(self) -> bool:
+        """No launcher runs any more (as of the last poll, which starts every launcher
+        that may start)."""
+        return not any(launcher.running for launcher in self.launchers.values())
+
+    def stop(self) -> None:
+        """Stop every launcher (with its workers) and the store; safe to call twice."""
+        self._stop_launchers()
+        self.store.stop()
+
+    def _poll(self) -> None:
+        for label, launcher in self.launchers.items():
+            if launcher.poll():
+                self._steps[label].exited(launcher)
+                self._kill_leftover_workers(label)
+        for step in set(self._steps.values()):
+            step.poll()
+        for label, launcher in self.launchers.items():
+            if launcher.started_at is None and not self._steps[label].ended and self._ready(label):
+                launcher.start()
+        self._log_progress()
+
+    def _ready(self, label: str) -> bool:
+        if label in self.spec.never_started:
+            return False
+        if time.time() - self.started_at < self.spec.start_delays.get(label, 0.0):
+            return False
+        after = self.spec.start_after.get(label)
+        if after is None:
+            return True
+        other = self.launchers[after.label]
+        if after.pattern is None:
+            return other.ended_at is not None
+        if after.or_gone and (
+            other.ended_at is not None
+            or (other.started_at is None and self._steps[after.label].ended)
+        ):
+            return True
+        return other.log_has(after.pattern)
+
+    def _log_progress(self) -> None:
+        result = self._result(timed_out=False)
+        for round_ in result.rounds:
+            for milestone, reached in (("formed", round_.formed), ("completed", round_.completed)):
+                if reached and (round_.number, milestone) not in self._reported:
+                    self._reported.add((round_.number, milestone))
+                    log.info(
+                        "round %d: world of %d %s (%s)",
+                        round_.number,
+                        round_.world_size,
+                        milestone,
+                        ", ".join(self.spec.unit_name(u) for u in round_.units),
+                    )
+
+    def _stop_launchers(self) -> None:
+        for launcher in self.launchers.values():
+            if launcher.running:
+                log.info("stopping %s", launcher.label)
+        processes = [launcher.process for launcher in self.launchers.values()]
+        stop_all([process for process in processes if process is not None], KILL_WAIT)
+        for label, launcher in self.launchers.items():
+            launcher.poll()
+            self._kill_leftover_workers(label)
+
+    def _kill_leftover_workers(self, label: str) -> None:
+        """SIGKILL the workers launcher ``label`` left behind when it exited.
+
+        torchrun starts each worker in a session of its own: an agent killed by a signal
+        it cannot handle (SIGKILL) leaves its workers running, and no signal to its
+        process group reaches them. In Slurm the step's end kills every process of the
+        step; here the harness kills them by the PIDs they recorded, once it has seen
+        their agent exit.
+        """
+        marker = f"--results-dir={self.paths.results}"
+        for record in self.workers():
+            if record.launcher == label and kill_if_running(record.pid, marker):
+                log.info("killed pid %d, a worker %s left behind", record.pid, label)
+
+    def _result(self, timed_out: bool) -> JobResult:
+        outcomes = {
+            label: LauncherOutcome(
+                label=label,
+                unit=launcher.unit,
+                procid=launcher.procid,
+                pid=launcher.pid,
+                returncode=launcher.returncode,
+                killed_by_srun=launcher.killed_by_srun,
+                log_path=launcher.log_path,
+                started_at=launcher.started_at,
+                ended_at=launcher.ended_at,
+                events_path=launcher.events_path,
+                metrics_path=launcher.metrics_path,
+            )
+            for label, launcher in self.launchers.items()
+        }
+        ended = [launcher.ended_at for launcher in self.launchers.values() if launcher.ended_at]
+        return JobResult(
+            spec=self.spec,
+            paths=self.paths,
+            launchers=outcomes,
+            workers=self.workers(),
+            decisions=dict(self.decisions),
+            started_at=self.started_at,
+            ended_at=max(ended, default=time.time()),
+            timed_out=timed_out,
+            faults=tuple(self.faults),
+        )

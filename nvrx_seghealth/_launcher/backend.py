@@ -1,0 +1,125 @@
+"""The ``segment-health`` rendezvous backend, registered with torchrun.
+
+``torchrun --rdzv-backend=segment-health --rdzv-conf segment_health_check_dir=DIR ...``
+finds this backend through the ``torchrun.handlers`` entry-point group: torch imports
+:func:`entry_point`, calls it with no arguments and registers the creator it returns.
+The creator builds the inner handler named by ``inner_backend`` (``c10d`` by default,
+or ``etcd-v2``) from the same parameters, shares that backend's store for the
+replacement-group markers, and wraps it in a :class:`SegmentHealthRendezvousHandler`
+that reports the name it was registered under.
+
+Launchers that keep their own registry call :func:`register`.
+
+This module imports torch only inside its functions: torch loads the entry point
+while it imports its own rendezvous package, so a module-level torch import here
+would be circular.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._errors import ConfigurationError
+from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
+from .logs import ensure_visible
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousHandler,
+        RendezvousHandlerRegistry,
+        RendezvousParameters,
+    )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
+
+    from .handler import SegmentHealthRendezvousHandler
+
+__all__ = ["BACKEND_NAME", "create_segment_health_handler", "entry_point", "register"]
+
+BACKEND_NAME = "segment-health"
+
+log = logging.getLogger(__name__)
+
+
+def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Store]:
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    if params.backend == "etcd-v2":
+        try:
+            import etcd  # noqa: F401  (python-etcd; torch silently stubs it when missing)
+        except ImportError:
+            raise ConfigurationError(
+                "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
+                "(the package's etcd extra: pip install '.[etcd]' from a checkout)",
+                setting=f"rdzv-conf {INNER_BACKEND_KEY}=etcd-v2",
+            ) from None
+        from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
+
+        backend: RendezvousBackend
+        backend, store = etcd_rendezvous_backend.create_backend(params)
+    else:
+        from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+
+        if not params.get_as_bool("is_host", True):
+            # torch waits for the store without a word until its timeout (minutes)
+            log.info(
+                "Connecting to the rendezvous store at %s; with is_host=false it must already "
+                "be served there (e.g. by nvrx-seghealth store-host)",
+                params.endpoint,
+            )
+        backend, store = c10d_rendezvous_backend.create_backend(params)
+    return create_handler(store, backend, params), store
+
+
+def create_segment_health_handler(
+    params: RendezvousParameters,
+) -> SegmentHealthRendezvousHandler:
+    """Build the handler for ``params`` (the rendezvous creator torch calls).
+
+    All settings are validated before the inner rendezvous is created.
+
+    Raises:
+        ConfigurationError: a setting is invalid (named in the message).
+    """
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    from .handler import SegmentHealthRendezvousHandler
+
+    settings = BackendSettings.from_rdzv_config(params.config)
+    ensure_visible()
+    inner_params = RendezvousParameters(
+        backend=settings.inner_backend,
+        endpoint=params.endpoint,
+        run_id=params.run_id,
+        min_nodes=params.min_nodes,
+        max_nodes=params.max_nodes,
+        local_addr=params.local_addr,
+        **settings.inner_config,
+    )
+    inner, store = _create_inner(inner_params)
+    return SegmentHealthRendezvousHandler._from_settings(
+        inner, store=store, settings=settings.check, backend=params.backend
+    )
+
+
+def entry_point() -> Callable[[RendezvousParameters], SegmentHealthRendezvousHandler]:
+    """The ``torchrun.handlers`` entry point: returns the rendezvous creator."""
+    return create_segment_health_handler
+
+
+def register(
+    registry: RendezvousHandlerRegistry | None = None,
+    name: str = BACKEND_NAME,
+) -> None:
+    """Register the backend as ``name`` in ``registry`` (default: torch's global one).
+
+    Registering again under the same name is a no-op (torch compares creators), so this
+    is safe in a process where the entry point already registered it.
+    """
+    if registry is None:
+        from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
+
+        registry = rendezvous_handler_registry
+    registry.register(name, create_segment_health_handler)

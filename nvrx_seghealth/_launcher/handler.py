@@ -1,0 +1,275 @@
+"""``SegmentHealthRendezvousHandler``: keeps an excluded allocation unit out of the rendezvous.
+
+The wrapper sits around any torch ``RendezvousHandler`` (c10d, etcd-v2, a launcher's
+own). Every method delegates to the inner handler, except that ``next_rendezvous()``
+asks the launcher's :mod:`.coordinator` before and after it joins: process 0 of the
+unit (``SLURM_PROCID=0``) stats the decision artifact, an excluded array task
+publishes its replacement-group marker, the task's other launchers wait for process
+0's verdict or look at the marker. An exclusion is raised as
+:class:`~.._errors.UnhealthyNodeException`; a launcher that has no part in a check
+(check disabled, a regular job's other tasks, no Slurm job) only delegates.
+
+Do no harm: only an exclusion leaves the wrapper as an exception. Any failure of its
+own work is one WARNING and the launcher goes on as plain torchrun would (fail
+open); the inner handler's own errors pass through unchanged.
+
+Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
+again. On the way out it stops the coordinator's responder and the inner handler's
+keep-alive and, for torch's dynamic handler, leaves the round it was a participant of
+(what torch itself does at the start of every ``next_rendezvous()``), so the others
+need not wait for its heartbeat to expire. ``shutdown()`` / ``set_closed()`` do
+**not** close the shared rendezvous: torch's ``launch_agent`` calls ``shutdown()``
+after any failure, and a dynamic handler's ``shutdown()`` closes the rendezvous for
+every node; delegating it would end the whole job because one unit left.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from torch.distributed import Store
+from torch.distributed.elastic.rendezvous import (
+    RendezvousClosedError,
+    RendezvousHandler,
+    RendezvousInfo,
+)
+
+from .._decision.artifact import DirectoryPath
+from .._errors import UnhealthyNodeException
+from .._settings.check_settings import CheckSettings, check_settings
+from .._settings.durations import DEFAULT_STAT_TIMEOUT
+from .check import SegmentHealthCheck
+from .coordinator import Coordinator, ProcessZero, coordinator_for
+from .events import DecisionRecorder
+from .handoff import VerdictHandoff
+from .markers import ReplacementGroupMarkers
+
+__all__ = ["SegmentHealthRendezvousHandler"]
+
+log = logging.getLogger(__name__)
+
+
+class SegmentHealthRendezvousHandler(RendezvousHandler):
+    """A ``RendezvousHandler`` that refuses to join for an excluded allocation unit.
+
+    Args:
+        inner: the handler that runs the actual rendezvous.
+        store: the store the inner rendezvous shares between all launchers (for c10d,
+            the TCPStore; for etcd-v2, the ``EtcdStore``), used for replacement-group
+            markers. ``None``: markers can be neither published nor read (one WARNING);
+            process 0 still excludes itself.
+        directory: absolute path (``str`` or ``pathlib.Path``) of the decision directory; ``None`` or empty disables
+            the segment health check, and the wrapper only delegates.
+        environ: where to read Slurm's variables (default ``os.environ``).
+        stat_timeout: seconds one ``stat`` of the artifact may take (see
+            :mod:`.._settings.durations` for the range).
+        backend: the name ``get_backend()`` reports (default: the inner handler's).
+            A registered backend must report the name it was registered under.
+        handoff_timeout: seconds a sibling waits for process 0's verdict before it
+            joins without one; ``None``: ``stat_timeout`` plus
+            :data:`~.._settings.durations.HANDOFF_MARGIN` (30 s with the defaults); ``0``: no
+            hand-off.
+
+    Raises:
+        ValueError: ``directory`` is not absolute, or a timeout is out of range
+            (:class:`~.._errors.ConfigurationError`).
+    """
+
+    def __init__(
+        self,
+        inner: RendezvousHandler,
+        *,
+        store: Store | None,
+        directory: DirectoryPath | None,
+        environ: Mapping[str, str] | None = None,
+        stat_timeout: float = DEFAULT_STAT_TIMEOUT,
+        backend: str | None = None,
+        handoff_timeout: float | None = None,
+    ) -> None:
+        settings = check_settings(
+            directory, stat_timeout=stat_timeout, handoff_timeout=handoff_timeout
+        )
+        self._attach(inner, store, settings, environ, backend)
+
+    @classmethod
+    def _from_settings(
+        cls,
+        inner: RendezvousHandler,
+        *,
+        store: Store | None,
+        settings: CheckSettings | None,
+        environ: Mapping[str, str] | None = None,
+        backend: str | None = None,
+    ) -> SegmentHealthRendezvousHandler:
+        """The handler for ``settings``, validated where they entered (``None``: the
+        check is off); the other arguments as for the constructor. For this package's
+        own entry paths (the registered backend), which validate before they build."""
+        handler = cls.__new__(cls)
+        handler._attach(inner, store, settings, environ, backend)
+        return handler
+
+    def _attach(
+        self,
+        inner: RendezvousHandler,
+        store: Store | None,
+        settings: CheckSettings | None,
+        environ: Mapping[str, str] | None,
+        backend: str | None,
+    ) -> None:
+        self._inner = inner
+        self._backend = backend or inner.get_backend()
+        self._coordinator: Coordinator | None = (
+            None
+            if settings is None
+            else coordinator_for(
+                settings,
+                store=store,
+                run_id=inner.get_run_id(),
+                events=DecisionRecorder(inner),
+                environ=environ,
+            )
+        )
+        self._joined = False  # a round of the inner rendezvous was joined
+        self._left = False
+
+    @property
+    def inner(self) -> RendezvousHandler:
+        """The wrapped handler."""
+        return self._inner
+
+    @property
+    def check(self) -> SegmentHealthCheck | None:
+        """The installed check (process 0 only), else ``None``."""
+        coordinator = self._coordinator
+        return coordinator.check if isinstance(coordinator, ProcessZero) else None
+
+    @property
+    def markers(self) -> ReplacementGroupMarkers | None:
+        """The markers of this launcher's array job, when it has a store and a group."""
+        return None if self._coordinator is None else self._coordinator.markers
+
+    @property
+    def handoff(self) -> VerdictHandoff | None:
+        """The hand-off with process 0, for an array launcher with a store, else ``None``."""
+        return None if self._coordinator is None else self._coordinator.handoff
+
+    @property
+    def excluded(self) -> bool:
+        """Whether this launcher's unit has been excluded."""
+        return self._exclusion is not None
+
+    @property
+    def _exclusion(self) -> UnhealthyNodeException | None:
+        return None if self._coordinator is None else self._coordinator.exclusion
+
+    def get_backend(self) -> str:
+        """See base class."""
+        return self._backend
+
+    @property
+    def use_agent_store(self) -> bool:
+        """See base class."""
+        return self._inner.use_agent_store
+
+    def next_rendezvous(self) -> RendezvousInfo:
+        """Ask the coordinator, join through the inner handler, ask it again.
+
+        Raises:
+            UnhealthyNodeException: the unit is excluded.
+            Exception: whatever the inner handler raised.
+        """
+        coordinator = self._coordinator
+        if coordinator is None:
+            return self._join()
+        try:
+            coordinator.before_joining()
+            try:
+                info = self._join()
+            finally:
+                coordinator.out_of_rendezvous()
+            coordinator.after_joining(info.rank)
+        except UnhealthyNodeException:
+            self._leave(coordinator)
+            raise
+        return info
+
+    def _join(self) -> RendezvousInfo:
+        try:
+            info = self._inner.next_rendezvous()
+        except RendezvousClosedError:
+            if not self._joined:  # torch says only "closed"; say why that happens
+                log.error(
+                    "Rendezvous run_id=%s is already closed before this launcher joined "
+                    "it: the job it belongs to has ended, or an earlier run with the same "
+                    "--rdzv-id has in the same store; give every run a new --rdzv-id",
+                    self._inner.get_run_id(),
+                )
+            raise
+        self._joined = True
+        return info
+
+    def is_closed(self) -> bool:
+        """See base class."""
+        return self._inner.is_closed()
+
+    def set_closed(self) -> None:
+        """See base class; does nothing once this unit was excluded."""
+        if self._exclusion is not None:
+            log.info("Segment health check: excluded unit does not close the shared rendezvous")
+            return
+        self._inner.set_closed()
+
+    def num_nodes_waiting(self) -> int:
+        """See base class."""
+        return self._inner.num_nodes_waiting()
+
+    def get_run_id(self) -> str:
+        """See base class."""
+        return self._inner.get_run_id()
+
+    def shutdown(self) -> bool:
+        """See base class. After an exclusion, returns ``False`` without closing.
+
+        The excluded launcher is about to exit; the rendezvous stays open for the
+        healthy units, which re-form without it.
+        """
+        coordinator = self._coordinator
+        if coordinator is not None and coordinator.exclusion is not None:
+            self._leave(coordinator)
+            log.info(
+                "Segment health check: excluded unit leaves the shared rendezvous open "
+                "for the other units"
+            )
+            return False
+        if coordinator is not None:
+            coordinator.stop()
+        return self._inner.shutdown()
+
+    def _leave(self, coordinator: Coordinator) -> None:
+        """Once excluded: stop the coordinator, stop the inner keep-alive, leave the round."""
+        if self._left:
+            return
+        self._left = True
+        coordinator.stop()
+        coordinator.fail_open(
+            "leave-rendezvous", "leave the inner rendezvous", _leave_dynamic_rendezvous, self._inner
+        )
+
+
+def _leave_dynamic_rendezvous(inner: RendezvousHandler) -> None:
+    """Stop a dynamic handler's keep-alive and leave its round, without closing it.
+
+    torch's ``DynamicRendezvousHandler`` has no public way to do this; the calls are
+    the ones its own ``next_rendezvous()`` starts with. Other handlers are left alone.
+    """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+        DynamicRendezvousHandler,
+        _RendezvousExitOp,
+    )
+
+    if not isinstance(inner, DynamicRendezvousHandler):
+        return
+    inner._stop_heartbeats()
+    deadline = inner._get_deadline(inner._settings.timeout.close)
+    inner._op_executor.run(_RendezvousExitOp(), deadline)

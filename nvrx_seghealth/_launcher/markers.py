@@ -1,0 +1,113 @@
+"""Replacement-group markers: which array tasks are excluded, kept in the rendezvous store.
+
+When process 0 of an array task finds its unit unhealthy, it *publishes* a marker for
+the task's replacement group. Every other launcher of that task looks the marker up
+before it joins, and again right after, and stays out of the rendezvous when it is
+there. The markers live in the store that the rendezvous already shares, so no other
+service is involved.
+
+Layout, under ``nvrx_seghealth/<run_id>/<array_job_id>/`` (so several runs and array
+jobs can share one store, which matters for etcd, whose store has one global prefix):
+
+* ``group/<task_id>`` - the marker; its value is the publisher's diagnostic line.
+  Lookup is one ``check`` of this key: O(1) per launcher, never a blocking ``get``.
+* ``count`` and ``slot/<n>`` - a registry for listing: a publisher takes a slot number
+  with the atomic ``add`` and writes its task id there. Concurrent publishers never
+  overwrite each other, and no ``compare_set`` is needed (torch's ``EtcdStore`` has
+  none).
+
+Markers are never erased during a run: with ``--no-requeue`` an excluded task does not
+come back under the same id.
+
+Works with any object that offers the torch ``Store`` methods ``set``, ``get``,
+``add`` and ``check``; this module does not import torch.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .._decision.unit import validate_id
+
+__all__ = ["ReplacementGroupMarkers", "StoreLike"]
+
+
+class StoreLike(Protocol):
+    """The subset of ``torch.distributed.Store`` that markers use."""
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def get(self, key: str) -> bytes: ...
+
+    def add(self, key: str, amount: int) -> int: ...
+
+    def check(self, keys: list[str]) -> bool: ...
+
+
+class ReplacementGroupMarkers:
+    """The markers of one array job in one rendezvous run.
+
+    Args:
+        store: the rendezvous store (un-prefixed, shared by all launchers).
+        run_id: the rendezvous run id (``--rdzv-id``).
+        array_job_id: ``SLURM_ARRAY_JOB_ID`` of the array.
+    """
+
+    def __init__(self, store: StoreLike, run_id: str, array_job_id: str) -> None:
+        if not run_id:
+            raise ValueError("run_id must be a non-empty string")
+        validate_id("array_job_id", array_job_id)
+        self.store = store
+        self.prefix = f"nvrx_seghealth/{run_id}/{array_job_id}/"
+
+    def _group_key(self, group: str) -> str:
+        return f"{self.prefix}group/{validate_id('group', group)}"
+
+    def is_marked(self, group: str) -> bool:
+        """Whether ``group`` is marked. One non-blocking ``check``."""
+        return self.store.check([self._group_key(group)])
+
+    def detail(self, group: str) -> str | None:
+        """The publisher's diagnostic line for ``group``, or ``None`` when unmarked."""
+        key = self._group_key(group)
+        if not self.store.check([key]):
+            return None
+        return self.store.get(key).decode(errors="replace")
+
+    def publish(self, group: str, detail: str) -> bool:
+        """Mark ``group`` excluded, with ``detail`` as its diagnostic line.
+
+        The marker key is written first, so lookups see it as early as possible; then
+        a listing slot is taken. Returns ``False`` when the group was already marked
+        (nothing written), ``True`` otherwise.
+
+        Raises:
+            RuntimeError: the marker is not visible in the store after writing.
+            Exception: whatever the store raised.
+        """
+        key = self._group_key(group)
+        if self.store.check([key]):
+            return False
+        self.store.set(key, detail)  # the store keeps its UTF-8 bytes
+        slot = f"{self.prefix}slot/{self.store.add(self.prefix + 'count', 1)}"
+        self.store.set(slot, group)
+        # A round trip after the writes: some stores answer ``set`` with no reply, and
+        # the publisher is about to exit.
+        if not self.store.check([key, slot]):
+            raise RuntimeError(f"marker {key!r} is not visible in the store after publishing")
+        return True
+
+    def marked_groups(self) -> list[str]:
+        """Every marked group, in numeric order, duplicates removed.
+
+        Costs one ``add`` plus a ``check`` and a ``get`` per slot; meant for operators
+        and hosts, not for every launcher on every round.
+        """
+        count = self.store.add(self.prefix + "count", 0)
+        groups = set()
+        for index in range(1, count + 1):
+            slot = f"{self.prefix}slot/{index}"
+            # A publisher may have taken the slot number and not yet written it.
+            if self.store.check([slot]):
+                groups.add(self.store.get(slot).decode())
+        return sorted(groups, key=int)

@@ -1,0 +1,215 @@
+"""Asking Slurm about nodes and running array tasks, strictly and under a timeout.
+
+Every query runs one Slurm client command in its own process group; a command that has
+not finished within the timeout is killed with its whole group. A failed, hung or
+unparseable answer raises :class:`SlurmError`: callers treat it as "no information",
+never as "all healthy".
+
+Commands used (Slurm 22.05 formats):
+
+* ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'`` — running tasks of a job: array job id,
+  array task index (``N/A`` for a regular job), partition, compressed hostlist (expanded
+  here, :mod:`nvrx_seghealth._producer.hostlist`, not by one ``scontrol`` per task).
+* ``sinfo -p PARTITIONS -N -h -o '%N|%t|%E'`` — one line per node of the job's partitions
+  (and per partition): name, compact state (``drng``, ``drain``, ``down``, ``fail``,
+  ``failg``, ``idle``, ... with a suffix such as ``*`` for not responding), reason
+  (``none`` when there is none; may contain ``|``).
+
+A command killed by a signal handler's exception (SIGTERM of the producer) is killed
+with its process group too.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .hostlist import HostlistError, expand
+
+__all__ = [
+    "NODE_STATES",
+    "NodeState",
+    "RunningTask",
+    "SlurmClient",
+    "SlurmError",
+    "parse_nodes",
+    "parse_running_tasks",
+    "run_slurm_command",
+]
+
+#: ``--states`` names and the compact ``sinfo %t`` states each one covers.
+#: ``no_respond`` is the ``*`` suffix that any state can carry.
+NODE_STATES: dict[str, frozenset[str]] = {
+    "drain": frozenset({"drain", "drng"}),
+    "down": frozenset({"down"}),
+    "fail": frozenset({"fail", "failg"}),
+    "no_respond": frozenset(),
+}
+
+_NODE_LINE = re.compile(
+    r"(?P<node>[^\s|]+)\|(?P<state>[a-z_]+)(?P<flags>[*~#!%$@^+-]*)\|(?P<reason>.*)"
+)
+_TASK_LINE = re.compile(
+    r"(?P<job>[0-9]+)\|(?P<task>[0-9]+|N/A)\|(?P<partition>[^\s|,]+)\|(?P<hostlist>[^\s|]+)"
+)
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed, hung, or answered something this module cannot parse."""
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node as ``sinfo`` shows it: compact state, suffix flags and reason."""
+
+    node: str
+    state: str
+    flags: str
+    reason: str
+
+    def matches(self, states: Iterable[str]) -> bool:
+        """Whether the node is in one of the ``states`` (keys of :data:`NODE_STATES`)."""
+        return any(self.is_in(name) for name in states)
+
+    def is_in(self, name: str) -> bool:
+        """Whether the node is in state ``name`` (a key of :data:`NODE_STATES`)."""
+        return self.state in NODE_STATES[name] or (name == "no_respond" and "*" in self.flags)
+
+    def describe(self) -> str:
+        """``n3 drng (disk errors)``: the node, its state as sinfo shows it, the reason."""
+        reason = f" ({self.reason})" if self.reason else ""
+        return f"{self.node} {self.state}{self.flags}{reason}"
+
+
+@dataclass(frozen=True)
+class RunningTask:
+    """A running allocation unit: ids as in its decision file name, partition, hosts."""
+
+    job_id: str
+    task_id: str
+    partition: str
+    hosts: tuple[str, ...]
+
+
+def run_slurm_command(argv: Sequence[str], timeout: float) -> str:
+    """Run ``argv`` and return its stdout; kill its process group after ``timeout`` s.
+
+    Raises:
+        SlurmError: the command is missing, exits non-zero, or does not finish in time.
+    """
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+    except OSError as error:
+        raise SlurmError(f"{argv[0]}: cannot run: {error}") from None
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise SlurmError(f"{' '.join(argv)}: no answer within {timeout:g} s (killed)") from None
+    except BaseException:  # a signal handler ended the wait: leave nothing running
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    if process.returncode != 0:
+        detail = " ".join(err.split()) or "no error message"
+        raise SlurmError(f"{' '.join(argv)}: exit status {process.returncode}: {detail}")
+    return out
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def parse_nodes(text: str) -> list[NodeState]:
+    """Parse ``sinfo -N -h -o '%N|%t|%E'``; one entry per node (partitions deduplicated).
+
+    Raises:
+        SlurmError: no node at all, or a line that does not have the expected shape.
+    """
+    nodes: dict[str, NodeState] = {}
+    for line in _lines(text):
+        match = _NODE_LINE.fullmatch(line.strip())
+        if match is None:
+            raise SlurmError(f"unexpected sinfo line: {line!r}")
+        reason = match["reason"].strip()
+        nodes.setdefault(
+            match["node"],
+            NodeState(
+                match["node"], match["state"], match["flags"], "" if reason == "none" else reason
+            ),
+        )
+    if not nodes:
+        raise SlurmError("sinfo listed no nodes")
+    return list(nodes.values())
+
+
+def parse_running_tasks(text: str, job_id: str) -> list[RunningTask]:
+    """Parse ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'`` for ``job_id``.
+
+    A regular job (task ``N/A``) is its own unit: task id = job id. Host lists are
+    expanded (:func:`nvrx_seghealth._producer.hostlist.expand`).
+
+    Raises:
+        SlurmError: a malformed line or host list, or a task of another array
+            (``job_id`` names one task of an array instead of the array job).
+    """
+    tasks = []
+    expanded: dict[str, tuple[str, ...]] = {}
+    for line in _lines(text):
+        match = _TASK_LINE.fullmatch(line.strip())
+        if match is None:
+            raise SlurmError(f"unexpected squeue line: {line!r}")
+        if match["job"] != job_id:
+            raise SlurmError(
+                f"job {job_id} belongs to array job {match['job']}: give the array job id "
+                f"(--job-id {match['job']})"
+            )
+        task = job_id if match["task"] == "N/A" else match["task"]
+        hostlist = match["hostlist"]
+        if hostlist not in expanded:
+            try:
+                expanded[hostlist] = tuple(expand(hostlist))
+            except HostlistError as error:
+                raise SlurmError(f"unexpected squeue line {line!r}: {error}") from None
+        tasks.append(RunningTask(job_id, task, match["partition"], expanded[hostlist]))
+    return tasks
+
+
+@dataclass(frozen=True)
+class SlurmClient:
+    """The two queries, each bounded by ``timeout`` seconds."""
+
+    timeout: float
+
+    def nodes(self, partitions: Iterable[str]) -> list[NodeState]:
+        """Every node of ``partitions`` with its state and reason."""
+        out = run_slurm_command(
+            ["sinfo", "-p", ",".join(sorted(set(partitions))), "-N", "-h", "-o", "%N|%t|%E"],
+            self.timeout,
+        )
+        return parse_nodes(out)
+
+    def running_tasks(self, job_id: str) -> list[RunningTask]:
+        """The running tasks of array job (or regular job) ``job_id``."""
+        out = run_slurm_command(
+            ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%P|%N"], self.timeout
+        )
+        return parse_running_tasks(out, job_id)

@@ -1,0 +1,170 @@
+"""The segment health check's settings, validated once, where they enter.
+
+A setting reaches the package by one of three entry paths, and each validates what it
+was given into one :class:`CheckSettings` (or ``None``: the check is off) before any
+rendezvous starts:
+
+* ``--rdzv-conf`` keys of the registered backend: :mod:`.rdzv_conf`;
+* the launcher's flag, YAML field and environment: :mod:`.launcher_options` (``run`` then
+  hands the directory to the backend as an ``--rdzv-conf`` key);
+* the composition API's arguments: ``SegmentHealthRendezvousHandler(...)``,
+  ``SegmentHealthCheck(...)`` and ``get_segment_health_check(...)``.
+
+Below the entry, every layer takes the :class:`CheckSettings` as it is: nothing is
+checked twice, and no layer reaches back up for a default.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .._errors import ConfigurationError
+from .durations import (
+    DEFAULT_STAT_TIMEOUT,
+    HANDOFF_TIMEOUT,
+    STAT_TIMEOUT,
+    default_handoff_timeout,
+    validate_seconds,
+)
+
+__all__ = [
+    "DIRECTORY_ENV",
+    "ENVIRONMENT_SOURCE",
+    "CheckSettings",
+    "check_settings",
+    "directory_from_environment",
+    "require_absolute_directory",
+]
+
+#: The environment variable every entry path falls back to for the directory.
+DIRECTORY_ENV = "NVRX_SEGMENT_HEALTH_CHECK_DIR"
+#: How the environment variable is named in messages.
+ENVIRONMENT_SOURCE = f"environment variable {DIRECTORY_ENV}"
+
+
+def directory_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+    """The directory :data:`DIRECTORY_ENV` gives (``environ``, default ``os.environ``),
+    as written; ``None`` when it is unset or empty."""
+    return (os.environ if environ is None else environ).get(DIRECTORY_ENV) or None
+
+
+def require_absolute_directory(directory: object, *, what: str = "directory") -> str:
+    """Return ``directory`` as a ``str`` when it is an absolute path (a ``str`` or an
+    ``os.PathLike`` of one, e.g. ``pathlib.Path``), else raise ``ConfigurationError``.
+
+    ``what`` names the setting in the message (a CLI flag, an rdzv-conf key, ...).
+    """
+    if isinstance(directory, os.PathLike):
+        directory = os.fspath(directory)
+    if not isinstance(directory, str) or not directory:
+        raise ConfigurationError(
+            f"{what} must be a non-empty absolute path, got {directory!r}", setting=what
+        )
+    if "\0" in directory:
+        raise ConfigurationError(f"{what} contains a NUL byte: {directory!r}", setting=what)
+    if not os.path.isabs(directory):
+        raise ConfigurationError(
+            f"{what} must be an absolute path that every launcher can reach, got "
+            f"{directory!r}; pass e.g. {os.path.abspath(directory)!r}",
+            setting=what,
+        )
+    return directory
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """The validated settings of one launcher's segment health check.
+
+    Built by :meth:`validate` (or :func:`check_settings`); every layer that receives
+    one trusts it.
+
+    Attributes:
+        directory: the absolute decision directory.
+        stat_timeout: seconds one ``stat`` of the decision file may take.
+        handoff_timeout: seconds a sibling waits for process 0's verdict; ``0``: no
+            hand-off.
+    """
+
+    directory: str
+    stat_timeout: float
+    handoff_timeout: float
+
+    @classmethod
+    def validate(
+        cls,
+        directory: object,
+        *,
+        stat_timeout: object = DEFAULT_STAT_TIMEOUT,
+        handoff_timeout: object = None,
+        directory_as: str = "directory",
+        stat_timeout_as: str = "",
+        handoff_timeout_as: str = "",
+    ) -> CheckSettings:
+        """Validate the settings as the user gave them.
+
+        Args:
+            directory: an absolute path.
+            stat_timeout: seconds, in the range of :data:`~.durations.STAT_TIMEOUT`.
+            handoff_timeout: seconds, in the range of
+                :data:`~.durations.HANDOFF_TIMEOUT`; ``None``: ``stat_timeout`` plus
+                :data:`~.durations.HANDOFF_MARGIN`.
+            directory_as, stat_timeout_as, handoff_timeout_as: how the user wrote each
+                setting (a flag, an ``rdzv-conf`` key, ...), for messages; default: the
+                argument's name.
+
+        Raises:
+            ConfigurationError: a value is invalid; the message names the setting.
+        """
+        stat, handoff = _timeouts(
+            stat_timeout, handoff_timeout, stat_timeout_as, handoff_timeout_as
+        )
+        return cls(require_absolute_directory(directory, what=directory_as), stat, handoff)
+
+    @property
+    def handoff_enabled(self) -> bool:
+        """Whether the siblings of an array task wait for process 0's verdict."""
+        return self.handoff_timeout > 0
+
+
+def check_settings(
+    directory: object,
+    *,
+    stat_timeout: object = DEFAULT_STAT_TIMEOUT,
+    handoff_timeout: object = None,
+    directory_as: str = "directory",
+    stat_timeout_as: str = "",
+    handoff_timeout_as: str = "",
+) -> CheckSettings | None:
+    """:meth:`CheckSettings.validate`, where ``None`` or ``""`` as ``directory`` turns
+    the check off (returns ``None``).
+
+    The timeouts are validated all the same: a bad value is an error the day the
+    directory is set, so it is one today.
+
+    Raises:
+        ConfigurationError: a value is invalid; the message names the setting.
+    """
+    if directory is None or directory == "":
+        _timeouts(stat_timeout, handoff_timeout, stat_timeout_as, handoff_timeout_as)
+        return None
+    return CheckSettings.validate(
+        directory,
+        stat_timeout=stat_timeout,
+        handoff_timeout=handoff_timeout,
+        directory_as=directory_as,
+        stat_timeout_as=stat_timeout_as,
+        handoff_timeout_as=handoff_timeout_as,
+    )
+
+
+def _timeouts(
+    stat_timeout: object, handoff_timeout: object, stat_as: str, handoff_as: str
+) -> tuple[float, float]:
+    stat = validate_seconds(STAT_TIMEOUT, stat_timeout, given_as=stat_as)
+    if handoff_timeout is None:
+        return stat, default_handoff_timeout(stat)
+    return stat, validate_seconds(HANDOFF_TIMEOUT, handoff_timeout, given_as=handoff_as)

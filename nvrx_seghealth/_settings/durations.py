@@ -1,0 +1,134 @@
+"""Every duration a user can set, with its finite range, validated by one function.
+
+A timeout reaches the package three ways: a ``--rdzv-conf`` string, a launcher flag or
+YAML field, or a keyword argument of the composition API. Each goes through
+:func:`validate_seconds` with its :class:`DurationSetting`, so the same value is
+accepted or refused with the same message whichever way it came, before any
+rendezvous. Infinite, NaN, boolean and out-of-range values are refused: an unbounded
+wait has no place in a launcher, and a huge value would fail later, inside a lock or
+a ``poll``, where the error is no longer the user's to fix.
+
+========================  ==============  ============================================
+setting                   range (s)       default
+========================  ==============  ============================================
+``stat_timeout``          [0.1, 600]      10
+``handoff_timeout``       [0, 3600]       ``stat_timeout`` + 20; ``0``: no hand-off
+========================  ==============  ============================================
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .._errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_STAT_TIMEOUT",
+    "HANDOFF_MARGIN",
+    "HANDOFF_TIMEOUT",
+    "MINIMUM_STAT_TIMEOUT",
+    "STAT_TIMEOUT",
+    "DurationSetting",
+    "default_handoff_timeout",
+    "validate_seconds",
+]
+
+#: Seconds one ``stat`` of the artifact may take before the consumer fails open.
+#: A healthy Lustre/NFS metadata server answers in milliseconds, a loaded one in
+#: well under a second; 10 s leaves a wide margin for a slow but live server and
+#: stays small beside a rendezvous round (torch's last-call wait alone is 30 s).
+DEFAULT_STAT_TIMEOUT = 10.0
+
+#: Seconds a sibling waits for process 0 beyond process 0's own stat bound: srun starts
+#: a step's launchers within about a second, but interpreter and torch start-up take
+#: 2-5 s on a loaded node and a first TCPStore connect can stall 5 s.
+HANDOFF_MARGIN = 20.0
+
+
+@dataclass(frozen=True)
+class DurationSetting:
+    """One user-settable duration.
+
+    Attributes:
+        name: the setting's name as the user writes it (composition argument name).
+        meaning: what the duration bounds, for messages.
+        minimum: the smallest accepted value in seconds, ``0`` included.
+        maximum: the largest accepted value in seconds.
+        example: a value to suggest in messages.
+        minimum_reason: why a positive minimum is the smallest that works.
+    """
+
+    name: str
+    meaning: str
+    minimum: float
+    maximum: float
+    example: float
+    minimum_reason: str = ""
+
+    @property
+    def range_text(self) -> str:
+        """The accepted range, e.g. ``0.1 <= s <= 600``."""
+        return f"{self.minimum:g} <= s <= {self.maximum:g}"
+
+
+#: The smallest stat bound: a ready stat helper answers a live filesystem in well under
+#: a millisecond, but a loaded node can keep a process off the CPU for tens of
+#: milliseconds, and a bound below that would fail open on a healthy filesystem.
+MINIMUM_STAT_TIMEOUT = 0.1
+
+STAT_TIMEOUT = DurationSetting(
+    "stat_timeout",
+    "how long one stat of the decision file may take",
+    MINIMUM_STAT_TIMEOUT,
+    600.0,
+    10.0,
+    "a smaller bound fails open on a healthy but loaded node",
+)
+HANDOFF_TIMEOUT = DurationSetting(
+    "handoff_timeout",
+    "how long the other launchers of an array task wait for process 0's verdict "
+    "(0 turns the hand-off off)",
+    0.0,
+    3600.0,
+    30.0,
+)
+
+
+def validate_seconds(setting: DurationSetting, value: object, *, given_as: str = "") -> float:
+    """Return ``value`` as seconds when it is a number (or a numeric string) in range.
+
+    Args:
+        setting: which duration ``value`` is.
+        value: a number, or a string as ``--rdzv-conf`` and YAML deliver them.
+        given_as: how the user wrote the setting (e.g. ``rdzv-conf
+            segment_health_check_stat_timeout``), for the message; default: its name.
+
+    Raises:
+        ConfigurationError: ``value`` is not a finite number in the setting's range.
+    """
+    seconds = math.nan
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            seconds = float(value)
+        except ValueError:
+            pass
+    if not (math.isfinite(seconds) and setting.minimum <= seconds <= setting.maximum):
+        why = (
+            f" ({setting.minimum:g} s is the smallest that works: {setting.minimum_reason})"
+            if setting.minimum_reason and 0 < seconds < setting.minimum
+            else ""
+        )
+        raise ConfigurationError(
+            f"{given_as or setting.name}={value!r} is not a number of seconds in "
+            f"{setting.range_text}{why}; it sets {setting.meaning} (e.g. {setting.example:g})",
+            setting=given_as or setting.name,
+        )
+    return seconds
+
+
+def default_handoff_timeout(stat_timeout: float) -> float:
+    """The default bound of a sibling's wait: process 0's stat bound plus the margin."""
+    return stat_timeout + HANDOFF_MARGIN

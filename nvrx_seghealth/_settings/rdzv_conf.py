@@ -1,0 +1,178 @@
+"""Configuration of the registered backend, from ``--rdzv-conf`` and the environment.
+
+Keys read from the rendezvous configuration (``--rdzv-conf k=v,...``), all removed
+before the rest is handed to the inner backend:
+
+========================================  ========================================  ==========
+key                                       meaning                                   default
+========================================  ========================================  ==========
+``segment_health_check_dir``              absolute decision directory               see below
+``segment_health_check_stat_timeout``     seconds one artifact ``stat`` may take,    10
+                                          in [0.1, 600]
+``segment_health_check_handoff_timeout``  seconds a sibling waits for process 0's    stat bound
+                                          verdict, in [0, 3600]; ``0`` turns the    + 20
+                                          hand-off off
+``inner_backend``                         the rendezvous that does the work         ``c10d``
+========================================  ========================================  ==========
+
+A key that looks like one of these but is not is refused with the closest valid key:
+passed on, the inner backend would ignore it and the check would be off (or differently
+bound) without a word. Keys are compared without regard to case or to ``-`` against
+``_``; a key looks like ours when it is a close misspelling of one, contains
+``segment_health``, or is the composition API's name for one (``stat_timeout``,
+``handoff_timeout``).
+
+Without ``segment_health_check_dir`` the environment variable
+``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used (empty counts as unset); with neither, the
+check is disabled and the backend is a pure pass-through. Every value is validated
+here, once, before any rendezvous starts (the timeouts even when the check is off), and
+a bad one raises :class:`ConfigurationError` naming the key and the fix; the layers
+below take the :class:`~.check_settings.CheckSettings` as it is.
+
+Does not import torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import ConfigurationError
+from .check_settings import (
+    ENVIRONMENT_SOURCE,
+    CheckSettings,
+    check_settings,
+    directory_from_environment,
+)
+from .durations import DEFAULT_STAT_TIMEOUT
+
+__all__ = [
+    "DIRECTORY_KEY",
+    "HANDOFF_TIMEOUT_KEY",
+    "INNER_BACKENDS",
+    "INNER_BACKEND_KEY",
+    "STAT_TIMEOUT_KEY",
+    "BackendSettings",
+    "lookalike",
+]
+
+DIRECTORY_KEY = "segment_health_check_dir"
+STAT_TIMEOUT_KEY = "segment_health_check_stat_timeout"
+HANDOFF_TIMEOUT_KEY = "segment_health_check_handoff_timeout"
+INNER_BACKEND_KEY = "inner_backend"
+#: The rendezvous backends the wrapper can run inside, the default first.
+INNER_BACKENDS = ("c10d", "etcd-v2")
+
+
+#: The keys this package reads from ``--rdzv-conf``.
+OUR_KEYS = (DIRECTORY_KEY, STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, INNER_BACKEND_KEY)
+
+
+#: The composition API's names of the rdzv-conf keys, refused there with the key meant.
+_ARGUMENT_NAMES = {"stat_timeout": STAT_TIMEOUT_KEY, "handoff_timeout": HANDOFF_TIMEOUT_KEY}
+
+
+def lookalike(key: str, known: Iterable[str]) -> str | None:
+    """The known setting that ``key`` was probably meant to be, or ``None``.
+
+    A key looks like one of ours when, compared without regard to case or to ``-``
+    against ``_``, it is a close misspelling of a known key, contains
+    ``segment_health``, or is a composition argument's name for one (see the module
+    documentation): passed on, it would be ignored, and the check would be off (or
+    differently bound) without a word.
+    """
+    known = list(known)
+    if key in known:
+        return None
+    folded = key.lower().replace("-", "_")
+    by_folded = {name.lower().replace("-", "_"): name for name in known}
+    if folded in by_folded:
+        return by_folded[folded]
+    if folded in _ARGUMENT_NAMES and _ARGUMENT_NAMES[folded] in known:
+        return _ARGUMENT_NAMES[folded]
+    matches = difflib.get_close_matches(folded, list(by_folded), n=1, cutoff=0.8)
+    if matches:
+        return by_folded[matches[0]]
+    if "segment_health" in folded:
+        return by_folded[difflib.get_close_matches(folded, list(by_folded), n=1, cutoff=0.0)[0]]
+    return None
+
+
+def _refuse_lookalikes(config: Mapping[str, Any]) -> None:
+    for key in config:
+        meant = lookalike(str(key), OUR_KEYS)
+        if meant is not None:
+            raise ConfigurationError(
+                f"rdzv-conf {key} is not a segment-health setting (did you mean {meant}?); "
+                f"the settings are {', '.join(OUR_KEYS)}",
+                setting=f"rdzv-conf {key}",
+            )
+
+
+def _directory(config: Mapping[str, Any], environ: Mapping[str, str] | None) -> tuple[Any, str]:
+    """The directory as written (``None``: nothing gives one) and how it was given."""
+    if DIRECTORY_KEY not in config:
+        return directory_from_environment(environ), ENVIRONMENT_SOURCE
+    value = config[DIRECTORY_KEY]
+    if value in ("", None):
+        raise ConfigurationError(
+            f"rdzv-conf {DIRECTORY_KEY} is empty; give the absolute decision directory, or "
+            "omit the key to disable the segment health check",
+            setting=f"rdzv-conf {DIRECTORY_KEY}",
+        )
+    return value, f"rdzv-conf {DIRECTORY_KEY}"
+
+
+def _inner_backend(config: Mapping[str, Any]) -> str:
+    value = config.get(INNER_BACKEND_KEY, INNER_BACKENDS[0])
+    if value not in INNER_BACKENDS:
+        raise ConfigurationError(
+            f"rdzv-conf {INNER_BACKEND_KEY}={value!r} is not supported; use one of "
+            f"{', '.join(INNER_BACKENDS)} (the inner backend must share its store for "
+            "replacement-group markers)",
+            setting=f"rdzv-conf {INNER_BACKEND_KEY}",
+        )
+    return str(value)
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """The validated settings of one ``segment-health`` rendezvous handler.
+
+    Attributes:
+        check: the check's settings, or ``None`` (no directory: the check is off).
+        inner_backend: ``c10d`` or ``etcd-v2``.
+        inner_config: the rendezvous configuration without this package's keys.
+    """
+
+    check: CheckSettings | None
+    inner_backend: str
+    inner_config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_rdzv_config(
+        cls, config: Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> BackendSettings:
+        """Validate ``config`` (``RendezvousParameters.config``) and the environment
+        (``environ``, default ``os.environ``).
+
+        Raises:
+            ConfigurationError: a value is invalid.
+        """
+        _refuse_lookalikes(config)
+        directory, directory_as = _directory(config, environ)
+        check = check_settings(
+            directory,
+            stat_timeout=config.get(STAT_TIMEOUT_KEY, DEFAULT_STAT_TIMEOUT),
+            handoff_timeout=config.get(HANDOFF_TIMEOUT_KEY),
+            directory_as=directory_as,
+            stat_timeout_as=f"rdzv-conf {STAT_TIMEOUT_KEY}",
+            handoff_timeout_as=f"rdzv-conf {HANDOFF_TIMEOUT_KEY}",
+        )
+        return cls(
+            check=check,
+            inner_backend=_inner_backend(config),
+            inner_config={k: v for k, v in config.items() if k not in OUR_KEYS},
+        )

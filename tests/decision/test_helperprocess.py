@@ -1,0 +1,217 @@
+"""The helper-process client on its own, with an echo helper that can be made to hang
+(``sleep``) or to die (``exit``) in the middle of a call. Other processes' calls are
+real processes running the same client (``python -c``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from nvrx_seghealth._decision import helperprocess
+from nvrx_seghealth._decision.helperprocess import STUCK_TAG, HelperClient, HelperStartError
+
+ECHO = r"""
+import os, sys, time
+os.write(1, b"nvrx-seghealth-helper-ready\n")
+for line in sys.stdin.buffer:
+    if line.startswith(b"sleep "):
+        time.sleep(float(line.split()[1]))
+    if line == b"exit\n":
+        os._exit(3)
+    os.write(1, line)
+"""
+
+
+class Late(Exception):
+    def __init__(self, key: str, waited: float, earlier: bool) -> None:
+        super().__init__(key, waited, earlier)
+        self.key, self.waited, self.earlier = key, waited, earlier
+
+
+TAG = "nvrx-seghealth-test-helper"
+
+
+@pytest.fixture
+def client() -> HelperClient:
+    return HelperClient("echo", ["-c", ECHO], TAG, Late)
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def helper_pid(client: HelperClient) -> int:
+    assert client._helper is not None
+    return client._helper.process.pid
+
+
+def test_replies_come_back_from_one_reused_helper(client):
+    assert client.call("a", b"one\n", 5) == b"one"
+    pid = helper_pid(client)
+    assert client.call("b", b"two\n", 5) == b"two"
+    assert helper_pid(client) == pid
+
+
+def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
+    client.call("a", b"warm\n", 5)
+    started = time.monotonic()
+    with pytest.raises(Late) as late:
+        client.call("a", b"sleep 1.5\n", 0.3)
+    assert (late.value.key, late.value.earlier) == ("a", False)
+    assert 0.3 <= late.value.waited < 1.5
+    with pytest.raises(Late) as refused:
+        client.call("a", b"x\n", 5)
+    assert refused.value.earlier and time.monotonic() - started < 1.5
+    assert client.call("b", b"other\n", 5) == b"other"  # a new helper, meanwhile
+    deadline = time.monotonic() + 10
+    while True:  # the abandoned helper's sleep ends, it exits, its reaper forgets it
+        try:
+            assert client.call("a", b"again\n", 5) == b"again"
+            break
+        except Late:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+
+
+def test_a_helper_that_dies_in_a_call_is_an_oserror_and_is_replaced(client):
+    client.call("a", b"warm\n", 5)
+    dead = helper_pid(client)
+    with pytest.raises(OSError, match="the echo helper process exited"):
+        client.call("a", b"exit\n", 5)
+    deadline = time.monotonic() + 10
+    while True:  # refused only until the reaper has seen it exit
+        try:
+            assert client.call("a", b"back\n", 5) == b"back"
+            break
+        except Late:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert helper_pid(client) != dead
+
+
+def test_the_start_up_of_a_helper_is_not_part_of_a_calls_bound():
+    """A helper that takes 0.5 s to be ready answers each call with a 0.05 s bound: the
+    first one, and those after an abandoned call (which start a new helper)."""
+    slow = HelperClient("echo", ["-c", "import time; time.sleep(0.5)" + ECHO], TAG, Late)
+    key = f"slow-{uuid.uuid4()}"
+    assert [slow.call(key, b"%d\n" % n, 0.05) for n in range(3)] == [b"0", b"1", b"2"]
+    with pytest.raises(Late):
+        slow.call(key, b"sleep 2\n", 0.05)
+    other = f"other-{uuid.uuid4()}"
+    assert [slow.call(other, b"%d\n" % n, 0.05) for n in range(6)] == [b"%d" % n for n in range(6)]
+
+
+def test_start_makes_the_helper_ready_ahead_of_the_first_call(client):
+    client.start()
+    pid = helper_pid(client)
+    client.start()  # a no-op while it is ready
+    assert helper_pid(client) == pid
+    assert client.call("a", b"one\n", 0.05) == b"one"
+    assert helper_pid(client) == pid
+
+
+def test_a_helper_that_never_gets_ready_is_a_start_error_and_is_killed(monkeypatch):
+    monkeypatch.setattr(helperprocess, "STARTUP_TIMEOUT", 0.3)
+    monkeypatch.setattr(helperprocess, "_interpreters", lambda: [sys.executable])
+    mute = HelperClient("mute", ["-c", "import time; time.sleep(60)"], TAG, Late)
+    with pytest.raises(HelperStartError, match="the mute helper process cannot be started"):
+        mute.call("a", b"x\n", 5)
+    assert mute._helper is None
+
+
+# Another process: abandons a call with KEY (argv[1]) whose helper sleeps for argv[2] s,
+# or (argv[3] == "busy") makes that call with a bound long enough; says "ready" first.
+OTHER = textwrap.dedent(
+    f"""
+    import sys
+    from nvrx_seghealth._decision.helperprocess import HelperClient
+    class Late(Exception):
+        pass
+    client = HelperClient("echo", ["-c", {ECHO!r}], {TAG!r}, lambda *args: Late(*args))
+    key, seconds, how = sys.argv[1:]
+    client.call(key, b"warm\\n", 30)
+    print("ready", flush=True)
+    try:
+        client.call(key, b"sleep " + seconds.encode() + b"\\n", 60 if how == "busy" else 0.2)
+    except Late:
+        print("abandoned", flush=True)
+    """
+)
+
+
+def records(key: str) -> list[list[bytes]]:
+    """The argv of each live stuck record of ``key``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if len(argv) >= 4 and argv[-4] == STUCK_TAG.encode() and argv[-3] == key.encode():
+            found.append(argv)
+    return found
+
+
+def test_a_call_another_process_abandoned_refuses_the_key_at_once_until_it_returns(client):
+    key = f"dir-{uuid.uuid4()}"
+    other = subprocess.run(
+        [sys.executable, "-c", OTHER, key, "30", "abandon"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert other.stdout.split() == ["ready", "abandoned"], other.stderr
+    (record,) = records(key)  # the other process has exited; its stuck helper has not
+    stuck_helper = int(record[-2])
+    try:
+        started = time.monotonic()
+        with pytest.raises(Late) as refused:
+            client.call(key, b"x\n", 10)
+        assert refused.value.earlier and refused.value.key == key
+        assert time.monotonic() - started < 5  # not sent: no wait for the 10 s bound
+        assert client.call(f"elsewhere-{uuid.uuid4()}", b"y\n", 10) == b"y"
+    finally:
+        os.kill(stuck_helper, signal.SIGKILL)  # its call "returns": the record exits too
+    wait_until(lambda: records(key) == [])
+    assert client.call(key, b"z\n", 10) == b"z"
+
+
+def test_a_helper_another_live_process_is_merely_using_is_not_counted_as_stuck(client):
+    key = f"dir-{uuid.uuid4()}"
+    other = subprocess.Popen(
+        [sys.executable, "-c", OTHER, key, "3", "busy"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "ready\n"
+        assert client.call(key, b"mine\n", 10) == b"mine"  # while the other's call runs
+        assert records(key) == []
+    finally:
+        other.communicate(timeout=60)
+
+
+def test_many_processes_abandoning_one_key_leave_one_stuck_helper():
+    key = f"dir-{uuid.uuid4()}"
+    command = [sys.executable, "-c", OTHER, key, "30", "abandon"]
+    outputs = [
+        subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        for _ in range(3)
+    ]
+    try:
+        assert outputs[0].stdout.split() == ["ready", "abandoned"]
+        assert len(records(key)) == 1
+        for later in outputs[1:]:  # refused before its warm-up call was sent
+            assert later.returncode != 0 and "Late" in later.stderr
+    finally:
+        for record in records(key):
+            os.kill(int(record[-2]), signal.SIGKILL)
+    wait_until(lambda: records(key) == [])

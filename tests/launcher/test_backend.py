@@ -1,0 +1,225 @@
+"""The registered backend, found the way torchrun finds it: in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
+
+from nvrx_seghealth import BACKEND_NAME, publish_decision, register
+from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._launcher.backend import create_segment_health_handler
+
+from ..support import exclusion_tokens, free_port, slurm_env
+
+# One write(2) per line: two workers share the pipe, and print() may write in pieces.
+WORKER = "import os; os.write(1, f\"worker rank {os.environ['RANK']}\\n\".encode())\n"
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_entry_point_is_found_by_torchs_registry_in_a_fresh_interpreter(tmp_path):
+    code = f"""
+import json
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+handler = get_rendezvous_handler(RendezvousParameters(
+    "segment-health", "127.0.0.1:{free_port()}", "run", 1, 1, is_host="true",
+    segment_health_check_dir={str(tmp_path)!r}))
+print(json.dumps({{"type": type(handler).__name__, "backend": handler.get_backend(),
+                  "inner": handler.inner.get_backend(), "check": handler.check is not None,
+                  "markers": handler.markers is not None}}))
+"""
+    done = run_python(code, slurm_env(task=3))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "type": "SegmentHealthRendezvousHandler",
+        "backend": "segment-health",
+        "inner": "c10d",
+        "check": True,
+        "markers": True,
+    }
+    assert "Exception while registering out of tree plugin" not in done.stderr
+
+
+def test_register_into_a_launchers_own_registry_under_any_name(tmp_path):
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    registry = RendezvousHandlerRegistry()
+    register(registry, name="my-health")
+    register(registry, name="my-health")  # idempotent
+    register()  # torch's registry already holds it from the entry point: no error
+    handler = registry.create_handler(
+        RendezvousParameters("my-health", f"127.0.0.1:{free_port()}", "run", 1, 1, is_host="true")
+    )
+    assert handler.get_backend() == "my-health"
+    assert handler.check is None  # no directory: pure pass-through
+    handler.shutdown()
+
+
+@pytest.mark.parametrize(
+    "conf,expected", [({}, True), ({"segment_health_check_handoff_timeout": "0"}, False)]
+)
+def test_the_handoff_is_on_by_default_and_the_key_turns_it_off(
+    tmp_path, monkeypatch, conf, expected
+):
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    for key, value in slurm_env(task=3, procid=1).items():
+        monkeypatch.setenv(key, value)
+    handler = create_segment_health_handler(
+        RendezvousParameters(
+            BACKEND_NAME,
+            f"127.0.0.1:{free_port()}",
+            "run",
+            1,
+            1,
+            is_host="true",
+            segment_health_check_dir=str(tmp_path),
+            **conf,
+        )
+    )
+    assert (handler.handoff is not None) is expected
+    handler.shutdown()
+
+
+def test_bad_configuration_fails_before_any_rendezvous():
+    """No store is reached: the endpoint has no server and would time out if dialled."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    params = RendezvousParameters(
+        BACKEND_NAME,
+        f"127.0.0.1:{free_port()}",
+        "run",
+        1,
+        1,
+        is_host="false",
+        read_timeout="60",
+        segment_health_check_dir="relative/shc",
+    )
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError) as refused:
+        create_segment_health_handler(params)
+    assert refused.value.setting == "rdzv-conf segment_health_check_dir"
+    assert time.monotonic() - started < 5
+
+
+def test_a_store_client_says_where_it_waits_for_the_store(tcp_store, caplog):
+    """With is_host=false torch waits for the store silently; the wrapper says so first."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    endpoint = f"127.0.0.1:{tcp_store.port}"
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth._launcher.backend")
+    handler = create_segment_health_handler(
+        RendezvousParameters(BACKEND_NAME, endpoint, "run", 1, 1, is_host="false")
+    )
+    (said,) = [r for r in caplog.records if r.name == "nvrx_seghealth._launcher.backend"]
+    assert endpoint in said.getMessage() and "store-host" in said.getMessage()
+    handler.shutdown()
+
+
+def torchrun(tmp_path, env, conf: str, *, nproc: int = 1):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=segment-health",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-conf={conf}",
+        str(worker),
+    ]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**clean, **env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        check=False,
+    )
+
+
+def test_under_torchrun_the_install_line_and_the_exclusion_reach_stderr(tmp_path):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    path = publish_decision(str(shc), "41", "2", "drained")
+    done = torchrun(tmp_path, slurm_env(task=2, array_job=41), f"segment_health_check_dir={shc}")
+    assert done.returncode not in (0, 93)
+    assert f"Segment health check installed directory={shc} job_id=41 task_id=2" in done.stderr
+    assert "UnhealthyNodeException" in done.stderr
+    tokens = re.escape(exclusion_tokens("41", "2"))
+    assert re.search(rf"{re.escape(path)}\b.*; {tokens}$", done.stderr, re.MULTILINE)
+    assert "worker rank" not in done.stdout
+
+
+def test_under_torchrun_a_fail_open_warning_reaches_stderr_and_training_runs(tmp_path):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    os.mkfifo(shc / "segment_health_check.41.2")
+    done = torchrun(
+        tmp_path, slurm_env(task=2, array_job=41), f"segment_health_check_dir={shc}", nproc=2
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cannot judge" in done.stderr and "not a regular file: FIFO" in done.stderr
+    assert sorted(done.stdout.split("\n")[:2]) == ["worker rank 0", "worker rank 1"]
+
+
+def test_under_torchrun_the_environment_variable_configures_the_directory(tmp_path):
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    publish_decision(str(shc), "9", "9", "bad")
+    done = torchrun(
+        tmp_path, {**slurm_env(job=9), "NVRX_SEGMENT_HEALTH_CHECK_DIR": str(shc)}, "join_timeout=30"
+    )
+    assert done.returncode not in (0, 93)
+    assert exclusion_tokens("9", "9") in done.stderr
+
+
+def test_under_torchrun_a_relative_directory_is_refused_with_the_fix(tmp_path):
+    done = torchrun(tmp_path, slurm_env(task=2), "segment_health_check_dir=shc")
+    assert done.returncode != 0
+    assert "rdzv-conf segment_health_check_dir must be an absolute path" in done.stderr
+    assert "worker rank" not in done.stdout
+
+
+def test_etcd_v2_without_python_etcd_names_the_extra_to_install():
+    """python-etcd is installed here; its absence is injected with an import blocker."""
+    code = """
+import importlib.abc, sys
+class NoEtcd(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "etcd":
+            raise ModuleNotFoundError("No module named 'etcd'", name="etcd")
+sys.modules.pop("etcd", None)
+sys.meta_path.insert(0, NoEtcd())
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from nvrx_seghealth._launcher.backend import create_segment_health_handler
+try:
+    create_segment_health_handler(RendezvousParameters(
+        "segment-health", "127.0.0.1:2379", "run", 1, 1, inner_backend="etcd-v2"))
+except ValueError as error:
+    print(error)
+"""
+    done = run_python(code)
+    assert done.returncode == 0, done.stderr
+    assert "inner_backend=etcd-v2" in done.stdout and "pip install python-etcd" in done.stdout

@@ -1,0 +1,106 @@
+"""One validator for every duration, whichever way the value is given."""
+
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+
+from nvrx_seghealth import SegmentHealthCheck, SegmentHealthRendezvousHandler
+from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._settings.durations import (
+    HANDOFF_TIMEOUT,
+    MINIMUM_STAT_TIMEOUT,
+    STAT_TIMEOUT,
+    default_handoff_timeout,
+    validate_seconds,
+)
+from nvrx_seghealth._settings.rdzv_conf import BackendSettings
+
+from ..support import slurm_env
+
+REFUSED_STAT = [
+    0,
+    0.005,
+    "0.05",
+    -1,
+    600.5,
+    1e10,
+    float("inf"),
+    float("nan"),
+    True,
+    None,
+    "soon",
+    "",
+    [5],
+]
+REFUSED_HANDOFF = [-0.1, 3600.5, 1e10, float("inf"), float("nan"), False, None, "later"]
+
+
+@pytest.mark.parametrize("value,seconds", [(10, 10.0), ("2.5", 2.5), (600, 600.0), ("0.1", 0.1)])
+def test_stat_timeouts_in_range_are_seconds(value, seconds):
+    assert validate_seconds(STAT_TIMEOUT, value) == seconds
+
+
+@pytest.mark.parametrize("value", REFUSED_STAT)
+def test_stat_timeouts_out_of_range_are_refused_the_same_way_everywhere(value, tmp_path):
+    with pytest.raises(ConfigurationError) as refused:
+        validate_seconds(STAT_TIMEOUT, value)
+    assert refused.value.setting == "stat_timeout"
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        with pytest.raises(ConfigurationError) as refused:
+            BackendSettings.from_rdzv_config({"segment_health_check_stat_timeout": str(value)}, {})
+        assert refused.value.setting == "rdzv-conf segment_health_check_stat_timeout"
+    with pytest.raises(ConfigurationError) as refused:
+        SegmentHealthCheck(str(tmp_path), "1", "2", stat_timeout=value)
+    assert refused.value.setting == "stat_timeout"
+
+
+@pytest.mark.parametrize("value", [0.005, "0.05", 0.0999])
+def test_a_stat_bound_below_the_smallest_that_works_says_which_that_is(value):
+    """A bound the helper cannot meet on a loaded node would fail open on every round."""
+    with pytest.raises(ConfigurationError) as refused:
+        validate_seconds(
+            STAT_TIMEOUT, value, given_as="rdzv-conf segment_health_check_stat_timeout"
+        )
+    assert refused.value.setting == "rdzv-conf segment_health_check_stat_timeout"
+    assert f"{MINIMUM_STAT_TIMEOUT:g} s" in str(refused.value)
+
+
+@pytest.mark.parametrize("value", REFUSED_HANDOFF)
+def test_handoff_timeouts_out_of_range_are_refused(value):
+    with pytest.raises(ConfigurationError) as refused:
+        validate_seconds(HANDOFF_TIMEOUT, value)
+    assert refused.value.setting == "handoff_timeout"
+
+
+def test_zero_turns_the_handoff_off_and_the_default_follows_the_stat_bound():
+    assert validate_seconds(HANDOFF_TIMEOUT, 0) == 0.0
+    assert validate_seconds(HANDOFF_TIMEOUT, "3600") == 3600.0
+    assert default_handoff_timeout(10.0) == 30.0
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"stat_timeout": float("inf")},
+        {"stat_timeout": 1e10},
+        {"handoff_timeout": -1},
+        {"handoff_timeout": float("nan")},
+    ],
+)
+def test_the_composition_api_refuses_before_any_rendezvous(kwargs, tmp_path):
+    """Refused at construction, on every launcher, not later inside process 0's check."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    store = dist.HashStore()
+    inner = DynamicRendezvousHandler.from_backend(
+        "run", store, C10dRendezvousBackend(store, "run"), 1, 1
+    )
+    for env in (slurm_env(task=1), slurm_env(task=1, procid=1), {}):
+        with pytest.raises(ConfigurationError):
+            SegmentHealthRendezvousHandler(
+                inner, store=store, directory=str(tmp_path), environ=env, **kwargs
+            )
