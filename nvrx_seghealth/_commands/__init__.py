@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from .._producer import publisher as publish_drained
-from . import check, demo, doctor, mark, run, status, store_host
+from . import check, demo, doctor, mark, publish_drained, run, status, store_host
 
 __all__ = ["build_parser", "main"]
 

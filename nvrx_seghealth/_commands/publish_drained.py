@@ -1,0 +1,324 @@
+"""``nvrx-seghealth publish-drained``: options, the passes (one with ``--once``, else one
+every ``--interval`` seconds until SIGTERM or SIGINT), the audit log and the report.
+
+What a pass does and guarantees: :mod:`nvrx_seghealth._producer.publisher`.
+
+Exit codes: :data:`~.output.EXIT_STATUSES` (``publish-drained``). Standard library plus
+PyYAML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import signal
+import stat
+import sys
+import threading
+import time
+from typing import Any
+
+from .._decision import boundedfs
+from .._decision.boundedfs import FilesystemTimeout
+from .._decision.boundedstat import stat_within
+from .._errors import ConfigurationError
+from .._producer.debounce import DEFAULT_PASSES
+from .._producer.publisher import DrainedPublisher, PassResult, default_producer_id, iso_time
+from .._producer.slurm import NODE_STATES, SlurmClient
+from .._producer.state import PRODUCER_ID
+from .arguments import (
+    add_command,
+    add_directory_option,
+    add_fs_timeout_option,
+    directory_of,
+    slurm_id,
+)
+from .output import EXIT_FAILURE, EXIT_OK, usage_error
+
+__all__ = ["publish_drained_command", "register"]
+
+NAME = "publish-drained"
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``publish-drained`` subcommand."""
+    defaults = ",".join(f"{state}={count}" for state, count in DEFAULT_PASSES.items())
+    parser = add_command(
+        subparsers,
+        NAME,
+        "publish decisions for the running tasks of a job whose nodes Slurm marks unavailable",
+        f"""
+        A reference producer. Each pass asks Slurm (squeue, then sinfo for the job's
+        partitions only; each under --slurm-timeout) which running task of the job uses
+        an unavailable node, then writes a decision for each affected task (text: the
+        nodes, their states and reasons) and empties the decisions it wrote earlier for
+        tasks that are healthy again. A node state counts only after it has held for
+        --passes consecutive passes, and clears only after it has been gone as long
+        (default counts: {defaults}).
+        A pass with any failed, hung or unexpected Slurm answer writes nothing. Only
+        changed decisions are written; only its own are cleared (its decisions carry
+        its --producer-id); a decision it cannot read is left alone.
+        """,
+        """
+        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --once
+        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 30 \\
+            --states drain,fail --audit-log /shared/job/shc-audit.jsonl
+        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 60 \\
+            --passes no_respond=5 --clear-after-failing 1800 --producer-id ops-a
+        """,
+    )
+    add_directory_option(parser)
+    parser.add_argument(
+        "--job-id",
+        type=_job_id,
+        required=True,
+        metavar="ARRAY_JOB_ID",
+        help="the array job id (SLURM_ARRAY_JOB_ID), or a regular job's id",
+    )
+    parser.add_argument(
+        "--states",
+        type=_states,
+        default=tuple(NODE_STATES),
+        metavar="LIST",
+        help="node states that make a task unhealthy, comma-separated, from "
+        f"{', '.join(NODE_STATES)} (default: all)",
+    )
+    parser.add_argument(
+        "--passes",
+        type=_passes,
+        default={},
+        metavar="STATE=N,...",
+        help="consecutive passes a state must hold to count, and be gone to "
+        f"clear (default: {defaults})",
+    )
+    parser.add_argument(
+        "--producer-id",
+        type=_producer_id,
+        metavar="ID",
+        help="this producer's name in its decisions: it clears only decisions "
+        "with its own id (default: <account>-<states>)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="run one pass and exit (default)")
+    mode.add_argument(
+        "--interval",
+        type=_seconds,
+        metavar="S",
+        help="run a pass every S seconds until SIGINT or SIGTERM",
+    )
+    parser.add_argument(
+        "--slurm-timeout",
+        type=_seconds,
+        default=30.0,
+        metavar="S",
+        help="seconds one Slurm command may take (default: 30)",
+    )
+    parser.add_argument(
+        "--clear-after-failing",
+        type=_seconds,
+        metavar="S",
+        help="once every pass has failed for S seconds, clear this producer's "
+        "own decisions (fail open; NVRx's producer: 1800). Default: "
+        "keep them until a pass succeeds",
+    )
+    add_fs_timeout_option(parser)
+    parser.add_argument(
+        "--audit-log",
+        metavar="FILE.jsonl",
+        help="append one JSON line per transition and per failure",
+    )
+    parser.set_defaults(func=publish_drained_command)
+
+
+def _job_id(value: str) -> str:
+    split = re.fullmatch(r"([0-9]+)_([0-9]+)", value)
+    if split:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is one task of array job {split[1]}: give the array job id "
+            f"(--job-id {split[1]}); the producer handles all its tasks"
+        )
+    return slurm_id(value)
+
+
+def _states(value: str) -> tuple[str, ...]:
+    states = tuple(item.strip() for item in value.split(",") if item.strip())
+    unknown = [state for state in states if state not in NODE_STATES]
+    if unknown or not states:
+        raise argparse.ArgumentTypeError(
+            f"unknown state(s) {', '.join(unknown) or '(none given)'}; choose from "
+            f"{', '.join(NODE_STATES)}"
+        )
+    return states
+
+
+def _passes(value: str) -> dict[str, int]:
+    passes = {}
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        state, _, count = item.partition("=")
+        if state not in NODE_STATES or not re.fullmatch(r"[1-9][0-9]{0,3}", count):
+            raise argparse.ArgumentTypeError(
+                f"{item!r} is not STATE=N with STATE one of {', '.join(NODE_STATES)} and N a "
+                "whole number of passes from 1 to 9999 (e.g. no_respond=5)"
+            )
+        passes[state] = int(count)
+    return passes
+
+
+def _producer_id(value: str) -> str:
+    if not PRODUCER_ID.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a producer id: 1-64 letters, digits and . _ + @ -, starting "
+            "with a letter or digit"
+        )
+    return value
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
+
+
+def _audit(path: str | None, events: list[dict[str, Any]], timeout: float) -> None:
+    if path is None or not events:
+        return
+    stamp = iso_time(time.time())
+    lines = "".join(json.dumps({"time": stamp, **event}, sort_keys=True) + "\n" for event in events)
+    try:
+        boundedfs.append_text(path, lines, timeout)
+    except (OSError, FilesystemTimeout) as error:
+        print(
+            f"nvrx-seghealth {NAME}: warning: cannot append to the audit log {path}: {error}",
+            file=sys.stderr,
+        )
+
+
+def _report(result: PassResult, publisher: DrainedPublisher) -> None:
+    stamp = iso_time(time.time())
+    for warning in result.warnings:
+        print(f"{stamp} warning: {warning}", file=sys.stderr)
+    if result.error is not None:
+        since = iso_time(publisher.failing_since)
+        print(
+            f"{stamp} pass failed, nothing written, last decisions kept (passes failing "
+            f"since {since}, {publisher.failed_passes} in a row): {result.error}",
+            file=sys.stderr,
+        )
+    for event in result.events:
+        kind = event["event"]
+        if kind == "write-failed":
+            print(
+                f"{stamp} task {event['task_id']}: {event['intended']} failed: {event['error']}",
+                file=sys.stderr,
+            )
+        elif kind == "conflict":
+            print(
+                f"{stamp} task {event['task_id']}: not {event['intended']}: {event['path']} "
+                f"changed since it was read and now holds another decision ({event['found']}"
+                "); that decision stands",
+                file=sys.stderr,
+            )
+        elif kind in ("published", "updated", "cleared", "stale-cleared"):
+            detail = f": {event['text']}" if event["text"] else ""
+            print(f"{stamp} task {event['task_id']}: {kind} {event['path']}{detail}")
+    if result.error is not None:
+        return
+    nodes = ", ".join(result.unavailable) or "none"
+    counts = {
+        name: sum(e["event"] == name for e in result.events)
+        for name in ("published", "updated", "cleared", "conflict", "write-failed")
+    }
+    pending = f"; not counted yet: {', '.join(result.pending)}" if result.pending else ""
+    print(
+        f"{stamp} pass done: unavailable nodes: {nodes}{pending}; {result.running} running "
+        "tasks; "
+        + ", ".join(f"{count} {name}" for name, count in counts.items())
+        + f", {result.unchanged} unchanged"
+    )
+
+
+def _warn_state(publisher: DrainedPublisher) -> None:
+    warning = publisher.load_state()
+    if warning:
+        print(f"{iso_time(time.time())} warning: {warning}", file=sys.stderr)
+
+
+class _Stopped(BaseException):
+    """SIGINT or SIGTERM during a pass of ``--interval``."""
+
+
+def _directory_problem(directory: str, timeout: float) -> str | None:
+    try:
+        mode = stat_within(directory, timeout).st_mode
+    except FileNotFoundError:
+        return f"{directory} does not exist: create it first (mkdir -p {directory})"
+    except (OSError, ValueError) as error:
+        return f"{directory} cannot be examined ({error}): fix --dir or the filesystem"
+    if not stat.S_ISDIR(mode):
+        return f"{directory} is not a directory: point --dir at the decision directory"
+    return None
+
+
+def publish_drained_command(args: argparse.Namespace) -> int:
+    """Run one pass (``--once``) or passes every ``--interval`` seconds; see the module doc."""
+    try:
+        directory = directory_of(args)
+    except ConfigurationError as error:
+        return usage_error(NAME, str(error))
+    problem = _directory_problem(directory, args.fs_timeout)
+    if problem is not None:
+        return usage_error(NAME, problem)
+    publisher = DrainedPublisher(
+        directory,
+        args.job_id,
+        args.states,
+        SlurmClient(args.slurm_timeout),
+        producer_id=args.producer_id or default_producer_id(args.states),
+        passes=args.passes,
+        fs_timeout=args.fs_timeout,
+        clear_after_failing=args.clear_after_failing,
+        interval=args.interval,
+    )
+    if args.interval is None:
+        _warn_state(publisher)
+        result = publisher.run_pass()
+        _audit(args.audit_log, result.events, args.fs_timeout)
+        _report(result, publisher)
+        return EXIT_OK if result.ok else EXIT_FAILURE
+    stop = threading.Event()
+    busy = [True]  # loading the state, or in a pass: a signal ends it at once
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+        if busy[0]:
+            busy[0] = False
+            raise _Stopped(signum)
+
+    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        _warn_state(publisher)
+        while not stop.is_set():
+            busy[0] = True
+            result = publisher.run_pass()
+            _audit(args.audit_log, result.events, args.fs_timeout)
+            _report(result, publisher)
+            sys.stdout.flush()
+            busy[0] = False
+            stop.wait(args.interval)
+    except _Stopped as stopped:
+        print(
+            f"{iso_time(time.time())} stopped by {signal.Signals(stopped.args[0]).name} during a pass; "
+            "the decisions written before it stand",
+            file=sys.stderr,
+        )
+    finally:
+        busy[0] = False
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return EXIT_OK
