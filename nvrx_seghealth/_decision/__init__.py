@@ -2,5 +2,6 @@
 the allocation unit, the decision file and its judgement, atomic locked writes, and the
 helper processes that bound every filesystem call.
 
-Standard library only (checked by ``./dev lint``, see ARCHITECTURE.md).
+What this folder may import is checked by ``lint-imports`` in ``./dev lint`` (the
+``[tool.importlinter]`` contracts in pyproject.toml; ARCHITECTURE.md, "Code map").
 """

@@ -23,8 +23,6 @@ The producer side (:func:`publish_decision`, :func:`clear_decision`) replaces th
 atomically, so a consumer never sees a partial or momentarily empty decision, under the
 directory's lock and, when asked, only if the file still holds what the writer read
 (:mod:`.files`).
-
-Standard library only.
 """
 
 from __future__ import annotations

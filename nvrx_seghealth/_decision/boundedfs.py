@@ -19,8 +19,6 @@ uninterruptible sleep that no signal ends. So they run in a helper process
 * the helper holds none of the caller's standard streams, so a caller that exits is not
   held by it, and waiting for it is interruptible (a signal handler that raises ends the
   wait, e.g. SIGTERM of ``publish-drained --interval``).
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -24,8 +24,6 @@ command line; :mod:`nvrx_seghealth._decision.helperprocess`):
   are the private pipes, its stderr is ``/dev/null``): srun, or any caller reading the
   launcher's output through a pipe, is not held by it. It stays in the launcher's
   process group and Slurm step, so Slurm still sees a node whose filesystem hangs.
-
-Standard library only.
 """
 
 from __future__ import annotations

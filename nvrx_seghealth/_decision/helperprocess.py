@@ -39,8 +39,6 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
 * Waiting for a reply sleeps interruptibly, so a signal handler that raises ends it.
 
 Calls are serialised: one at a time per client, across threads.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -3,8 +3,6 @@
 The consumer never reads a decision; the operator commands may, to show the producer's
 diagnostic text (:func:`nvrx_seghealth._decision.boundedfs.read_current`: bounded in time and
 size, regular files only, non-blocking, so a FIFO cannot block the reader).
-
-Standard library only.
 """
 
 from __future__ import annotations

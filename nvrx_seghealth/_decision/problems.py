@@ -7,8 +7,6 @@
   decision directory or above it: anyone who can write there can exclude any unit, and
   without the sticky bit also delete or replace another account's decision. It judges
   the real directory (symlinks resolved) and the path as given.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What runs on a service node: ``publish-drained``'s engine, its Slurm queries, host
 lists, debounce and state file.
 
-Never imports torch nor the launcher (checked by ``./dev lint``, see ARCHITECTURE.md).
+What this folder may import is checked by ``lint-imports`` in ``./dev lint`` (the
+``[tool.importlinter]`` contracts in pyproject.toml; ARCHITECTURE.md, "Code map").
 """

@@ -12,7 +12,7 @@ and count at once):
 * a node that shows a watched state that has not counted yet is *pending*: its task's
   decision is neither published nor cleared while it is.
 
-A failed pass is no information: it changes no count. Standard library only.
+A failed pass is no information: it changes no count.
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ seconds). The syntax, strictly:
 
 Anything else (an empty entry, an unclosed or nested bracket, ``hi < lo``, letters in a
 group) raises :class:`HostlistError`: the caller must treat the answer as unknown.
-
-Standard library only.
 """
 
 from __future__ import annotations

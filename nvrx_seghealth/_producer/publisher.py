@@ -43,8 +43,6 @@ not this account's own, cannot be read or is not valid is one WARNING and the pr
 counts anew: it never publishes because of it. ``--audit-log FILE`` gets one JSON line per
 transition (``published``, ``updated``, ``cleared``) and per ``write-failed``, ``conflict``,
 ``unreadable``, ``pass-failed`` and ``stale-cleared``.
-
-Standard library only.
 """
 
 from __future__ import annotations

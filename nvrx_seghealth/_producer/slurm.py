@@ -17,8 +17,6 @@ Commands used (Slurm 22.05 formats):
 
 A command killed by a signal handler's exception (SIGTERM of the producer) is killed
 with its process group too.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ rendezvous starts:
 
 Below the entry, every layer takes the :class:`CheckSettings` as it is: nothing is
 checked twice, and no layer reaches back up for a default.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -14,8 +14,6 @@ setting                   range (s)       default
 ``stat_timeout``          [0.1, 600]      10
 ``handoff_timeout``       [0, 3600]       ``stat_timeout`` + 20; ``0``: no hand-off
 ========================  ==============  ============================================
-
-Standard library only.
 """
 
 from __future__ import annotations

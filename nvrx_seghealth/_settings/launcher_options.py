@@ -18,8 +18,6 @@ a ``fault_tolerance`` section that is not a mapping, or a field in it that looks
 walked (nested too deeply). A document that refers to itself through an anchor
 (``a: &x [*x]``) is walked once per node. The YAML file is always read when given, even
 when the flag wins, so a broken file is never silently ignored.
-
-Standard library plus PyYAML; no torch.
 """
 
 from __future__ import annotations

@@ -28,8 +28,6 @@ check is disabled and the backend is a pure pass-through. Every value is validat
 here, once, before any rendezvous starts (the timeouts even when the check is off), and
 a bad one raises :class:`ConfigurationError` naming the key and the fix; the layers
 below take the :class:`~.check_settings.CheckSettings` as it is.
-
-Does not import torch.
 """
 
 from __future__ import annotations
