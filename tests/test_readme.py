@@ -113,6 +113,8 @@ CHECKED = {
     ("nvrx-seghealth run", "bash"): "test_launcher_command_lines",
     ("nvrx-seghealth run", "yaml"): "test_launcher_command_lines",
     ("Compose it in your own launcher", "python"): "test_composition_example",
+    ("With your launcher", "bash"): "test_your_launcher_command_lines"
+    " (runs: integration/launchers/)",
     ("The decision file", ""): "test_decision_file_name",
     ("Tests", "bash"): "test_test_commands_are_what_ci_runs",
     ("Under load", "bash"): "test_loaded_test_command (runs: tests/test_dev.py)",
@@ -345,6 +347,92 @@ def test_composition_example(tcp_store):
     assert type(handler).__name__ == "SegmentHealthRendezvousHandler"
     assert handler.get_backend() == "c10d" and handler.get_run_id() == "run-42"
     assert handler.check is None  # not under Slurm here: nothing installed
+
+
+def test_your_launcher_command_lines(monkeypatch, tmp_path):
+    """accelerate's and TorchX's own parsers take the section's commands, and the torchrun
+    each would start has the README's rendezvous: the segment-health backend, the store's
+    endpoint, is_host=false, the directory and the run id (runs for real:
+    integration/launchers/)."""
+    import argparse
+
+    for module in ("accelerate", "torchx"):
+        if os.environ.get("CI") != "true":  # ./dev, and so CI, installs the launchers extra
+            pytest.importorskip(module, reason="pip install -e '.[launchers]'")
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import _filter_args, prepare_multi_gpu_env
+    from torch.distributed import run as torchrun
+    from torchx.cli.cmd_run import CmdRun
+    from torchx.specs import macros
+    from torchx.specs.builders import materialize_appdef
+    from torchx.specs.finder import get_component
+
+    accelerate_block, torchx_block = examples_under("With your launcher")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no accelerate config of this account
+    for name in [k for k in os.environ if k.startswith(("PET_", "NVRX_"))]:
+        monkeypatch.delenv(name)
+
+    # accelerate: its parser and its own steps to torchrun's arguments.
+    export, srun = commands(accelerate_block.text)
+    assert export[0] == "export"
+    variable, run_id = export[1].split("=", 1)
+    assert variable == "PET_RDZV_ID"
+    argv = without_srun(srun)
+    assert argv[:2] == ["accelerate", "launch"]
+
+    def accelerate_config():
+        args, _, _ = _validate_launch_command(launch_command_parser().parse_args(argv[2:]))
+        assert args.multi_gpu and args.main_process_port == 29400
+        args.main_process_port = free_port()  # its port check connects to localhost:PORT
+        prepare_multi_gpu_env(args)
+        script = ["--training_script", args.training_script, "--training_script_args"]
+        launch = _filter_args(args, torchrun.get_args_parser(), [*script, []])
+        return torchrun.config_from_args(launch)[0]
+
+    assert accelerate_config().run_id == "none"  # without PET_RDZV_ID
+    monkeypatch.setenv(variable, run_id)
+    config = accelerate_config()
+    assert config.run_id == "$SLURM_ARRAY_JOB_ID" == run_id
+    assert config.rdzv_backend == "segment-health"
+    assert config.rdzv_endpoint.startswith("store-host:")
+    assert (config.min_nodes, config.max_nodes) == (2, 2)
+    assert config.rdzv_configs["is_host"] == "false"
+    assert config.rdzv_configs["segment_health_check_dir"] == "/shared/job/segment-health-check"
+    monkeypatch.delenv(variable)
+
+    # TorchX: the store, the environment, then `torchx run`'s parser and the component's.
+    store, *exports, run = commands(torchx_block.text)
+    assert store[:2] == ["nvrx-seghealth", "store-host"] and store[-1] == "&"
+    served = build_parser().parse_args(store[1:-1])
+    environment = dict(
+        pair.split("=", 1) for line in exports if line[0] == "export" for pair in line[1:]
+    )
+    assert environment["NVRX_SEGMENT_HEALTH_CHECK_DIR"] == "/tmp/segment-health-check"
+    assert run[:2] == ["torchx", "run"]
+    parser = argparse.ArgumentParser()
+    CmdRun().add_arguments(parser)
+    options = parser.parse_args(run[2:])
+    assert options.scheduler == "local_cwd"
+    component, *component_args = options.component_name_and_args
+    assert component == "dist.ddp"
+    (role,) = materialize_appdef(get_component(component).fn, component_args).roles
+    assert (role.min_replicas, role.num_replicas) == (2, 3)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)  # exported for `torchx run`, passed on by local_cwd
+    for replica in range(role.num_replicas):
+        values = macros.Values(
+            img_root="", app_id="app-1", replica_id=str(replica), rank0_env="TORCHX_RANK0_HOST"
+        )
+        replica_role = values.apply(role)
+        assert replica_role.env["SLURM_ARRAY_TASK_ID"] == str(replica)
+        shell, command = replica_role.args
+        launch = shlex.split(command.replace("${TORCHX_RANK0_HOST:=localhost}", "localhost"))
+        assert shell == "-c" and launch[0] == "torchrun"
+        config = _torchrun_config(launch[1:])
+        assert config.rdzv_backend == "segment-health" and config.run_id == "app-1"
+        assert config.rdzv_endpoint == f"localhost:{served.port}"
+        assert config.rdzv_configs["is_host"] == "false"
+        assert "segment_health_check_dir" not in config.rdzv_configs  # from the environment
 
 
 def test_events_launcher_script(tmp_path, tcp_store):
