@@ -332,8 +332,8 @@ def rows(quick: bool) -> list[Row]:
             f"wrapper ops / c10d rendezvous ops, one healthy round of {side['launchers']} "
             "launchers (same proxies)",
             share,
-            "<= 0.10",
-            share <= 0.10,
+            "-",
+            None,  # c10d's count swings with the round's timing: no target holds (BENCHMARKS)
             "c10d's ops per launcher only grow with the launcher count (one shared state)",
         )
     )
