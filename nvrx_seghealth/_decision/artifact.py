@@ -115,7 +115,7 @@ def unit_id(name: str, value: str | int) -> str:
             f"{name} must be a str of decimal digits or an int, got "
             f"{type(value).__name__} {value!r}"
         )
-    return validate_id(name, str(value))
+    return validate_id(name, value if isinstance(value, str) else str(value))
 
 
 def artifact_path(directory: DirectoryPath, job_id: str | int, task_id: str | int) -> str:

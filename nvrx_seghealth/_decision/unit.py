@@ -15,15 +15,26 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["AllocationUnit", "InvalidIdentityError", "validate_id"]
+__all__ = ["AllocationUnit", "InvalidIdentityError", "SlurmId", "validate_id"]
 
 
 class InvalidIdentityError(ValueError):
     """A Slurm identity value is unusable (not decimal digits, or inconsistent)."""
 
 
-def validate_id(name: str, value: str) -> str:
-    """Return ``value`` when it is a non-empty string of ASCII decimal digits.
+class SlurmId(str):
+    """A Slurm id that was validated where it entered: a non-empty string of ASCII digits.
+
+    Made only by :func:`validate_id`. Every layer below the entry (the unit, the
+    replacement-group markers, the hand-off) takes a ``SlurmId`` as it is.
+    """
+
+    __slots__ = ()
+
+
+def validate_id(name: str, value: str) -> SlurmId:
+    """Return ``value`` as a :class:`SlurmId` when it is a non-empty string of ASCII
+    decimal digits; a ``SlurmId`` is returned as it is (it was validated when made).
 
     Identity values become part of a file name; anything but digits (``../x``, ``7/..``,
     an empty string) could make the path escape the decision directory.
@@ -31,11 +42,13 @@ def validate_id(name: str, value: str) -> str:
     Raises:
         InvalidIdentityError: naming ``name`` and the refused value.
     """
+    if isinstance(value, SlurmId):
+        return value
     if not (value.isascii() and value.isdigit()):
         raise InvalidIdentityError(
             f"{name}={value!r} is not a decimal Slurm id; expected digits only"
         )
-    return value
+    return SlurmId(value)
 
 
 @dataclass(frozen=True)
@@ -47,16 +60,30 @@ class AllocationUnit:
         task_id: ``SLURM_ARRAY_TASK_ID`` for an array task, else ``SLURM_JOB_ID``.
         is_array: whether the unit is an array task (and so a replacement group).
         procid: the launcher's ``SLURM_PROCID`` as given, or ``None`` when unset.
+        restart_count: ``SLURM_RESTART_COUNT`` (how often Slurm requeued the unit;
+            ``"0"`` when unset or empty), or ``None`` when it is not decimal digits:
+            the unit's lives cannot be told apart, so nothing keyed by them is used.
+
+    The ids and the restart count are :class:`SlurmId` once the unit is made: given as
+    plain strings (the constructor is an entry), they are validated here; read by
+    :meth:`from_env`, they were validated as the variables they came from.
+
+    Raises:
+        InvalidIdentityError: an id or the restart count is not decimal digits.
     """
 
     job_id: str
     task_id: str
     is_array: bool
     procid: str | None = None
+    restart_count: str | None = "0"
 
     def __post_init__(self) -> None:
-        validate_id("job_id", self.job_id)
-        validate_id("task_id", self.task_id)
+        object.__setattr__(self, "job_id", validate_id("job_id", self.job_id))
+        object.__setattr__(self, "task_id", validate_id("task_id", self.task_id))
+        if self.restart_count is not None:
+            count = validate_id("restart_count", self.restart_count)
+            object.__setattr__(self, "restart_count", count)
 
     @property
     def is_process_zero(self) -> bool:
@@ -77,6 +104,8 @@ class AllocationUnit:
         """Read the unit from Slurm's variables in ``environ`` (default ``os.environ``).
 
         Returns ``None`` when there is no Slurm job id at all (not running under Slurm).
+        A ``SLURM_RESTART_COUNT`` that is not decimal digits does not make the unit
+        unusable: its :attr:`restart_count` is ``None``.
 
         Raises:
             InvalidIdentityError: an id is not decimal digits, or only one of
@@ -84,6 +113,7 @@ class AllocationUnit:
         """
         env = os.environ if environ is None else environ
         procid = env.get("SLURM_PROCID")
+        restart_count = _restart_count(env.get("SLURM_RESTART_COUNT"))
         array_job_id = env.get("SLURM_ARRAY_JOB_ID")
         array_task_id = env.get("SLURM_ARRAY_TASK_ID")
         if array_job_id is not None or array_task_id is not None:
@@ -98,9 +128,19 @@ class AllocationUnit:
                 validate_id("SLURM_ARRAY_TASK_ID", array_task_id),
                 is_array=True,
                 procid=procid,
+                restart_count=restart_count,
             )
         job_id = env.get("SLURM_JOB_ID")
         if job_id is None:
             return None
-        validate_id("SLURM_JOB_ID", job_id)
-        return cls(job_id, job_id, is_array=False, procid=procid)
+        job = validate_id("SLURM_JOB_ID", job_id)
+        return cls(job, job, is_array=False, procid=procid, restart_count=restart_count)
+
+
+def _restart_count(value: str | None) -> SlurmId | None:
+    """``SLURM_RESTART_COUNT`` as a :class:`SlurmId` (``"0"`` when unset or empty), or
+    ``None`` when it is not decimal digits."""
+    try:
+        return validate_id("SLURM_RESTART_COUNT", value or "0")
+    except InvalidIdentityError:
+        return None

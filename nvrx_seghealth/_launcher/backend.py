@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
+from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
 from .logs import ensure_visible
 
@@ -99,8 +100,14 @@ def create_segment_health_handler(
         **settings.inner_config,
     )
     inner, store = _create_inner(inner_params)
-    return SegmentHealthRendezvousHandler._from_settings(
-        inner, store=store, settings=settings.check, backend=params.backend
+    check = settings.check  # valid values pass the constructor's checks unchanged
+    return SegmentHealthRendezvousHandler(
+        inner,
+        store=store,
+        directory=None if check is None else check.directory,
+        stat_timeout=DEFAULT_STAT_TIMEOUT if check is None else check.stat_timeout,
+        handoff_timeout=None if check is None else check.handoff_timeout,
+        backend=params.backend,
     )
 
 

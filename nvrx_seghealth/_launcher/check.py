@@ -79,20 +79,10 @@ class SegmentHealthCheck:
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
     ) -> None:
         settings = CheckSettings.validate(directory, stat_timeout=stat_timeout)
-        self._setup(settings, unit_id("job_id", job_id), unit_id("task_id", task_id))
-
-    @classmethod
-    def for_unit(cls, settings: CheckSettings, unit: AllocationUnit) -> SegmentHealthCheck:
-        """The check of ``unit`` with ``settings``, both already validated."""
-        check = cls.__new__(cls)
-        check._setup(settings, unit.job_id, unit.task_id)
-        return check
-
-    def _setup(self, settings: CheckSettings, job_id: str, task_id: str) -> None:
         self.directory = settings.directory
-        self.job_id = job_id
-        self.task_id = task_id
-        self.path = unit_artifact_path(settings.directory, job_id, task_id)
+        self.job_id = unit_id("job_id", job_id)
+        self.task_id = unit_id("task_id", task_id)
+        self.path = unit_artifact_path(settings.directory, self.job_id, self.task_id)
         self.stat_timeout = settings.stat_timeout
         self._directory_looked_at = False
 
@@ -153,7 +143,10 @@ def install_check(
     """
     if unit is None or not unit.is_process_zero:
         return None
-    check = SegmentHealthCheck.for_unit(settings, unit)
+    # Valid values pass the constructor's checks unchanged: its one construction path.
+    check = SegmentHealthCheck(
+        settings.directory, unit.job_id, unit.task_id, stat_timeout=settings.stat_timeout
+    )
     with contextlib.suppress(StatHelperError):  # the first stat fails open and says why
         prepare_stat_helper()
     log.info(

@@ -37,13 +37,15 @@ from torch.distributed.elastic.rendezvous import (
 
 from .._decision.artifact import DirectoryPath
 from .._errors import UnhealthyNodeException
-from .._settings.check_settings import CheckSettings, check_settings
+from .._settings.check_settings import check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .check import SegmentHealthCheck
-from .coordinator import Coordinator, ProcessZero, coordinator_for
+from .coordinator import Coordinator
 from .events import DecisionRecorder
 from .handoff import VerdictHandoff
 from .markers import ReplacementGroupMarkers
+from .process_zero import ProcessZero
+from .roles import coordinator_for
 
 __all__ = ["SegmentHealthRendezvousHandler"]
 
@@ -90,33 +92,6 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         settings = check_settings(
             directory, stat_timeout=stat_timeout, handoff_timeout=handoff_timeout
         )
-        self._attach(inner, store, settings, environ, backend)
-
-    @classmethod
-    def _from_settings(
-        cls,
-        inner: RendezvousHandler,
-        *,
-        store: Store | None,
-        settings: CheckSettings | None,
-        environ: Mapping[str, str] | None = None,
-        backend: str | None = None,
-    ) -> SegmentHealthRendezvousHandler:
-        """The handler for ``settings``, validated where they entered (``None``: the
-        check is off); the other arguments as for the constructor. For this package's
-        own entry paths (the registered backend), which validate before they build."""
-        handler = cls.__new__(cls)
-        handler._attach(inner, store, settings, environ, backend)
-        return handler
-
-    def _attach(
-        self,
-        inner: RendezvousHandler,
-        store: Store | None,
-        settings: CheckSettings | None,
-        environ: Mapping[str, str] | None,
-        backend: str | None,
-    ) -> None:
         self._inner = inner
         self._backend = backend or inner.get_backend()
         self._coordinator: Coordinator | None = (

@@ -56,7 +56,6 @@ import enum
 import time
 from dataclasses import dataclass
 
-from .._decision.unit import validate_id
 from .markers import ReplacementGroupMarkers
 
 __all__ = ["EVERY_REQUEST", "Answer", "Verdict", "VerdictHandoff", "decode"]
@@ -134,16 +133,15 @@ class VerdictHandoff:
 
     Args:
         markers: the array job's markers (they give the store and the namespace).
-        group: the array task id.
-        restart_count: ``SLURM_RESTART_COUNT`` (``"0"`` when unset).
+        group: the replacement group (:attr:`~.._decision.unit.AllocationUnit.replacement_group`).
+        restart_count: the unit's
+            :attr:`~.._decision.unit.AllocationUnit.restart_count`.
 
-    Raises:
-        InvalidIdentityError: ``group`` or ``restart_count`` is not a decimal id.
+    Both were validated where they entered (:class:`~.._decision.unit.SlurmId`) and are
+    taken as they are.
     """
 
     def __init__(self, markers: ReplacementGroupMarkers, group: str, restart_count: str) -> None:
-        validate_id("group", group)
-        validate_id("restart_count", restart_count)
         self.store = markers.store
         self.key = f"{markers.prefix}verdict/{group}/{restart_count}"
         self._given = 0  # process 0: the encoded answer it last gave

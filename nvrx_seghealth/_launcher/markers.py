@@ -51,6 +51,14 @@ class ReplacementGroupMarkers:
         store: the rendezvous store (un-prefixed, shared by all launchers).
         run_id: the rendezvous run id (``--rdzv-id``).
         array_job_id: ``SLURM_ARRAY_JOB_ID`` of the array.
+
+    Every id given (``array_job_id``, each ``group``) enters here: a plain string is
+    validated, a :class:`~.._decision.unit.SlurmId` (an
+    :class:`~.._decision.unit.AllocationUnit`'s) is taken as it is.
+
+    Raises:
+        ValueError: ``run_id`` is empty.
+        InvalidIdentityError: an id is not decimal digits (here or in a method).
     """
 
     def __init__(self, store: StoreLike, run_id: str, array_job_id: str) -> None:

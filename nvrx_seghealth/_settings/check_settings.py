@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from .._errors import ConfigurationError
 from .durations import (
@@ -29,10 +30,14 @@ from .durations import (
     validate_seconds,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = [
     "DIRECTORY_ENV",
     "ENVIRONMENT_SOURCE",
     "CheckSettings",
+    "SettingsAsGiven",
     "check_settings",
     "directory_from_environment",
     "require_absolute_directory",
@@ -92,40 +97,33 @@ class CheckSettings:
     handoff_timeout: float
 
     @classmethod
-    def validate(
-        cls,
-        directory: object,
-        *,
-        stat_timeout: object = DEFAULT_STAT_TIMEOUT,
-        handoff_timeout: object = None,
-        directory_as: str = "directory",
-        stat_timeout_as: str = "",
-        handoff_timeout_as: str = "",
-    ) -> CheckSettings:
-        """Validate the settings as the user gave them.
-
-        Args:
-            directory: an absolute path.
-            stat_timeout: seconds, in the range of :data:`~.durations.STAT_TIMEOUT`.
-            handoff_timeout: seconds, in the range of
-                :data:`~.durations.HANDOFF_TIMEOUT`; ``None``: ``stat_timeout`` plus
-                :data:`~.durations.HANDOFF_MARGIN`.
-            directory_as, stat_timeout_as, handoff_timeout_as: how the user wrote each
-                setting (a flag, an ``rdzv-conf`` key, ...), for messages; default: the
-                argument's name.
+    def validate(cls, directory: object, **given: Unpack[SettingsAsGiven]) -> CheckSettings:
+        """:func:`check_settings` (the same keywords), where the check cannot be off:
+        ``None`` or ``""`` as ``directory`` is refused like any other unusable directory.
 
         Raises:
             ConfigurationError: a value is invalid; the message names the setting.
         """
-        stat, handoff = _timeouts(
-            stat_timeout, handoff_timeout, stat_timeout_as, handoff_timeout_as
-        )
-        return cls(require_absolute_directory(directory, what=directory_as), stat, handoff)
+        settings = check_settings(directory, **given)
+        if settings is None:  # None or "": refused as any unusable directory is
+            require_absolute_directory(directory, what=given.get("directory_as", "directory"))
+            raise AssertionError(f"directory {directory!r} turned the check off")
+        return settings
 
     @property
     def handoff_enabled(self) -> bool:
         """Whether the siblings of an array task wait for process 0's verdict."""
         return self.handoff_timeout > 0
+
+
+class SettingsAsGiven(TypedDict, total=False):
+    """The keywords of :func:`check_settings` and :meth:`CheckSettings.validate`."""
+
+    stat_timeout: object
+    handoff_timeout: object
+    directory_as: str
+    stat_timeout_as: str
+    handoff_timeout_as: str
 
 
 def check_settings(
@@ -137,26 +135,29 @@ def check_settings(
     stat_timeout_as: str = "",
     handoff_timeout_as: str = "",
 ) -> CheckSettings | None:
-    """:meth:`CheckSettings.validate`, where ``None`` or ``""`` as ``directory`` turns
-    the check off (returns ``None``).
+    """Validate the settings as the user gave them; ``None`` or ``""`` as ``directory``
+    turns the check off (returns ``None``).
 
     The timeouts are validated all the same: a bad value is an error the day the
     directory is set, so it is one today.
 
+    Args:
+        directory: an absolute path.
+        stat_timeout: seconds, in the range of :data:`~.durations.STAT_TIMEOUT`.
+        handoff_timeout: seconds, in the range of
+            :data:`~.durations.HANDOFF_TIMEOUT`; ``None``: ``stat_timeout`` plus
+            :data:`~.durations.HANDOFF_MARGIN`.
+        directory_as, stat_timeout_as, handoff_timeout_as: how the user wrote each
+            setting (a flag, an ``rdzv-conf`` key, ...), for messages; default: the
+            argument's name.
+
     Raises:
         ConfigurationError: a value is invalid; the message names the setting.
     """
+    stat, handoff = _timeouts(stat_timeout, handoff_timeout, stat_timeout_as, handoff_timeout_as)
     if directory is None or directory == "":
-        _timeouts(stat_timeout, handoff_timeout, stat_timeout_as, handoff_timeout_as)
         return None
-    return CheckSettings.validate(
-        directory,
-        stat_timeout=stat_timeout,
-        handoff_timeout=handoff_timeout,
-        directory_as=directory_as,
-        stat_timeout_as=stat_timeout_as,
-        handoff_timeout_as=handoff_timeout_as,
-    )
+    return CheckSettings(require_absolute_directory(directory, what=directory_as), stat, handoff)
 
 
 def _timeouts(

@@ -1,6 +1,6 @@
 import pytest
 
-from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError, validate_id
+from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError, SlurmId, validate_id
 
 from ..support import slurm_env
 
@@ -53,3 +53,26 @@ def test_validate_id_names_the_value():
     with pytest.raises(InvalidIdentityError, match=r"task_id='\.\./x'"):
         validate_id("task_id", "../x")
     assert validate_id("task_id", "0042") == "0042"
+
+
+@pytest.mark.parametrize(
+    "value,expected", [(None, "0"), ("", "0"), ("2", "2"), ("x", None), ("-1", None)]
+)
+def test_the_restart_count_is_read_with_the_ids_and_a_bad_one_leaves_the_unit_usable(
+    value, expected
+):
+    env = slurm_env(task=1)
+    if value is not None:
+        env["SLURM_RESTART_COUNT"] = value
+    unit = AllocationUnit.from_env(env)
+    assert (unit.task_id, unit.restart_count) == ("1", expected)
+
+
+def test_ids_are_validated_once_into_slurm_ids_that_pass_unchanged():
+    unit = AllocationUnit.from_env(slurm_env(task=7, array_job=123))
+    assert all(isinstance(v, SlurmId) for v in (unit.job_id, unit.task_id, unit.restart_count))
+    assert validate_id("task_id", unit.task_id) is unit.task_id
+    given = AllocationUnit("123", "7", is_array=True, procid="0")  # an entry too
+    assert isinstance(given.task_id, SlurmId) and given == unit
+    with pytest.raises(InvalidIdentityError, match="restart_count"):
+        AllocationUnit("123", "7", is_array=True, restart_count="1x")

@@ -35,9 +35,9 @@ from nvrx_seghealth import (
 from nvrx_seghealth._decision import artifact
 from nvrx_seghealth._demo.rendezvous_state import read_store
 from nvrx_seghealth._errors import ConfigurationError, ExclusionReason
-from nvrx_seghealth._launcher.coordinator import RESPONDER_INTERVAL
 from nvrx_seghealth._launcher.events import parse_fields
 from nvrx_seghealth._launcher.handoff import Answer, Verdict, VerdictHandoff
+from nvrx_seghealth._launcher.process_zero import RESPONDER_INTERVAL
 
 from ..support import Join, join_all, slurm_env, tcp_client, wait_until
 from ..telemetry import captured
@@ -229,7 +229,9 @@ def test_sibling_that_joined_without_a_verdict_is_excluded_right_after_the_round
         join.wait()
     assert isinstance(sibling.error, UnhealthyNodeException)
     assert (sibling.error.reason, sibling.error.after_joining) == (ExclusionReason.MARKER, True)
-    assert task0.result.world_size == task2.result.world_size == 3  # the round needs a rerun
+    # The round of 3 completed for the others; the world each reads back may already lack
+    # the sibling, depending on whether its leaving reached the store first.
+    assert {task0.result.world_size, task2.result.world_size} <= {2, 3}
 
 
 def view_of(master, task="1"):
@@ -295,6 +297,17 @@ def test_handoff_timeout_zero_turns_the_handoff_off(tcp_store, shc):
     assert [h.handoff for h in handlers] == [None, None]
     assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
     assert not waiting_for_a_verdict(tcp_store, 1)
+
+
+def test_a_restart_count_that_is_no_id_turns_only_the_handoff_off(tcp_store, shc, caplog):
+    envs = [slurm_env(task=1, procid=p) for p in (1, 0)]
+    for env in envs:
+        env["SLURM_RESTART_COUNT"] = "x"
+    handlers = [launcher(tcp_store, shc, env, 2, 2) for env in envs]
+    assert [h.handoff for h in handlers] == [None, None]
+    assert all(h.markers is not None for h in handlers) and handlers[1].check is not None
+    assert len(our_records(caplog, logging.WARNING)) == 2  # one per launcher
+    assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
 
 
 def test_shutdown_after_exclusion_leaves_the_rendezvous_open(tcp_store, shc):

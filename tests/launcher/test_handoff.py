@@ -12,7 +12,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from nvrx_seghealth._decision.unit import InvalidIdentityError
+from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError
 from nvrx_seghealth._launcher.handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
@@ -139,11 +139,11 @@ def test_groups_and_lives_of_a_task_do_not_mix(markers):
     assert handoff(markers, "3", "0").wait(1, 0.2) is Verdict.HEALTHY
 
 
-def test_ids_are_validated():
-    markers = ReplacementGroupMarkers(dist.HashStore(), "run", "50")
-    for group, restart_count in (("3/..", "0"), ("3", "x"), ("", "0")):
+def test_ids_are_validated_where_they_enter_the_unit():
+    """The hand-off takes the unit's ids as they are; a hostile one never reaches it."""
+    for task_id, restart_count in (("3/..", "0"), ("3", "x"), ("", "0")):
         with pytest.raises(InvalidIdentityError):
-            VerdictHandoff(markers, group, restart_count)
+            AllocationUnit("50", task_id, is_array=True, restart_count=restart_count)
 
 
 def test_many_siblings_wait_on_one_tcp_store(tcp_store):
