@@ -5,6 +5,11 @@ text, examples) and sets ``func``; ``func(args)`` returns the exit code. To add 
 subcommand, list its module in ``_SUBCOMMANDS``: ``--help`` lists the subcommands in
 that order.
 
+Usage errors have one place: a ``func`` that finds its arguments or settings unusable
+raises :class:`~nvrx_seghealth.ConfigurationError` (naming the setting and the fix), and
+:func:`main` prints it as ``nvrx-seghealth COMMAND: error: MESSAGE`` on stderr and
+returns ``2`` (:data:`~.output.EXIT_USAGE`), as argparse does for a malformed option.
+
 Importing this package does not import torch: ``run`` imports it when it runs.
 """
 
@@ -13,7 +18,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from .._errors import ConfigurationError
 from . import check, demo, doctor, mark, publish_drained, run, status, store_host
+from .output import usage_error
 
 __all__ = ["build_parser", "main"]
 
@@ -33,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand and return
+    its exit code; ``2`` when it raises :class:`~nvrx_seghealth.ConfigurationError`."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except ConfigurationError as error:
+        return usage_error(args.command, str(error))

@@ -6,7 +6,6 @@ Standard library plus PyYAML (through :mod:`nvrx_seghealth._settings.launcher_op
 from __future__ import annotations
 
 import argparse
-import math
 import re
 import textwrap
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
 from .._settings.check_settings import DIRECTORY_ENV
-from .._settings.durations import DEFAULT_STAT_TIMEOUT
+from .._settings.durations import DEFAULT_STAT_TIMEOUT, FS_TIMEOUT, validate_seconds
 from .._settings.launcher_options import resolve_directory
 from .output import EXIT_STATUSES, exit_status_text
 
@@ -69,14 +68,12 @@ def slurm_id(value: str) -> str:
 
 
 def fs_seconds(value: str) -> float:
-    """argparse type: seconds a filesystem call may take, in ``0 < s <= 600``."""
+    """argparse type: seconds a filesystem call may take, in the range of
+    :data:`~nvrx_seghealth._settings.durations.FS_TIMEOUT` (checked by its validator)."""
     try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (0 < seconds <= 600):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds in 0 < s <= 600")
-    return seconds
+        return validate_seconds(FS_TIMEOUT, value)
+    except ConfigurationError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
@@ -87,8 +84,8 @@ def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_STAT_TIMEOUT,
         metavar="S",
         help="seconds one read, list or write in the decision directory may take before "
-        f"the command gives up (a hung shared filesystem; default: "
-        f"{DEFAULT_STAT_TIMEOUT:g})",
+        f"the command gives up (a hung shared filesystem; {FS_TIMEOUT.range_text}, "
+        f"default: {DEFAULT_STAT_TIMEOUT:g})",
     )
 
 

@@ -27,7 +27,7 @@ from .._decision.artifact import (
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
 from .arguments import add_command, add_directory_option, directory_of, slurm_id
-from .output import EXIT_FAILURE, EXIT_OK, paint, print_json, usage_error
+from .output import EXIT_FAILURE, EXIT_OK, paint, print_json
 
 __all__ = ["check_command", "register"]
 
@@ -116,12 +116,13 @@ def _hint(decision: Decision, directory: str) -> str | None:
 
 
 def check_command(args: argparse.Namespace) -> int:
-    """Evaluate one unit's decision; print it; see :data:`~.output.EXIT_STATUSES`."""
-    try:
-        directory = directory_of(args)
-        job_id, task_id = _unit_ids(args)
-    except ConfigurationError as error:
-        return usage_error(NAME, str(error))
+    """Evaluate one unit's decision; print it; see :data:`~.output.EXIT_STATUSES`.
+
+    Raises:
+        ConfigurationError: no usable directory or unit (the dispatcher exits 2).
+    """
+    directory = directory_of(args)
+    job_id, task_id = _unit_ids(args)
     decision = evaluate(artifact_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
     hint = _hint(decision, directory)
     if args.json:

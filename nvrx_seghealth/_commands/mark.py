@@ -28,7 +28,7 @@ from .arguments import (
     directory_of,
     slurm_id,
 )
-from .output import EXIT_FAILURE, EXIT_OK, usage_error
+from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = ["clear_command", "mark_command", "register"]
 
@@ -106,11 +106,11 @@ def _write(
     """Write ``content`` (``None``: remove) as the unit's decision.
 
     Returns the exit code, the result (``None`` when nothing was written) and the path.
+
+    Raises:
+        ConfigurationError: no usable directory (the dispatcher exits 2).
     """
-    try:
-        directory = directory_of(args)
-    except ConfigurationError as error:
-        return usage_error(command, str(error)), None, ""
+    directory = directory_of(args)
     path = artifact_path(directory, args.job_id, args.task_id)
     try:
         result = boundedfs.replace(path, content, None, args.fs_timeout)
@@ -127,9 +127,14 @@ def _write(
 
 
 def mark_command(args: argparse.Namespace) -> int:
-    """Publish ``--reason`` as the unit's decision; see :data:`~.output.EXIT_STATUSES`."""
+    """Publish ``--reason`` as the unit's decision; see :data:`~.output.EXIT_STATUSES`.
+
+    Raises:
+        ConfigurationError: an empty ``--reason``, or no usable directory (the
+            dispatcher exits 2).
+    """
     if not args.reason.strip():
-        return usage_error("mark", "--reason must not be empty: an empty file means healthy")
+        raise ConfigurationError("--reason must not be empty: an empty file means healthy")
     text = args.reason if args.reason.endswith("\n") else args.reason + "\n"
     code, result, path = _write("mark", args, text.encode())
     if result is not None:

@@ -19,16 +19,19 @@ without ``--rdzv-endpoint`` (or ``--standalone``) is torchrun's local c10d rende
 wrapped as c10d. Without any directory setting the command is otherwise torchrun.
 
 A configuration error (relative directory, broken YAML, unsupported backend, a directory
-that cannot travel in ``--rdzv-conf``, the backend's keys set twice) prints one line
-naming the setting and the fix and exits 2 before anything starts. Once launched,
-errors and exit codes are torchrun's: a failed worker or an excluded unit raises out of
-the launcher, which exits 1 with the traceback.
+that cannot travel in ``--rdzv-conf``, the backend's keys set twice) is raised to the
+dispatcher, which prints one line naming the setting and the fix and exits 2 before
+anything starts. Once launched, errors and exit codes are torchrun's: a failed worker or
+an excluded unit raises out of the launcher, which exits 1 with the traceback; so does a
+:class:`~nvrx_seghealth.ConfigurationError` that torchrun's agent raises (the backend's
+creator refusing a hand-made ``--rdzv-conf``), as it would under torchrun.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import traceback
 import uuid
 from collections.abc import MutableMapping
 from typing import Any
@@ -43,7 +46,7 @@ from .._settings.launcher_options import (
     resolve_directory,
 )
 from .._settings.rdzv_conf import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS
-from .output import EXIT_OK, usage_error
+from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = [
     "agent_environment",
@@ -211,22 +214,26 @@ def select_segment_health(args: argparse.Namespace, setting: DirectorySetting) -
 def launch(args: argparse.Namespace) -> int:
     """Parse ``args.argv`` as torchrun does, configure the check, launch; 0 on success.
 
-    Returns 2 for a configuration error (nothing started); argparse itself exits 2 for a
-    malformed command line. Launch failures propagate as in torchrun.
+    argparse itself exits 2 for a malformed command line. Launch failures propagate as
+    in torchrun; a :class:`~nvrx_seghealth.ConfigurationError` from inside torchrun is
+    one of them (its traceback on stderr, exit 1), not a usage error of this command.
+
+    Raises:
+        ConfigurationError: the check's settings are unusable; nothing was started (the
+            dispatcher exits 2).
     """
     from torch.distributed.elastic.multiprocessing.errors import record
     from torch.distributed.run import run
 
     launch_args = launch_parser().parse_args(args.argv)
     use_local_rendezvous(launch_args)
-    try:
-        setting = resolve_directory(
-            launch_args.ft_segment_health_check_dir, launch_args.ft_cfg_path
-        )
-        if setting is not None:
-            select_segment_health(launch_args, setting)
-    except ConfigurationError as error:
-        return usage_error(NAME, str(error))
+    setting = resolve_directory(launch_args.ft_segment_health_check_dir, launch_args.ft_cfg_path)
+    if setting is not None:
+        select_segment_health(launch_args, setting)
     agent_environment(os.environ)
-    record(run)(launch_args)
+    try:
+        record(run)(launch_args)
+    except ConfigurationError:  # torchrun's failure, reported as an uncaught one would be
+        traceback.print_exc()
+        return EXIT_FAILURE
     return EXIT_OK

@@ -5,6 +5,9 @@ so the state column says what the unit's process 0 would do. For an unhealthy fi
 table also shows the first line of the producer's diagnostic text. Below the table, one
 line per ``publish-drained`` producer that keeps its state in the directory: when its
 last pass ran, and since when its passes fail (its decisions are then kept, stale).
+Each row's state is a token computed once and used by the table and by ``--json`` alike:
+a decision row's is its :class:`~.._decision.artifact.Outcome` (or :data:`NOT_LOOKED_AT`),
+a producer's is its :class:`ProducerHealth` (:func:`producer_health`).
 
 Every call into the directory is bounded by ``--fs-timeout`` (a hung filesystem is
 reported, exit 1), and one call that does not answer ends the looking: at most one call
@@ -22,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import enum
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from .._decision import boundedfs
@@ -33,8 +38,7 @@ from .._decision.boundedfs import FilesystemTimeout
 from .._decision.boundedstat import stat_within, stuck_for
 from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
 from .._decision.problems import permission_problems
-from .._errors import ConfigurationError
-from .._producer.state import STATE_FILE, StateFileError, read_state_file
+from .._producer.state import STATE_FILE, ProducerState, StateFileError, read_state_file
 from .arguments import (
     add_command,
     add_directory_option,
@@ -42,9 +46,9 @@ from .arguments import (
     directory_of,
     slurm_id,
 )
-from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table, usage_error
+from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table
 
-__all__ = ["register", "status_command"]
+__all__ = ["NOT_LOOKED_AT", "ProducerHealth", "producer_health", "register", "status_command"]
 
 NAME = "status"
 
@@ -52,14 +56,41 @@ NAME = "status"
 #: the directory did not answer: what the launcher would see is not known.
 NOT_LOOKED_AT = "unknown"
 
-_STATE_COLOURS = {
-    Outcome.UNHEALTHY.value: "red",
-    Outcome.CLEAR.value: "green",
-    Outcome.ABSENT.value: None,
-    Outcome.UNREADABLE.value: "yellow",
-    Outcome.NOT_REGULAR.value: "yellow",
-    NOT_LOOKED_AT: "yellow",
+#: Colour of each decision row's state, by outcome (``None``: not looked at).
+_STATE_COLOURS: dict[Outcome | None, str | None] = {
+    Outcome.UNHEALTHY: "red",
+    Outcome.CLEAR: "green",
+    Outcome.ABSENT: None,
+    Outcome.UNREADABLE: "yellow",
+    Outcome.NOT_REGULAR: "yellow",
+    None: "yellow",
 }
+
+
+class ProducerHealth(enum.Enum):
+    """How a ``publish-drained`` producer is, as its state file tells: the ``state`` token
+    of its ``status --json`` row."""
+
+    #: Its last pass succeeded, and it runs on time (or runs single passes).
+    OK = "ok"
+    #: Its last passes failed (Slurm did not answer, a write failed): its decisions are
+    #: kept as they were, stale.
+    FAILING = "failing"
+    #: It runs a pass every ``interval`` seconds but its last one is older than
+    #: ``max(3 * interval, interval + 60)``: it may have stopped. Said whether or not its
+    #: last passes failed (``failing_since`` tells): a producer that no longer runs is
+    #: what to fix first.
+    STOPPED = "stopped"
+    #: Its state file cannot be read in time, or is not valid.
+    UNREADABLE = "unreadable"
+
+
+def producer_health(state: ProducerState, now: float) -> ProducerHealth:
+    """What :class:`ProducerHealth` a producer is in at ``now``, by its state file."""
+    interval = state.interval
+    if interval and now - state.last_pass > max(3 * interval, interval + 60):
+        return ProducerHealth.STOPPED
+    return ProducerHealth.OK if state.failing_since is None else ProducerHealth.FAILING
 
 
 def register(subparsers: Any) -> None:
@@ -68,16 +99,22 @@ def register(subparsers: Any) -> None:
         subparsers,
         NAME,
         "list the decision files of a directory",
-        """
+        f"""
         One row per decision file (segment_health_check.<job_id>.<task_id>; other
         names and temporary files are ignored): job, task, the state the launcher would
         see (unhealthy, clear, not-a-regular-file, unreadable; absent for a dangling
-        symlink; unknown: not looked at, because a call into the directory did not
+        symlink; {NOT_LOOKED_AT}: not looked at, because a call into the directory did not
         answer within --fs-timeout, which ends the command with exit 1), size, age, and
         the first line of the producer's diagnostic text (control characters escaped);
         then each publish-drained producer of the directory: its last pass, and since
         when its passes have failed (its decisions are kept meanwhile). Warns when users
         other than the directory's owner can write there without the sticky bit.
+
+        Each producer's state (its "state" in --json): ok; failing (its last passes
+        failed, its decisions are kept as they were); stopped (it runs a pass every
+        --interval S but none for max(3 x S, S + 60) s: restart it; said even when its
+        last passes failed too); unreadable (its state file cannot be read or is not
+        valid).
         """,
         """
         nvrx-seghealth status --dir /shared/job/shc
@@ -91,14 +128,54 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=status_command)
 
 
+@dataclass(frozen=True)
+class _DecisionRow:
+    """One decision file as ``status`` found it; ``outcome`` ``None``: not looked at."""
+
+    entry: DecisionFile
+    outcome: Outcome | None
+    reason: str
+    size: int | None = None
+    age_seconds: float | None = None
+    diagnostic: str | None = None
+
+    @property
+    def state(self) -> str:
+        """The row's state token: the outcome's, or :data:`NOT_LOOKED_AT`."""
+        return NOT_LOOKED_AT if self.outcome is None else self.outcome.value
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.entry.job_id,
+            "task_id": self.entry.task_id,
+            "path": self.entry.path,
+            "state": self.state,
+            "reason": self.reason,
+            "size": self.size,
+            "age_seconds": self.age_seconds,
+            "diagnostic": self.diagnostic,
+        }
+
+    def cells(self) -> list[str]:
+        judged = self.outcome in (Outcome.CLEAR, Outcome.UNHEALTHY)
+        return [
+            self.entry.job_id,
+            self.entry.task_id,
+            self.state,
+            "-" if self.size is None else str(self.size),
+            "-" if self.age_seconds is None else format_age(self.age_seconds),
+            self.diagnostic or ("" if judged else self.reason),
+        ]
+
+
 def _describe_all(
     entries: list[DecisionFile], now: float, timeout: float
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[_DecisionRow], str | None]:
     """Each entry's row, in order, until a call into their directory does not answer
     (:func:`~nvrx_seghealth._decision.boundedstat.stuck_for`): the entry that was being looked at
     keeps what was found, every later one is a :data:`NOT_LOOKED_AT` row (nothing was
     sent for it). Also what did not answer, or ``None`` when every entry was looked at."""
-    rows: list[dict[str, Any]] = []
+    rows: list[_DecisionRow] = []
     problem = None
     for entry in entries:
         if problem is None:
@@ -116,21 +193,14 @@ def _describe_all(
                 f"after {waited:.1f} s (a hung shared filesystem?)"
             )
         rows.append(
-            {
-                "job_id": entry.job_id,
-                "task_id": entry.task_id,
-                "path": entry.path,
-                "state": NOT_LOOKED_AT,
-                "reason": "not looked at: an earlier call in the directory did not answer",
-                "size": None,
-                "age_seconds": None,
-                "diagnostic": None,
-            }
+            _DecisionRow(
+                entry, None, "not looked at: an earlier call in the directory did not answer"
+            )
         )
     return rows, problem
 
 
-def _describe(entry: DecisionFile, now: float, timeout: float) -> dict[str, Any]:
+def _describe(entry: DecisionFile, now: float, timeout: float) -> _DecisionRow:
     decision: Decision = judge(entry.path, timeout)
     age = diagnostic = None
     if decision.outcome in (Outcome.UNHEALTHY, Outcome.CLEAR, Outcome.NOT_REGULAR):
@@ -141,81 +211,101 @@ def _describe(entry: DecisionFile, now: float, timeout: float) -> dict[str, Any]
             current = boundedfs.read_current(entry.path, timeout)
             if current.kind == "content":
                 diagnostic = first_line(current.data)
-    return {
-        "job_id": entry.job_id,
-        "task_id": entry.task_id,
-        "path": entry.path,
-        "state": decision.outcome.value,
-        "reason": decision.reason,
-        "size": decision.size,
-        "age_seconds": None if age is None else round(age, 3),
-        "diagnostic": diagnostic,
-    }
+    return _DecisionRow(
+        entry,
+        decision.outcome,
+        decision.reason,
+        decision.size,
+        None if age is None else round(age, 3),
+        diagnostic,
+    )
+
+
+@dataclass(frozen=True)
+class _ProducerRow:
+    """One producer's state file: its :class:`ProducerHealth`, and the state read
+    (``None`` when unreadable, ``problem`` then says why)."""
+
+    producer_id: str
+    job_id: str
+    health: ProducerHealth
+    state: ProducerState | None = None
+    problem: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "producer_id": self.producer_id,
+            "job_id": self.job_id,
+            "state": self.health.value,
+        }
+        if self.state is None:
+            row["unreadable"] = self.problem
+        else:
+            row.update(
+                last_pass=self.state.last_pass,
+                last_ok=self.state.last_ok,
+                failing_since=self.state.failing_since,
+                failed_passes=self.state.failed_passes,
+                last_error=self.state.last_error,
+                interval=self.state.interval,
+            )
+        return row
+
+    def line(self, now: float) -> str:
+        who = f"producer {printable(self.producer_id)} (job {self.job_id})"
+        state = self.state
+        if state is None:
+            return f"{who}: state file unreadable ({printable(self.problem or '')})"
+        quiet = now - state.last_pass
+        if state.failing_since is None:
+            line = f"{who}: last pass {format_age(quiet)} ago, ok"
+        else:
+            good = "never" if state.last_ok is None else f"{format_age(now - state.last_ok)} ago"
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.failing_since))
+            line = (
+                f"{who}: FAILING since {since} ({format_age(now - state.failing_since)}, "
+                f"{state.failed_passes} passes; last good pass {good}); its decisions are "
+                f"kept as they were: {printable(state.last_error or '')}"
+            )
+        if self.health is ProducerHealth.STOPPED:
+            line += (
+                f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
+                f"{state.interval:g} s: its decisions are not kept up to date, restart it"
+            )
+        return line
 
 
 def _producers(
-    names: list[str], directory: str, job_id: str | None, timeout: float
-) -> list[dict[str, Any]]:
+    names: list[str], directory: str, job_id: str | None, timeout: float, now: float
+) -> list[_ProducerRow]:
     """The state of each ``publish-drained`` producer that keeps it in ``directory``.
 
     Each state file is checked (:func:`~.._producer.state.read_state_file`); one that
-    cannot be read in time or is not valid is a row with ``unreadable``: the reason.
+    cannot be read in time or is not valid is an :attr:`ProducerHealth.UNREADABLE` row
+    saying why.
     """
     producers = []
     for name in sorted(names):
         match = STATE_FILE.fullmatch(name)
         if match is None or job_id not in (None, match["job"]):
             continue
-        row: dict[str, Any] = {"producer_id": match["id"], "job_id": match["job"]}
         try:
             state = read_state_file(os.path.join(directory, name), timeout)
         except (OSError, StateFileError) as error:  # FilesystemTimeout is an OSError
-            row["unreadable"] = str(error) or type(error).__name__
-        else:
-            if state is None:  # removed since the directory was listed
-                continue
-            row.update(
-                last_pass=state.last_pass,
-                last_ok=state.last_ok,
-                failing_since=state.failing_since,
-                failed_passes=state.failed_passes,
-                last_error=state.last_error,
-                interval=state.interval,
+            problem = str(error) or type(error).__name__
+            producers.append(
+                _ProducerRow(match["id"], match["job"], ProducerHealth.UNREADABLE, None, problem)
             )
-        producers.append(row)
+            continue
+        if state is not None:  # else removed since the directory was listed
+            health = producer_health(state, now)
+            producers.append(_ProducerRow(match["id"], match["job"], health, state))
     return producers
-
-
-def _producer_line(row: dict[str, Any], now: float) -> str:
-    who = f"producer {printable(row['producer_id'])} (job {row['job_id']})"
-    if "unreadable" in row:
-        return f"{who}: state file unreadable ({printable(row['unreadable'])})"
-    quiet = now - row["last_pass"]
-    if row["failing_since"] is None:
-        line = f"{who}: last pass {format_age(quiet)} ago, ok"
-    else:
-        good = "never" if row["last_ok"] is None else f"{format_age(now - row['last_ok'])} ago"
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["failing_since"]))
-        line = (
-            f"{who}: FAILING since {since} ({format_age(now - row['failing_since'])}, "
-            f"{row['failed_passes']} passes; last good pass {good}); its decisions are "
-            f"kept as they were: {printable(row['last_error'] or '')}"
-        )
-    interval = row["interval"]
-    if interval and quiet > max(3 * interval, interval + 60):
-        line += (
-            f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
-            f"{interval:g} s: its decisions are not kept up to date, restart it"
-        )
-    return line
 
 
 def status_command(args: argparse.Namespace) -> int:
     """List the directory's decisions; see :data:`~.output.EXIT_STATUSES`."""
-    try:
-        directory = directory_of(args)
-    except ConfigurationError as error:
-        return usage_error(NAME, str(error))
+    directory = directory_of(args)
     try:
         names = list_directory(directory, args.fs_timeout)
     except FileNotFoundError:
@@ -236,7 +326,7 @@ def status_command(args: argparse.Namespace) -> int:
         list_decisions(names, directory, args.job_id), now, args.fs_timeout
     )
     if problem is not None:
-        unknown = sum(row["state"] == NOT_LOOKED_AT for row in rows)
+        unknown = sum(row.outcome is None for row in rows)
         print(
             f"nvrx-seghealth {NAME}: {problem}; {unknown} more decision file"
             f"{'' if unknown == 1 else 's'} not looked at (state {NOT_LOOKED_AT}): run "
@@ -244,13 +334,13 @@ def status_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     status = EXIT_OK if problem is None else EXIT_FAILURE
-    producers = _producers(names, directory, args.job_id, args.fs_timeout)
+    producers = _producers(names, directory, args.job_id, args.fs_timeout, now)
     if args.json:
         print_json(
             {
                 "directory": directory,
-                "decisions": rows,
-                "producers": producers,
+                "decisions": [row.to_json() for row in rows],
+                "producers": [producer.to_json() for producer in producers],
                 "warnings": warnings,
             }
         )
@@ -258,23 +348,12 @@ def status_command(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no decision files in {directory}")
     else:
-        cells = [
-            [
-                row["job_id"],
-                row["task_id"],
-                row["state"],
-                "-" if row["size"] is None else str(row["size"]),
-                "-" if row["age_seconds"] is None else format_age(row["age_seconds"]),
-                row["diagnostic"]
-                or ("" if row["state"] in ("clear", "unhealthy") else row["reason"]),
-            ]
-            for row in rows
-        ]
-        colours = [[None, None, _STATE_COLOURS[row["state"]], None, None, None] for row in rows]
+        cells = [row.cells() for row in rows]
+        colours = [[None, None, _STATE_COLOURS[row.outcome], None, None, None] for row in rows]
         print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
-        unhealthy = sum(row["state"] == Outcome.UNHEALTHY.value for row in rows)
+        unhealthy = sum(row.outcome is Outcome.UNHEALTHY for row in rows)
         plural = "" if len(rows) == 1 else "s"
         print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy")
-    for row in producers:
-        print(_producer_line(row, now))
+    for producer in producers:
+        print(producer.line(now))
     return status

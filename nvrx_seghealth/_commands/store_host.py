@@ -21,6 +21,7 @@ import socket
 import sys
 from typing import Any
 
+from .._errors import ConfigurationError
 from .arguments import add_command
 from .output import EXIT_OK, usage_error
 
@@ -78,9 +79,13 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def store_host_command(args: argparse.Namespace) -> int:
-    """Serve until SIGINT/SIGTERM; see the module doc."""
+    """Serve until SIGINT/SIGTERM; see the module doc.
+
+    Raises:
+        ConfigurationError: ``--port`` is not a TCP port (the dispatcher exits 2).
+    """
     if not 0 < args.port < 65536:
-        return usage_error(NAME, f"--port {args.port} is not a TCP port (1-65535)")
+        raise ConfigurationError(f"--port {args.port} is not a TCP port (1-65535)")
     try:
         listener = _listen(args.host, args.port)
     except OSError as error:

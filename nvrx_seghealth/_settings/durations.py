@@ -1,7 +1,8 @@
 """Every duration a user can set, with its finite range, validated by one function.
 
-A timeout reaches the package three ways: a ``--rdzv-conf`` string, a launcher flag or
-YAML field, or a keyword argument of the composition API. Each goes through
+A timeout reaches the package four ways: a ``--rdzv-conf`` string, a launcher flag or
+YAML field, a keyword argument of the composition API, or an option of an operator
+command (``--fs-timeout``). Each goes through
 :func:`validate_seconds` with its :class:`DurationSetting`, so the same value is
 accepted or refused with the same message whichever way it came, before any
 rendezvous. Infinite, NaN, boolean and out-of-range values are refused: an unbounded
@@ -13,6 +14,7 @@ setting                   range (s)       default
 ========================  ==============  ============================================
 ``stat_timeout``          [0.1, 600]      10
 ``handoff_timeout``       [0, 3600]       ``stat_timeout`` + 20; ``0``: no hand-off
+``--fs-timeout``          [0.1, 600]      10 (the operator commands' calls)
 ========================  ==============  ============================================
 """
 
@@ -25,6 +27,7 @@ from .._errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_STAT_TIMEOUT",
+    "FS_TIMEOUT",
     "HANDOFF_MARGIN",
     "HANDOFF_TIMEOUT",
     "MINIMUM_STAT_TIMEOUT",
@@ -84,6 +87,16 @@ STAT_TIMEOUT = DurationSetting(
     600.0,
     10.0,
     "a smaller bound fails open on a healthy but loaded node",
+)
+#: The operator commands' bound of one read, list or write in the decision directory:
+#: the same helper processes as the launcher's stat, so the same smallest bound.
+FS_TIMEOUT = DurationSetting(
+    "--fs-timeout",
+    "how long one read, list or write in the decision directory may take",
+    MINIMUM_STAT_TIMEOUT,
+    600.0,
+    DEFAULT_STAT_TIMEOUT,
+    "a smaller bound reports a healthy but loaded filesystem as hung",
 )
 HANDOFF_TIMEOUT = DurationSetting(
     "handoff_timeout",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -24,10 +25,22 @@ def check(shc, *args, env=None):
     return nvrx_seghealth("check", "--dir", str(shc), *args, env=env)
 
 
+_VERDICT = re.compile(
+    r"(PROCEED \(fail open\)|PROCEED|EXCLUDED)  job_id=(\S+) task_id=(\S+): ([a-z-]+): "
+)
+
+
+def verdict(done):
+    """The first line's tokens: verdict, job_id, task_id and the outcome."""
+    match = _VERDICT.match(done.stdout)
+    assert match, done.stdout
+    return match.groups()
+
+
 def test_a_missing_decision_proceeds(shc):
     done = check(shc, "--job-id", "12", "--task-id", "3")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("PROCEED  job_id=12 task_id=3: absent: no decision file")
+    assert verdict(done) == ("PROCEED", "12", "3", "absent")
     assert f"decision file: {shc}/segment_health_check.12.3" in done.stdout
     assert "\033[" not in done.stdout  # not a terminal: no colours
 
@@ -36,7 +49,7 @@ def test_an_empty_decision_proceeds(shc):
     (shc / "segment_health_check.12.3").touch()
     done = check(shc, "--job-id", "12", "--task-id", "3")
     assert done.returncode == 0
-    assert "PROCEED  job_id=12 task_id=3: clear: empty decision file" in done.stdout
+    assert verdict(done) == ("PROCEED", "12", "3", "clear")
 
 
 def test_a_non_empty_decision_excludes_with_json(shc):
@@ -59,17 +72,14 @@ def test_a_fifo_fails_open_without_blocking(shc):
     os.mkfifo(shc / "segment_health_check.12.3")  # opening it for reading would block
     done = check(shc, "--job-id", "12", "--task-id", "3")
     assert done.returncode == 0
-    assert (
-        "PROCEED (fail open)  job_id=12 task_id=3: not-a-regular-file: not a regular "
-        "file: FIFO" in done.stdout
-    )
+    assert verdict(done) == ("PROCEED (fail open)", "12", "3", "not-a-regular-file")
 
 
 def test_slurm_environment_names_the_unit_whatever_the_procid(shc):
     publish_decision(str(shc), "500", "4", "bad")
     done = check(shc, env=slurm_env(task=4, procid=1, array_job=500))
     assert done.returncode == 1
-    assert "EXCLUDED  job_id=500 task_id=4" in done.stdout
+    assert verdict(done) == ("EXCLUDED", "500", "4", "unhealthy")
 
 
 def test_regular_job_and_directory_from_the_environment(shc):
@@ -80,15 +90,18 @@ def test_regular_job_and_directory_from_the_environment(shc):
     assert f"{shc}/segment_health_check.77.77" in done.stdout
 
 
-def test_a_missing_directory_proceeds_with_a_hint(tmp_path):
+def test_a_missing_directory_proceeds_with_a_hint(tmp_path, shc):
     missing = tmp_path / "missing"
     done = check(missing, "--job-id", "12", "--task-id", "3")
     assert done.returncode == 0
-    assert done.stdout.startswith("PROCEED  job_id=12 task_id=3: absent: no decision file")
-    assert f"hint: decision directory {missing} does not exist" in done.stdout
-    assert "fix --dir" in done.stdout
+    assert verdict(done) == ("PROCEED", "12", "3", "absent")
+    assert f"hint: decision directory {missing} " in done.stdout
     done = check(missing, "--job-id", "12", "--task-id", "3", "--json")
-    assert "does not exist" in json.loads(done.stdout)["hint"]
+    report = json.loads(done.stdout)
+    assert (report["outcome"], report["proceed"]) == ("absent", True)
+    assert str(missing) in report["hint"] and "--dir" in report["hint"]
+    done = check(shc, "--job-id", "12", "--task-id", "3", "--json")  # the directory exists
+    assert json.loads(done.stdout)["hint"] is None
 
 
 def test_no_nested_brackets_in_the_verdict(shc):
@@ -98,31 +111,24 @@ def test_no_nested_brackets_in_the_verdict(shc):
 
 
 @pytest.mark.parametrize(
-    "args,env,message",
+    "args,env,named",
     [
-        (
-            ["--dir", "rel/shc", "--job-id", "1", "--task-id", "1"],
-            {},
-            "--dir must be an absolute path",
-        ),
-        (
-            ["--job-id", "1", "--task-id", "1"],
-            {},
-            "no decision directory: give --dir DIR or set NVRX_SEGMENT_HEALTH_CHECK_DIR",
-        ),
-        (["--dir", "/shc", "--job-id", "1"], {}, "give --job-id and --task-id together"),
-        (["--dir", "/shc"], {}, "not inside a Slurm job (no SLURM_JOB_ID): give --job-id"),
-        (["--dir", "/shc"], {"SLURM_JOB_ID": "../x"}, "invalid Slurm identity"),
-        (["--dir", "/shc", "--job-id", "../x", "--task-id", "1"], {}, "is not a decimal Slurm id"),
+        (["--dir", "rel/shc", "--job-id", "1", "--task-id", "1"], {}, ["--dir", "'rel/shc'"]),
+        (["--job-id", "1", "--task-id", "1"], {}, ["--dir", "NVRX_SEGMENT_HEALTH_CHECK_DIR"]),
+        (["--dir", "/shc", "--job-id", "1"], {}, ["--job-id", "--task-id"]),
+        (["--dir", "/shc"], {}, ["SLURM_JOB_ID", "--job-id", "--task-id"]),
+        (["--dir", "/shc"], {"SLURM_JOB_ID": "../x"}, ["SLURM_JOB_ID", "'../x'"]),
+        (["--dir", "/shc", "--job-id", "../x", "--task-id", "1"], {}, ["--job-id", "'../x'"]),
         (
             ["--dir", "/shc", "--job-id", "123_7", "--task-id", "7"],
             {},
-            "'123_7' is squeue's <array job id>_<task id>: give --job-id 123 --task-id 7",
+            ["'123_7'", "give --job-id 123 --task-id 7"],  # the fix the README states
         ),
     ],
 )
-def test_usage_errors_exit_2_with_the_fix(args, env, message):
+def test_usage_errors_exit_2_naming_what_is_wrong(args, env, named):
     done = nvrx_seghealth("check", *args, env=env)
-    assert done.returncode == 2
-    assert message in done.stderr
-    assert done.stdout == ""
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "nvrx-seghealth check: error: " in done.stderr
+    for name in named:
+        assert name in done.stderr

@@ -96,10 +96,11 @@ def test_empty_missing_and_relative_directories(tmp_path):
     done = nvrx_seghealth("status", "--dir", str(tmp_path))
     assert (done.returncode, done.stdout) == (0, f"no decision files in {tmp_path}\n")
     done = nvrx_seghealth("status", "--dir", str(tmp_path / "missing"))
-    assert done.returncode == 1
-    assert f"the decision directory {tmp_path / 'missing'} does not exist: fix --dir" in done.stderr
+    assert (done.returncode, done.stdout) == (1, "")
+    assert str(tmp_path / "missing") in done.stderr and "--dir" in done.stderr
     done = nvrx_seghealth("status", "--dir", "shc")
-    assert done.returncode == 2 and "--dir must be an absolute path" in done.stderr
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith("nvrx-seghealth status: error: --dir ")
 
 
 @pytest.mark.parametrize(
@@ -134,26 +135,79 @@ def test_a_parent_others_can_write_is_warned_about_too(tmp_path):
     assert "rename the decision directory away" in done.stderr
 
 
-def test_a_producer_that_stopped_is_told_apart(tmp_path):
-    """The producer's state file says it runs a pass every 30 s; its last pass is an hour
-    old: status says it may have stopped."""
+def plant_producer(shc, producer_id, *, quiet, interval, failing):
+    """A producer's state file: its last pass ``quiet`` seconds ago, one every
+    ``interval`` seconds (``None``: single passes), its passes failing or not."""
+    last = time.time() - quiet
+    failed = {"failing_since": last - 600, "failed_passes": 4, "last_error": "squeue: timed out"}
+    body = planted(
+        producer_id,
+        "12",
+        last_pass=last,
+        last_ok=last - 600 if failing else last,
+        interval=interval,
+        nodes={},
+        **(failed if failing else {}),
+    )
+    (shc / f".publish-drained.{producer_id}.12.json").write_bytes(dump(body))
+
+
+#: producer id -> (seconds since its last pass, its interval, failing?, its state token).
+#: Stopped means no pass for max(3 x interval, interval + 60) s; it wins over failing.
+PRODUCERS = {
+    "a-ok": (5, 30.0, False, "ok"),
+    "b-ok-single-passes": (86400, None, False, "ok"),
+    "c-failing": (5, 30.0, True, "failing"),
+    "d-stopped": (3600, 30.0, False, "stopped"),
+    "e-stopped-and-failing": (3600, 30.0, True, "stopped"),
+    "f-not-stopped-yet": (60, 10.0, False, "ok"),  # 3 x 10 s < 60 s < 10 s + 60 s
+    "g-stopped": (400, 100.0, False, "stopped"),  # 100 s + 60 s < 400 s > 3 x 100 s
+}
+
+
+def test_every_producer_state_is_a_token_in_json(tmp_path):
     shc = tmp_path / "shc"
     shc.mkdir()
-    last = time.time() - 3600
-    (shc / ".publish-drained.ops-a.12.json").write_bytes(
-        dump(planted("ops-a", "12", last_pass=last, last_ok=last, interval=30.0, nodes={}))
-    )
-    done = nvrx_seghealth("status", "--dir", str(shc))
-    assert done.returncode == 0
-    assert (
-        "producer ops-a (job 12): last pass 1h00m ago, ok; STOPPED? no pass for 1h00m "
-        "though it runs one every 30 s: its decisions are not kept up to date, restart it"
-        in done.stdout
-    )
-    (shc / ".publish-drained.ops-b.12.json").write_text("{not json")
+    for producer_id, (quiet, interval, failing, _state) in PRODUCERS.items():
+        plant_producer(shc, producer_id, quiet=quiet, interval=interval, failing=failing)
+    (shc / ".publish-drained.h-unreadable.12.json").write_text("{not json")
     done = nvrx_seghealth("status", "--dir", str(shc), "--json")
-    assert [p["producer_id"] for p in json.loads(done.stdout)["producers"]] == ["ops-a", "ops-b"]
-    assert "unreadable" in json.loads(done.stdout)["producers"][1]
+    assert done.returncode == 0, done.stderr
+    rows = {row["producer_id"]: row for row in json.loads(done.stdout)["producers"]}
+    expected = {name: state for name, (*_, state) in PRODUCERS.items()}
+    assert {name: row["state"] for name, row in rows.items()} == {
+        **expected,
+        "h-unreadable": "unreadable",
+    }
+    assert rows["e-stopped-and-failing"]["failing_since"] is not None
+    assert rows["d-stopped"]["failing_since"] is None
+    assert "unreadable" in rows["h-unreadable"] and "last_pass" not in rows["h-unreadable"]
+
+
+def test_the_text_shows_the_same_producer_states(tmp_path):
+    """The text line of each producer says what its token says: STOPPED? for
+    ``stopped`` (also when it was failing), FAILING for ``failing``."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    for producer_id, (quiet, interval, failing, _state) in PRODUCERS.items():
+        plant_producer(shc, producer_id, quiet=quiet, interval=interval, failing=failing)
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert done.returncode == 0, done.stderr
+    lines = {
+        line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("producer ")
+    }
+    for producer_id, (_quiet, _interval, failing, state) in PRODUCERS.items():
+        assert ("STOPPED?" in lines[producer_id]) is (state == "stopped"), lines[producer_id]
+        assert ("FAILING" in lines[producer_id]) is failing, lines[producer_id]
+
+
+def test_help_documents_every_producer_state():
+    from nvrx_seghealth._commands.status import ProducerHealth
+
+    done = nvrx_seghealth("status", "--help")
+    assert done.returncode == 0
+    for health in ProducerHealth:
+        assert f"{health.value} (" in done.stdout or f"{health.value};" in done.stdout
 
 
 def _raw_controls(text: str) -> list[str]:

@@ -8,6 +8,7 @@ import torch.distributed as dist
 from nvrx_seghealth import SegmentHealthCheck, SegmentHealthRendezvousHandler
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._settings.durations import (
+    FS_TIMEOUT,
     HANDOFF_TIMEOUT,
     MINIMUM_STAT_TIMEOUT,
     STAT_TIMEOUT,
@@ -77,6 +78,16 @@ def test_zero_turns_the_handoff_off_and_the_default_follows_the_stat_bound():
     assert validate_seconds(HANDOFF_TIMEOUT, 0) == 0.0
     assert validate_seconds(HANDOFF_TIMEOUT, "3600") == 3600.0
     assert default_handoff_timeout(10.0) == 30.0
+
+
+@pytest.mark.parametrize("value", REFUSED_STAT)
+def test_the_commands_fs_timeout_has_the_stat_bounds_range(value):
+    """The operator commands' calls run in the same helper processes as the launcher's
+    stat: the same range, refused by the same validator, named as the option."""
+    assert (FS_TIMEOUT.minimum, FS_TIMEOUT.maximum) == (STAT_TIMEOUT.minimum, STAT_TIMEOUT.maximum)
+    with pytest.raises(ConfigurationError) as refused:
+        validate_seconds(FS_TIMEOUT, value)
+    assert refused.value.setting == "--fs-timeout"
 
 
 @pytest.mark.parametrize(

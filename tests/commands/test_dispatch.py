@@ -1,0 +1,57 @@
+"""One place turns a command's ``ConfigurationError`` into exit 2: ``main()``.
+
+Every operator command raises its usage errors; the dispatcher prints each as one line,
+``nvrx-seghealth COMMAND: error: MESSAGE``, and exits 2 with nothing done.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from nvrx_seghealth._commands import build_parser, main
+from nvrx_seghealth._settings.durations import DEFAULT_STAT_TIMEOUT, FS_TIMEOUT
+
+from .runner import nvrx_seghealth
+
+UNIT = ["--job-id", "1", "--task-id", "2"]
+
+
+@pytest.mark.parametrize(
+    "argv,named",
+    [
+        (["check", "--dir", "rel", *UNIT], "--dir"),
+        (["check", "--dir", "/shc", "--job-id", "1"], "--task-id"),
+        (["mark", "--dir", "rel", *UNIT, "--reason", "x"], "--dir"),
+        (["mark", "--dir", "/shc", *UNIT, "--reason", " "], "--reason"),
+        (["clear", *UNIT], "NVRX_SEGMENT_HEALTH_CHECK_DIR"),
+        (["status", "--dir", "rel"], "--dir"),
+        (["store-host", "--port", "70000"], "--port"),
+    ],
+)
+def test_a_configuration_error_is_one_usage_line_and_exit_2(argv, named):
+    done = nvrx_seghealth(*argv)
+    assert (done.returncode, done.stdout) == (2, "")
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"nvrx-seghealth {argv[0]}: error: ") and named in line
+
+
+def test_main_returns_2_for_a_raised_configuration_error(tmp_path, capsys):
+    assert main(["status", "--dir", "rel"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("nvrx-seghealth status: error: --dir")
+
+
+@pytest.mark.parametrize("value", ["0", "0.05", "-1", "600.5", "inf", "nan", "soon"])
+def test_fs_timeout_is_checked_by_the_duration_validator(tmp_path, value):
+    """--fs-timeout takes the range of the package's one duration validator; a value
+    out of it is argparse's usage error (exit 2) stating that range."""
+    done = nvrx_seghealth("status", "--dir", str(tmp_path), "--fs-timeout", value)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "argument --fs-timeout: " in done.stderr and FS_TIMEOUT.range_text in done.stderr
+
+
+def test_fs_timeout_keeps_its_default_and_takes_its_range_ends():
+    parser = build_parser()
+    assert parser.parse_args(["status"]).fs_timeout == DEFAULT_STAT_TIMEOUT
+    for value in (FS_TIMEOUT.minimum, FS_TIMEOUT.maximum):
+        assert parser.parse_args(["status", "--fs-timeout", f"{value:g}"]).fs_timeout == value
