@@ -10,24 +10,26 @@ PyYAML.
 from __future__ import annotations
 
 import argparse
-import json
-import math
+import collections
 import re
 import signal
 import stat
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .._decision import boundedfs
 from .._decision.boundedfs import FilesystemTimeout
 from .._decision.boundedstat import stat_within
 from .._errors import ConfigurationError
+from .._producer.audit import TRANSITIONS, AuditEvent, EventKind, PassResult, iso_time
 from .._producer.debounce import DEFAULT_PASSES
-from .._producer.publisher import DrainedPublisher, PassResult, default_producer_id, iso_time
+from .._producer.publisher import DrainedPublisher, default_producer_id
 from .._producer.slurm import NODE_STATES, SlurmClient
 from .._producer.state import PRODUCER_ID
+from .._settings.durations import DurationSetting, validate_seconds
 from .arguments import (
     add_command,
     add_directory_option,
@@ -37,9 +39,30 @@ from .arguments import (
 )
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
 
-__all__ = ["publish_drained_command", "register"]
+__all__ = [
+    "CLEAR_AFTER_FAILING",
+    "INTERVAL",
+    "SLURM_TIMEOUT",
+    "publish_drained_command",
+    "register",
+]
 
 NAME = "publish-drained"
+
+#: The producer's durations (:func:`~.._settings.durations.validate_seconds`). Their
+#: smallest value is the least any use of them has needed; the largest keeps every wait
+#: within what ``threading`` and ``subprocess`` accept.
+INTERVAL = DurationSetting("--interval", "the time between two passes", 0.001, 86400.0, 30.0)
+SLURM_TIMEOUT = DurationSetting(
+    "--slurm-timeout", "how long one Slurm command may take", 0.001, 3600.0, 30.0
+)
+CLEAR_AFTER_FAILING = DurationSetting(
+    "--clear-after-failing",
+    "how long passes must fail before this producer clears its own decisions",
+    0.001,
+    604800.0,
+    1800.0,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -104,24 +127,24 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--once", action="store_true", help="run one pass and exit (default)")
     mode.add_argument(
         "--interval",
-        type=_seconds,
+        type=_seconds(INTERVAL),
         metavar="S",
-        help="run a pass every S seconds until SIGINT or SIGTERM",
+        help=f"run a pass every S seconds until SIGINT or SIGTERM ({INTERVAL.range_text})",
     )
     parser.add_argument(
         "--slurm-timeout",
-        type=_seconds,
+        type=_seconds(SLURM_TIMEOUT),
         default=30.0,
         metavar="S",
-        help="seconds one Slurm command may take (default: 30)",
+        help=f"seconds one Slurm command may take ({SLURM_TIMEOUT.range_text}, default: 30)",
     )
     parser.add_argument(
         "--clear-after-failing",
-        type=_seconds,
+        type=_seconds(CLEAR_AFTER_FAILING),
         metavar="S",
         help="once every pass has failed for S seconds, clear this producer's "
-        "own decisions (fail open; NVRx's producer: 1800). Default: "
-        "keep them until a pass succeeds",
+        f"own decisions (fail open; {CLEAR_AFTER_FAILING.range_text}; NVRx's producer: "
+        "1800). Default: keep them until a pass succeeds",
     )
     add_fs_timeout_option(parser)
     parser.add_argument(
@@ -133,6 +156,8 @@ def register(subparsers: Any) -> None:
 
 
 def _job_id(value: str) -> str:
+    """:func:`~.arguments.slurm_id`, but ``123_7`` gets this command's hint: the
+    producer takes the array job id, never one task."""
     split = re.fullmatch(r"([0-9]+)_([0-9]+)", value)
     if split:
         raise argparse.ArgumentTypeError(
@@ -175,21 +200,23 @@ def _producer_id(value: str) -> str:
     return value
 
 
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+def _seconds(setting: DurationSetting) -> Callable[[str], float]:
+    """The argparse type of ``setting``: its validator, its refusal a usage error."""
+
+    def seconds(value: str) -> float:
+        try:
+            return validate_seconds(setting, value)
+        except ConfigurationError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
     return seconds
 
 
-def _audit(path: str | None, events: list[dict[str, Any]], timeout: float) -> None:
+def _audit(path: str | None, events: list[AuditEvent], timeout: float) -> None:
     if path is None or not events:
         return
     stamp = iso_time(time.time())
-    lines = "".join(json.dumps({"time": stamp, **event}, sort_keys=True) + "\n" for event in events)
+    lines = "".join(event.to_json(stamp) for event in events)
     try:
         boundedfs.append_text(path, lines, timeout)
     except (OSError, FilesystemTimeout) as error:
@@ -199,41 +226,50 @@ def _audit(path: str | None, events: list[dict[str, Any]], timeout: float) -> No
         )
 
 
+#: The events a pass's summary line counts, in its order.
+_COUNTED = (
+    EventKind.PUBLISHED,
+    EventKind.UPDATED,
+    EventKind.CLEARED,
+    EventKind.CONFLICT,
+    EventKind.WRITE_FAILED,
+)
+
+
 def _report(result: PassResult, publisher: DrainedPublisher) -> None:
     stamp = iso_time(time.time())
     for warning in result.warnings:
         print(f"{stamp} warning: {warning}", file=sys.stderr)
+    streak = publisher.streak
     if result.error is not None:
-        since = iso_time(publisher.failing_since)
         print(
             f"{stamp} pass failed, nothing written, last decisions kept (passes failing "
-            f"since {since}, {publisher.failed_passes} in a row): {result.error}",
+            f"since {iso_time(streak.failing_since)}, {streak.failed_passes} in a row): "
+            f"{result.error}",
             file=sys.stderr,
         )
     for event in result.events:
-        kind = event["event"]
-        if kind == "write-failed":
+        record = event.as_record()
+        if event.kind is EventKind.WRITE_FAILED:
             print(
-                f"{stamp} task {event['task_id']}: {event['intended']} failed: {event['error']}",
+                f"{stamp} task {event.task_id}: {record['intended']} failed: {event.error}",
                 file=sys.stderr,
             )
-        elif kind == "conflict":
+        elif event.kind is EventKind.CONFLICT:
             print(
-                f"{stamp} task {event['task_id']}: not {event['intended']}: {event['path']} "
-                f"changed since it was read and now holds another decision ({event['found']}"
+                f"{stamp} task {event.task_id}: not {record['intended']}: {event.path} "
+                f"changed since it was read and now holds another decision ({event.found}"
                 "); that decision stands",
                 file=sys.stderr,
             )
-        elif kind in ("published", "updated", "cleared", "stale-cleared"):
-            detail = f": {event['text']}" if event["text"] else ""
-            print(f"{stamp} task {event['task_id']}: {kind} {event['path']}{detail}")
+        elif event.kind in TRANSITIONS:
+            detail = f": {event.text}" if event.text else ""
+            print(f"{stamp} task {event.task_id}: {event.kind.value} {event.path}{detail}")
     if result.error is not None:
         return
     nodes = ", ".join(result.unavailable) or "none"
-    counts = {
-        name: sum(e["event"] == name for e in result.events)
-        for name in ("published", "updated", "cleared", "conflict", "write-failed")
-    }
+    seen = collections.Counter(event.kind for event in result.events)
+    counts = {kind.value: seen[kind] for kind in _COUNTED}
     pending = f"; not counted yet: {', '.join(result.pending)}" if result.pending else ""
     print(
         f"{stamp} pass done: unavailable nodes: {nodes}{pending}; {result.running} running "
@@ -254,6 +290,11 @@ class _Stopped(BaseException):
 
 
 def _directory_problem(directory: str, timeout: float) -> str | None:
+    """Why the producer must not start on ``directory``: it does not exist, is not a
+    directory, or cannot be examined within ``timeout`` (a pass there could only fail).
+
+    Stricter than :func:`~.._decision.artifact.directory_problem`, which lets a
+    directory that cannot be examined pass (a consumer fails open and reports it)."""
     try:
         mode = stat_within(directory, timeout).st_mode
     except FileNotFoundError:
@@ -267,10 +308,7 @@ def _directory_problem(directory: str, timeout: float) -> str | None:
 
 def publish_drained_command(args: argparse.Namespace) -> int:
     """Run one pass (``--once``) or passes every ``--interval`` seconds; see the module doc."""
-    try:
-        directory = directory_of(args)
-    except ConfigurationError as error:
-        return usage_error(NAME, str(error))
+    directory = directory_of(args)
     problem = _directory_problem(directory, args.fs_timeout)
     if problem is not None:
         return usage_error(NAME, problem)

@@ -40,21 +40,21 @@ decision directory (the counts, the last good pass, since when passes fail), so 
 counts survive a restart (and single ``--once`` passes from cron), and ``status`` can
 say how the producer is doing (schema: :mod:`.state`). A state file that is
 not this account's own, cannot be read or is not valid is one WARNING and the producer
-counts anew: it never publishes because of it. ``--audit-log FILE`` gets one JSON line per
-transition (``published``, ``updated``, ``cleared``) and per ``write-failed``, ``conflict``,
-``unreadable``, ``pass-failed`` and ``stale-cleared``.
+counts anew: it never publishes because of it. Each pass returns its
+:class:`~.audit.AuditEvent` s, one per transition (``published``, ``updated``,
+``cleared``) and per ``write-failed``, ``conflict``, ``unreadable``, ``pass-failed`` and
+``stale-cleared``: the command appends them to ``--audit-log FILE`` (format: :mod:`.audit`).
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 import pwd
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict
+from typing import Literal
 
 from .._decision import boundedfs
 from .._decision.artifact import ARTIFACT_PREFIX, artifact_path
@@ -62,9 +62,11 @@ from .._decision.boundedfs import FilesystemTimeout
 from .._decision.files import Current, LockBusyError
 from .._decision.listing import first_line
 from .._decision.problems import hung_problem, write_problem
+from .audit import READ, AuditEvent, EventKind, PassResult
 from .debounce import DEFAULT_PASSES, Debouncer
 from .slurm import NODE_STATES, RunningTask, SlurmClient, SlurmError
 from .state import (
+    FailureStreak,
     ProducerState,
     StateFileError,
     read_state_file,
@@ -74,17 +76,14 @@ from .state import (
 __all__ = [
     "TAG_PREFIX",
     "DrainedPublisher",
-    "PassResult",
     "decision_text",
     "default_producer_id",
-    "iso_time",
     "producer_tag",
     "state_file_name",
 ]
 
 #: Every decision this producer writes starts with ``TAG_PREFIX[<producer id>]:``.
 TAG_PREFIX = "nvrx-seghealth publish-drained"
-_KEEP = object()  # a task whose decision stays as it is this pass
 
 
 def producer_tag(producer_id: str) -> str:
@@ -112,46 +111,6 @@ def _now() -> float:
     return time.time()
 
 
-def iso_time(when: float | None) -> str | None:
-    """``when`` (seconds since the epoch) as an ISO 8601 UTC time to the second."""
-    if when is None:
-        return None
-    return datetime.datetime.fromtimestamp(when, datetime.timezone.utc).isoformat(
-        timespec="seconds"
-    )
-
-
-@dataclass
-class PassResult:
-    """What one pass saw and did.
-
-    Attributes:
-        error: why the pass wrote nothing (a Slurm failure), else ``None``.
-        unavailable: nodes of the job that count as unavailable, as seen.
-        pending: nodes of the job in a watched state that has not counted yet.
-        running: how many tasks of the job were running.
-        events: the audit records of the transitions and failures.
-        unchanged: running tasks whose decision needed no write.
-        warnings: problems that did not fail the pass (a failed directory sync, an
-            unreadable decision met for the first time, a state file not saved).
-    """
-
-    error: str | None = None
-    unavailable: list[str] = field(default_factory=list)
-    pending: list[str] = field(default_factory=list)
-    running: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)
-    unchanged: int = 0
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        """The pass completed and every write succeeded."""
-        return self.error is None and not any(
-            event["event"] == "write-failed" for event in self.events
-        )
-
-
 class _Hung(Exception):
     """A call into the decision directory did not answer: the pass stops touching it."""
 
@@ -170,6 +129,9 @@ class DrainedPublisher:
             state file so that ``status`` can tell a producer that stopped.
         before_write: called with the decision path between the pass's read of a
             decision and its conditional write (a test can hold the window open).
+
+    Attributes:
+        streak: how the passes go (:class:`~.state.FailureStreak`), after the last one.
     """
 
     def __init__(
@@ -197,11 +159,7 @@ class DrainedPublisher:
         self.interval = interval
         self.debouncer = Debouncer({s: (passes or {}).get(s, DEFAULT_PASSES[s]) for s in states})
         self.state_path = os.path.join(directory, state_file_name(producer_id, job_id))
-        self.last_ok: float | None = None
-        self.failing_since: float | None = None
-        self.failed_passes = 0
-        self.last_error: str | None = None
-        self.stale_cleared = False
+        self.streak = FailureStreak()
         self.unreadable: set[str] = set()
 
     # --- the state file ------------------------------------------------------------------
@@ -229,11 +187,7 @@ class DrainedPublisher:
         if state is None:
             return None
         self.debouncer.load({name: asdict(record) for name, record in state.nodes.items()})
-        self.last_ok = state.last_ok
-        self.failing_since = state.failing_since
-        self.failed_passes = state.failed_passes
-        self.last_error = state.last_error
-        self.stale_cleared = state.stale_cleared
+        self.streak = FailureStreak.of(state)
         self.unreadable = set(state.unreadable)
         return None
 
@@ -245,11 +199,7 @@ class DrainedPublisher:
             interval=self.interval,
             clear_after_failing=self.clear_after_failing,
             last_pass=now,
-            last_ok=self.last_ok,
-            failing_since=self.failing_since,
-            failed_passes=self.failed_passes,
-            last_error=self.last_error,
-            stale_cleared=self.stale_cleared,
+            **asdict(self.streak),
             unreadable=tuple(sorted(self.unreadable)),
             nodes=dict(sorted(self.debouncer.records.items())),
         )
@@ -261,58 +211,64 @@ class DrainedPublisher:
 
     # --- one pass ------------------------------------------------------------------------
 
-    def _record(
-        self, result: PassResult, event: str, task_id: str, path: str, **extra: Any
-    ) -> None:
-        result.events.append(
-            {
-                "event": event,
-                "job_id": self.job_id,
-                "task_id": task_id,
-                "path": path,
-                "producer_id": self.producer_id,
-                **extra,
-            }
+    def _event(
+        self,
+        kind: EventKind,
+        task_id: str,
+        path: str,
+        *,
+        text: str | None = None,
+        intended: EventKind | Literal["read"] | None = None,
+        found: str | None = None,
+        error: str | None = None,
+    ) -> AuditEvent:
+        """An event of ``kind`` about ``task_id``'s decision ``path`` (:mod:`.audit`)."""
+        return AuditEvent(
+            kind,
+            self.job_id,
+            self.producer_id,
+            task_id=task_id,
+            path=path,
+            text=text,
+            intended=intended,
+            found=found,
+            error=error,
         )
 
     def _write(
         self,
         result: PassResult,
-        event: str,
+        kind: EventKind,
         task_id: str,
         path: str,
-        content: bytes,
-        current: Current,
         text: str,
+        current: Current,
     ) -> None:
+        """Write ``text`` as ``task_id``'s decision if ``path`` still holds ``current``;
+        record ``kind``, a ``conflict`` or a ``write-failed``."""
         if self.before_write is not None:
             self.before_write(path)
         try:
-            written = boundedfs.replace(path, content, current, self.fs_timeout)
+            written = boundedfs.replace(path, text.encode(), current, self.fs_timeout)
         except (FilesystemTimeout, OSError, LockBusyError) as error:
-            self._record(
-                result,
-                "write-failed",
-                task_id,
-                path,
-                intended=event,
-                error=write_problem(error, self.directory, path, self.fs_timeout),
+            problem = write_problem(error, self.directory, path, self.fs_timeout)
+            result.events.append(
+                self._event(EventKind.WRITE_FAILED, task_id, path, intended=kind, error=problem)
             )
             if isinstance(error, FilesystemTimeout):
                 raise _Hung from None
             return
         result.warnings.extend(written.warnings)
         if written.status == "conflict":
-            found = (
-                first_line(written.before.data)
-                if written.before.kind == "content"
-                else (written.before.kind)
-            )
-            self._record(result, "conflict", task_id, path, intended=event, found=found)
+            before = written.before
+            found = first_line(before.data) if before.kind == "content" else before.kind
+            event = self._event(EventKind.CONFLICT, task_id, path, intended=kind, found=found)
         else:
-            self._record(result, event, task_id, path, text=text.strip())
+            event = self._event(kind, task_id, path, text=text.strip())
+        result.events.append(event)
 
-    def _apply(self, task_id: str, desired: Any, result: PassResult) -> None:
+    def _apply(self, task_id: str, desired: str | None, result: PassResult) -> None:
+        """Bring ``task_id``'s decision to ``desired`` (:meth:`_desired`) where it may."""
         path = artifact_path(self.directory, self.job_id, task_id)
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
@@ -321,7 +277,9 @@ class DrainedPublisher:
                 problem = hung_problem(error, self.directory, self.fs_timeout, wrote=False)
             else:
                 problem = write_problem(error, self.directory, path, self.fs_timeout)
-            self._record(result, "write-failed", task_id, path, intended="read", error=problem)
+            result.events.append(
+                self._event(EventKind.WRITE_FAILED, task_id, path, intended=READ, error=problem)
+            )
             if isinstance(error, FilesystemTimeout):
                 raise _Hung from None
             return
@@ -333,40 +291,37 @@ class DrainedPublisher:
                     "else's decision and is left alone; make it readable to this producer "
                     "or remove it"
                 )
-                self._record(result, "unreadable", task_id, path, error=current.error)
+                event = self._event(EventKind.UNREADABLE, task_id, path, error=current.error)
+                result.events.append(event)
             result.unchanged += 1
             return
         self.unreadable.discard(path)
         ours = current.kind == "content" and current.data.startswith(self.tag)
-        if desired is _KEEP or (desired is None and not ours):
+        if desired is None or (desired == "" and not ours):
             result.unchanged += 1
-        elif desired is None:
-            self._write(result, "cleared", task_id, path, b"", current, "")
+        elif desired == "":
+            self._write(result, EventKind.CLEARED, task_id, path, "", current)
         elif current.kind == "content" and current.data == desired.encode():
             result.unchanged += 1
         elif ours or current.empty:
-            self._write(
-                result,
-                "updated" if ours else "published",
-                task_id,
-                path,
-                desired.encode(),
-                current,
-                desired,
-            )
+            kind = EventKind.UPDATED if ours else EventKind.PUBLISHED
+            self._write(result, kind, task_id, path, desired, current)
         else:
             result.unchanged += 1  # someone else's decision stands
 
-    def _desired(self, tasks: list[RunningTask]) -> dict[str, Any]:
+    def _desired(self, tasks: list[RunningTask]) -> dict[str, str | None]:
+        """Task id -> the decision it should hold: its text, ``""`` (healthy: this
+        producer's own decision is emptied), or ``None``: it keeps the one it has (a node
+        whose state has not counted yet)."""
         unavailable = self.debouncer.unavailable()
         pending = self.debouncer.pending()
-        desired: dict[str, Any] = {}
+        desired: dict[str, str | None] = {}
         for task in tasks:
             bad = [unavailable[host] for host in dict.fromkeys(task.hosts) if host in unavailable]
             if bad:
                 desired[task.task_id] = decision_text(self.producer_id, bad)
             else:
-                desired[task.task_id] = _KEEP if pending.intersection(task.hosts) else None
+                desired[task.task_id] = None if pending.intersection(task.hosts) else ""
         return desired
 
     def run_pass(self) -> PassResult:
@@ -383,8 +338,7 @@ class DrainedPublisher:
             return result
         hosts = {host for task in tasks for host in task.hosts}
         self.debouncer.observe(node for node in nodes if node.node in hosts)
-        self.last_ok, self.failing_since, self.failed_passes = now, None, 0
-        self.last_error, self.stale_cleared = None, False
+        self.streak = self.streak.ok(now)
         result.running = len(tasks)
         result.unavailable = sorted(self.debouncer.unavailable().values())
         result.pending = sorted(self.debouncer.pending() & hosts)
@@ -403,20 +357,17 @@ class DrainedPublisher:
 
     def _failed(self, result: PassResult, error: str, now: float) -> None:
         result.error = error
-        self.failing_since = self.failing_since or now
-        self.failed_passes += 1
-        self.last_error = error
+        self.streak = self.streak.failed(now, error)
         result.events.append(
-            {
-                "event": "pass-failed",
-                "job_id": self.job_id,
-                "producer_id": self.producer_id,
-                "error": error,
-                "failing_since": iso_time(self.failing_since),
-            }
+            AuditEvent(
+                EventKind.PASS_FAILED,
+                self.job_id,
+                self.producer_id,
+                error=error,
+                failing_since=self.streak.failing_since,
+            )
         )
-        window = self.clear_after_failing
-        if window is not None and not self.stale_cleared and now - self.failing_since >= window:
+        if self.streak.stale_due(now, self.clear_after_failing):
             self._clear_own(result)
 
     def _clear_own(self, result: PassResult) -> None:
@@ -440,12 +391,12 @@ class DrainedPublisher:
                 continue
             if current.kind == "content" and current.data.startswith(self.tag):
                 try:
-                    self._write(result, "stale-cleared", task_id, path, b"", current, "")
+                    self._write(result, EventKind.STALE_CLEARED, task_id, path, "", current)
                 except _Hung:
                     result.warnings.append(
                         "the decision directory does not answer: stale "
                         "decisions are cleared at a later pass"
                     )
                     return
-        self.stale_cleared = True
+        self.streak = self.streak.cleared()
         self.debouncer.records.clear()

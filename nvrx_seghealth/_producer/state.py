@@ -13,7 +13,9 @@ trusted as it is:
   type, a number that is not finite, a timestamp out of range, a negative count, a
   producer id or job id other than the file's name says;
 * :func:`read_state_file` reads one within a time bound and, given ``owner``, trusts it
-  only when that account owns it.
+  only when that account owns it;
+* :class:`FailureStreak` is the part that says how the passes go (``ok`` / ``failed``
+  transitions), as the producer keeps it between passes.
 
 Every refusal is one :class:`StateFileError` naming the file and the field. Standard
 library only.
@@ -26,7 +28,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .._decision import boundedfs
@@ -37,6 +39,7 @@ __all__ = [
     "PRODUCER_ID",
     "STATE_FILE",
     "VERSION",
+    "FailureStreak",
     "ProducerState",
     "StateFileError",
     "parse_state",
@@ -254,6 +257,58 @@ class ProducerState:
         """The file's content: one JSON object (with ``version``), sorted keys, a newline."""
         body = {"version": VERSION, **asdict(self)}
         return (json.dumps(body, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
+@dataclass(frozen=True)
+class FailureStreak:
+    """How the passes go, changed only by its transitions: the fields of the same names
+    of :class:`ProducerState`.
+
+    Attributes:
+        last_ok: when the last successful pass ran, ``None``: never.
+        failing_since: when the current run of failed passes began, ``None``: the last
+            pass succeeded.
+        failed_passes: failed passes in a row.
+        last_error: why the last pass failed, ``None`` when it did not.
+        stale_cleared: the producer's own decisions were cleared during this run of
+            failed passes (:meth:`stale_due`).
+    """
+
+    last_ok: float | None = None
+    failing_since: float | None = None
+    failed_passes: int = 0
+    last_error: str | None = None
+    stale_cleared: bool = False
+
+    @classmethod
+    def of(cls, state: ProducerState) -> FailureStreak:
+        """The streak that ``state`` recorded."""
+        return cls(**{f.name: getattr(state, f.name) for f in fields(cls)})
+
+    def ok(self, now: float) -> FailureStreak:
+        """After a pass at ``now`` whose Slurm queries succeeded."""
+        return FailureStreak(last_ok=now)
+
+    def failed(self, now: float, error: str) -> FailureStreak:
+        """After a pass at ``now`` that failed with ``error``."""
+        since = now if self.failing_since is None else self.failing_since
+        return replace(
+            self, failing_since=since, failed_passes=self.failed_passes + 1, last_error=error
+        )
+
+    def stale_due(self, now: float, window: float | None) -> bool:
+        """Passes have failed for ``window`` seconds (``None``: never due) and the
+        producer's own decisions are not cleared yet."""
+        return (
+            window is not None
+            and not self.stale_cleared
+            and self.failing_since is not None
+            and now - self.failing_since >= window
+        )
+
+    def cleared(self) -> FailureStreak:
+        """After the producer's own decisions were cleared (:meth:`stale_due`)."""
+        return replace(self, stale_cleared=True)
 
 
 _FIELDS = frozenset(f.name for f in fields(ProducerState))

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 import nvrx_seghealth as package
+from nvrx_seghealth._producer.audit import EventKind
 from nvrx_seghealth._producer.publisher import DrainedPublisher, producer_tag
 from nvrx_seghealth._producer.slurm import SlurmClient
 
@@ -97,17 +98,17 @@ def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, in
     result = publisher(slurm, hook).run_pass()
     assert held, "the window was not reached"
     assert slurm.decision(1).read_text() == MARK
-    [event] = [e for e in result.events if e["task_id"] == "1"]
-    assert (event["event"], event["intended"], event["found"]) == (
-        "conflict",
-        intended,
+    [event] = [e for e in result.events if e.task_id == "1"]
+    assert (event.kind, event.intended, event.found) == (
+        EventKind.CONFLICT,
+        EventKind(intended),
         MARK.strip(),
     )
     assert result.ok
     # the next pass sees the operator's decision and leaves it alone
     again = publisher(slurm, None).run_pass()
     assert slurm.decision(1).read_text() == MARK
-    assert [e for e in again.events if e["task_id"] == "1"] == []
+    assert [e for e in again.events if e.task_id == "1"] == []
 
 
 def _public_copy(root):

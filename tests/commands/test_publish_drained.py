@@ -442,12 +442,16 @@ def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
             "unknown state(s) bogus; choose from drain, down, fail, no_respond",
         ),
         (["--once", "--interval", "5"], "not allowed with argument"),
-        (["--interval", "0"], "'0' is not a positive number of seconds"),
-        (["--slurm-timeout", "inf"], "'inf' is not a positive number of seconds"),
+        (["--interval", "0"], "argument --interval:"),
+        (["--interval", "1e12"], "argument --interval:"),  # more than a wait can take
+        (["--slurm-timeout", "inf"], "argument --slurm-timeout:"),
+        (["--slurm-timeout", "1e12"], "argument --slurm-timeout:"),
+        (["--clear-after-failing", "0"], "argument --clear-after-failing:"),
+        (["--clear-after-failing", "nan"], "argument --clear-after-failing:"),
         (["--passes", "no_respond=0"], "'no_respond=0' is not STATE=N"),
         (["--passes", "flaky=2"], "'flaky=2' is not STATE=N"),
         (["--producer-id", "a/b"], "'a/b' is not a producer id"),
-        (["--fs-timeout", "0"], "'0' is not a number of seconds in 0 < s <= 600"),
+        (["--fs-timeout", "0"], "argument --fs-timeout:"),
         (
             ["--job-id", "500_3"],
             "'500_3' is one task of array job 500: give the array job id (--job-id 500)",
@@ -465,3 +469,10 @@ def test_the_directory_must_exist(tmp_path):
     done = nvrx_seghealth("publish-drained", "--dir", str(tmp_path / "no"), "--job-id", "5")
     assert done.returncode == 2
     assert f"{tmp_path / 'no'} does not exist: create it first (mkdir -p " in done.stderr
+
+
+def test_no_decision_directory_is_a_usage_error(tmp_path):
+    done = nvrx_seghealth("publish-drained", "--job-id", "5", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("nvrx-seghealth publish-drained: error: ")
+    assert "--dir" in done.stderr and list(tmp_path.iterdir()) == []

@@ -17,6 +17,7 @@ import pytest
 
 from nvrx_seghealth._producer.debounce import NodeRecord
 from nvrx_seghealth._producer.state import (
+    FailureStreak,
     ProducerState,
     StateFileError,
     parse_state,
@@ -168,7 +169,8 @@ def test_status_shows_a_malformed_state_file_as_unreadable(tmp_path, changes, _f
     done = nvrx_seghealth("status", "--dir", str(shc), "--json")
     assert (done.returncode, done.stderr) == (0, "")
     evil, good = strict_json(done.stdout)["producers"]
-    assert set(evil) == {"producer_id", "job_id", "unreadable"} and evil["producer_id"] == "evil"
+    assert set(evil) == {"producer_id", "job_id", "state", "unreadable"}
+    assert (evil["producer_id"], evil["state"]) == ("evil", "unreadable")
     assert "unreadable" not in good and good["last_pass"] == 1.7e9
 
     done = nvrx_seghealth("status", "--dir", str(shc))
@@ -231,3 +233,20 @@ def test_the_producers_own_valid_state_is_used(slurm):
     assert done.returncode == 0, done.stderr
     assert warnings(done.stderr) == []
     assert slurm.decision(0).read_text().endswith("unavailable nodes: n2 drain (planted)\n")
+
+
+# --- the failure streak ------------------------------------------------------------------
+
+
+def test_a_streak_counts_failed_passes_from_the_first_and_a_good_pass_ends_it():
+    streak = FailureStreak().failed(100.0, "sinfo: exit 1").failed(160.0, "squeue hung")
+    assert (streak.failing_since, streak.failed_passes, streak.last_error) == (
+        100.0,
+        2,
+        "squeue hung",
+    )
+    assert not streak.stale_due(160.0, None) and not streak.stale_due(160.0, 61.0)
+    assert streak.stale_due(160.0, 60.0)
+    cleared = streak.cleared()
+    assert cleared.stale_cleared and not cleared.stale_due(1e9, 60.0)  # once per streak
+    assert cleared.ok(200.0) == FailureStreak(last_ok=200.0)
