@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from .._errors import ConfigurationError
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
+from . import bypass
 from .logs import ensure_visible
 
 if TYPE_CHECKING:
@@ -88,6 +89,7 @@ def create_segment_health_handler(
 
     from .handler import SegmentHealthRendezvousHandler
 
+    bypass.created()
     settings = BackendSettings.from_rdzv_config(params.config)
     ensure_visible()
     inner_params = RendezvousParameters(
@@ -112,7 +114,12 @@ def create_segment_health_handler(
 
 
 def entry_point() -> Callable[[RendezvousParameters], SegmentHealthRendezvousHandler]:
-    """The ``torchrun.handlers`` entry point: returns the rendezvous creator."""
+    """The ``torchrun.handlers`` entry point: returns the rendezvous creator.
+
+    Also watches for a launcher that asked for this backend and will not get it
+    (``--standalone``; see :mod:`.bypass`).
+    """
+    bypass.watch(BACKEND_NAME)
     return create_segment_health_handler
 
 

@@ -1,0 +1,125 @@
+"""When torch replaces the ``segment-health`` backend, the launcher says the check is off.
+
+torchrun's ``--standalone`` (or ``PET_STANDALONE=1``) and accelerate's fallback to
+standalone when its port is in use make torch rendezvous with ``c10d``: the backend's
+creator is never called and the marked task trains. Each case runs the marked task
+alone, with a real launcher, and expects the training to happen (torch's behaviour, which
+the package cannot change) and one WARNING with ``check=off`` and the cause's token. The
+control case, the same task without standalone, is excluded and says nothing of the kind.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+from launcherjob import JOB_TIMEOUT, MARKED, TRAIN, launcher_env, require_launcher, slurm_task
+
+from nvrx_seghealth._logfmt import parse_fields
+
+SINGLE_NODE = ["--nnodes=1", "--nproc-per-node=1"]
+
+
+def launch(argv: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run one launcher of the marked task to its end."""
+    return subprocess.run(
+        argv,
+        check=False,
+        cwd=cwd,
+        env=launcher_env(**slurm_task(MARKED), **env),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
+
+
+def check_off_causes(output: str) -> list[str]:
+    """The ``cause`` of every line that says the check is off."""
+    return [
+        fields["cause"]
+        for fields in map(parse_fields, output.splitlines())
+        if fields.get("check") == "off"
+    ]
+
+
+def trained(output: str, world: int = 1) -> bool:
+    """Whether worker 0 of a world of ``world`` finished its step."""
+    return f"worker 0 of {world}: sum of ranks {sum(range(world))}" in output
+
+
+def test_torchrun_standalone_says_the_check_is_off(tmp_path, decisions) -> None:
+    done = launch(
+        [
+            "torchrun",
+            "--standalone",
+            *SINGLE_NODE,
+            "--rdzv-backend=segment-health",
+            f"--rdzv-conf=segment_health_check_dir={decisions}",
+            str(TRAIN),
+        ],
+        tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (0, True), output[-3000:]
+    assert check_off_causes(output) == ["standalone"], output[-3000:]
+
+
+def test_standalone_from_the_environment_says_the_check_is_off(tmp_path, decisions) -> None:
+    done = launch(
+        ["torchrun", *SINGLE_NODE, str(TRAIN)],
+        tmp_path,
+        PET_STANDALONE="1",
+        PET_RDZV_BACKEND="segment-health",
+        PET_RDZV_CONF=f"segment_health_check_dir={decisions}",
+    )
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (0, True), output[-3000:]
+    assert check_off_causes(output) == ["standalone"], output[-3000:]
+
+
+def test_without_standalone_the_check_runs_and_nothing_says_it_is_off(tmp_path, decisions) -> None:
+    done = launch(
+        [
+            "torchrun",
+            *SINGLE_NODE,
+            "--rdzv-backend=segment-health",
+            "--rdzv-endpoint=127.0.0.1:0",
+            f"--rdzv-conf=segment_health_check_dir={decisions}",
+            str(TRAIN),
+        ],
+        tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (1, False), output[-3000:]
+    assert "reason=decision-file" in output, output[-3000:]
+    assert check_off_causes(output) == [], output[-3000:]
+
+
+def test_accelerates_standalone_fallback_says_the_check_was_off(tmp_path, decisions) -> None:
+    require_launcher("accelerate")
+    with socket.socket() as taken:  # accelerate's port check finds it in use
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = launch(
+            [
+                "accelerate",
+                "launch",
+                "--multi_gpu",
+                "--num_machines=1",
+                "--num_processes=2",  # --multi_gpu wants two
+                f"--main_process_port={port}",
+                "--mixed_precision=no",
+                "--dynamo_backend=no",
+                "--rdzv_backend=segment-health",
+                f"--rdzv_conf=segment_health_check_dir={decisions}",
+                str(TRAIN),
+            ],
+            tmp_path,
+            HF_HOME=str(tmp_path / "hf"),
+        )
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output, world=2)) == (0, True), output[-3000:]
+    assert check_off_causes(output) == ["launcher-fallback"], output[-3000:]
