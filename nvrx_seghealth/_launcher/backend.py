@@ -18,6 +18,7 @@ would be circular.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["BACKEND_NAME", "create_segment_health_handler", "entry_point", "register"]
 
 BACKEND_NAME = "segment-health"
+#: torch's switch between sharing the agent's store with the workers (unset, ``0``) or not.
+SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +74,37 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
                 "be served there (e.g. by nvrx-seghealth store-host)",
                 params.endpoint,
             )
+            _keep_workers_off_the_shared_store()
         backend, store = c10d_rendezvous_backend.create_backend(params)
     return create_handler(store, backend, params), store
+
+
+def _keep_workers_off_the_shared_store() -> None:
+    """Set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in this launcher unless it is set.
+
+    With a store outside the launchers, torch's default of sharing the agent's store with
+    the workers makes restarted workers read the previous attempt's addresses and fail to
+    connect, or wait out their timeout (pytorch#135712); workers that host their own
+    bootstrap store do not. torch reads the variable at each round and when it starts the
+    workers, after this creator returns. A value the user set is kept (with a WARNING when
+    it turns sharing on).
+    """
+    value = os.environ.get(SHARED_STORE_ENV)
+    if value is None:
+        os.environ[SHARED_STORE_ENV] = "1"
+        log.info(
+            "With the store outside the launchers (is_host=false) the workers host their own "
+            "bootstrap store: %s=1 (a restart otherwise fails, pytorch#135712)",
+            SHARED_STORE_ENV,
+        )
+    elif value != "1":
+        log.warning(
+            "%s=%s shares the rendezvous store with the workers, with the store outside the "
+            "launchers (is_host=false): restarted workers may fail to connect "
+            "(pytorch#135712); unset it, or set it to 1",
+            SHARED_STORE_ENV,
+            value,
+        )
 
 
 def create_segment_health_handler(

@@ -129,8 +129,52 @@ def test_a_store_client_says_where_it_waits_for_the_store(tcp_store, caplog):
     handler = create_segment_health_handler(
         RendezvousParameters(BACKEND_NAME, endpoint, "run", 1, 1, is_host="false")
     )
-    (said,) = [r for r in caplog.records if r.name == "nvrx_seghealth._launcher.backend"]
-    assert endpoint in said.getMessage() and "store-host" in said.getMessage()
+    said = [r.getMessage() for r in caplog.records if r.name == "nvrx_seghealth._launcher.backend"]
+    assert any(endpoint in line and "store-host" in line for line in said), said
+    handler.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("given", "kept", "warned"),
+    [(None, "1", False), ("1", "1", False), ("0", "0", True)],
+)
+def test_with_the_store_outside_the_workers_do_not_share_it_unless_the_user_said_so(
+    tcp_store, caplog, monkeypatch, given, kept, warned
+):
+    """A restart with an outside store and torch's shared agent store fails
+    (integration/launchers/test_external_store_restart.py): the backend turns sharing off
+    in its launcher, and keeps a value the user set, warning when it turns sharing on."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    from nvrx_seghealth._launcher.backend import SHARED_STORE_ENV
+
+    if given is None:
+        monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SHARED_STORE_ENV, given)
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth._launcher.backend")
+    handler = create_segment_health_handler(
+        RendezvousParameters(
+            BACKEND_NAME, f"127.0.0.1:{tcp_store.port}", "run", 1, 1, is_host="false"
+        )
+    )
+    assert os.environ[SHARED_STORE_ENV] == kept
+    assert handler.use_agent_store is (kept != "1")
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert bool(warnings) is warned, [r.getMessage() for r in warnings]
+    handler.shutdown()
+
+
+def test_a_hosting_launcher_keeps_torchs_shared_store(tcp_store, monkeypatch):
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    from nvrx_seghealth._launcher.backend import SHARED_STORE_ENV
+
+    monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    handler = create_segment_health_handler(
+        RendezvousParameters(BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1)
+    )
+    assert SHARED_STORE_ENV not in os.environ and handler.use_agent_store
     handler.shutdown()
 
 
