@@ -350,13 +350,13 @@ def test_composition_example(tcp_store):
 
 
 def test_your_launcher_command_lines(monkeypatch, tmp_path):
-    """accelerate's and TorchX's own parsers take the section's commands, and the torchrun
-    each would start has the README's rendezvous: the segment-health backend, the store's
+    """accelerate's, TorchX's and Fabric's own parsers take the section's commands, and the
+    torchrun each would start has the README's rendezvous: the segment-health backend, the store's
     endpoint, is_host=false, the directory and the run id (runs for real:
     integration/launchers/)."""
     import argparse
 
-    for module in ("accelerate", "torchx"):
+    for module in ("accelerate", "torchx", "lightning_fabric"):
         if os.environ.get("CI") != "true":  # ./dev, and so CI, installs the launchers extra
             pytest.importorskip(module, reason="pip install -e '.[launchers]'")
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
@@ -367,7 +367,7 @@ def test_your_launcher_command_lines(monkeypatch, tmp_path):
     from torchx.specs.builders import materialize_appdef
     from torchx.specs.finder import get_component
 
-    accelerate_block, torchx_block = examples_under("With your launcher")
+    accelerate_block, torchx_block, fabric_block = examples_under("With your launcher")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no accelerate config of this account
     for name in [k for k in os.environ if k.startswith(("PET_", "NVRX_"))]:
         monkeypatch.delenv(name)
@@ -433,6 +433,32 @@ def test_your_launcher_command_lines(monkeypatch, tmp_path):
         assert config.rdzv_endpoint == f"localhost:{served.port}"
         assert config.rdzv_configs["is_host"] == "false"
         assert "segment_health_check_dir" not in config.rdzv_configs  # from the environment
+
+    # Fabric: the exports, then the torchrun arguments `fabric run` hands to torchrun's main().
+    for name in environment:
+        monkeypatch.delenv(name)
+    *exports, srun = commands(fabric_block.text)
+    for line in exports:
+        assert line[0] == "export"
+        for pair in line[1:]:
+            monkeypatch.setenv(*pair.split("=", 1))
+    argv = without_srun(srun)
+    assert argv[:2] == ["fabric", "run"]
+    # No GPU here: the accelerator decides only what each worker runs on, not the rendezvous.
+    argv = ["--accelerator=cpu" if arg == "--accelerator=cuda" else arg for arg in argv]
+    from lightning_fabric.cli import _main as fabric
+
+    handed: list[list[str]] = []
+    monkeypatch.setattr(torchrun, "main", handed.append)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / argv[-1]).write_text("")  # `fabric run` wants the script to exist
+    fabric.main(argv[1:], standalone_mode=False)
+    config = _torchrun_config(handed[0])
+    assert config.rdzv_backend == "segment-health" and config.run_id == "$SLURM_ARRAY_JOB_ID"
+    assert config.rdzv_endpoint == "store-host:29400"
+    assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 8)
+    assert config.rdzv_configs["is_host"] == "false"
+    assert config.rdzv_configs["segment_health_check_dir"] == "/shared/job/segment-health-check"
 
 
 def test_events_launcher_script(tmp_path, tcp_store):
@@ -579,3 +605,11 @@ def test_exit_code_table_is_the_code_s():
         "run",
         "demo",
     }  # run exits as torchrun does; the demo: Quick start
+
+
+def test_the_ft_launcher_table_names_tests_that_exist():
+    text = README.read_text()
+    table = text[text.index("### Where `ft_launcher` differs") :].split("\n### ", 1)[0]
+    paths = re.findall(r"`((?:tests|integration)/[^`]*)`", table)
+    assert len(paths) >= 6, paths
+    assert [p for p in paths if not (ROOT / p).exists()] == []

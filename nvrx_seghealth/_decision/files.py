@@ -48,6 +48,9 @@ This module imports nothing from the package and only the standard library: the 
 code runs in-process (:func:`nvrx_seghealth.publish_decision`) and, for the operators'
 commands, in a helper process (``python -I -S decisionfs.py``, see
 :mod:`nvrx_seghealth._decision.boundedfs`) that answers JSON requests on stdin, one per line.
+That is also why it is one module of about 600 lines, over the package's 400: the helper
+runs this file by path, alone, so the operations and the wire format it serves them in
+cannot be split into modules that import each other.
 """
 
 from __future__ import annotations
