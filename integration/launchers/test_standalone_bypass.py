@@ -14,6 +14,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
 from launcherjob import JOB_TIMEOUT, MARKED, TRAIN, launcher_env, require_launcher, slurm_task
 
 from nvrx_seghealth._logfmt import parse_fields
@@ -49,31 +50,16 @@ def trained(output: str, world: int = 1) -> bool:
     return f"worker 0 of {world}: sum of ranks {sum(range(world))}" in output
 
 
-def test_torchrun_standalone_says_the_check_is_off(tmp_path, decisions) -> None:
-    done = launch(
-        [
-            "torchrun",
-            "--standalone",
-            *SINGLE_NODE,
-            "--rdzv-backend=segment-health",
-            f"--rdzv-conf=segment_health_check_dir={decisions}",
-            str(TRAIN),
-        ],
-        tmp_path,
-    )
-    output = done.stdout + done.stderr
-    assert (done.returncode, trained(output)) == (0, True), output[-3000:]
-    assert check_off_causes(output) == ["standalone"], output[-3000:]
-
-
-def test_standalone_from_the_environment_says_the_check_is_off(tmp_path, decisions) -> None:
-    done = launch(
-        ["torchrun", *SINGLE_NODE, str(TRAIN)],
-        tmp_path,
-        PET_STANDALONE="1",
-        PET_RDZV_BACKEND="segment-health",
-        PET_RDZV_CONF=f"segment_health_check_dir={decisions}",
-    )
+@pytest.mark.parametrize("route", ["command-line", "environment"])
+def test_torchrun_standalone_says_the_check_is_off(tmp_path, decisions, route) -> None:
+    conf = f"segment_health_check_dir={decisions}"
+    if route == "command-line":
+        argv = ["--standalone", "--rdzv-backend=segment-health", f"--rdzv-conf={conf}"]
+        env = {}
+    else:  # torchrun's defaults for the options it is not given
+        argv = []
+        env = {"PET_STANDALONE": "1", "PET_RDZV_BACKEND": "segment-health", "PET_RDZV_CONF": conf}
+    done = launch(["torchrun", *SINGLE_NODE, *argv, str(TRAIN)], tmp_path, **env)
     output = done.stdout + done.stderr
     assert (done.returncode, trained(output)) == (0, True), output[-3000:]
     assert check_off_causes(output) == ["standalone"], output[-3000:]

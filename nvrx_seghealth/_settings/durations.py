@@ -1,8 +1,9 @@
-"""Every duration a user can set, with its finite range, validated by one function.
+"""Every duration a user can set is a :class:`DurationSetting`, validated by one function.
 
 A timeout reaches the package four ways: a ``--rdzv-conf`` string, a launcher flag or
 YAML field, a keyword argument of the composition API, or an option of an operator
-command (``--fs-timeout``). Each goes through
+command (``--fs-timeout``; ``publish-drained`` declares its own three beside its
+options). Each goes through
 :func:`validate_seconds` with its :class:`DurationSetting`, so the same value is
 accepted or refused with the same message whichever way it came, before any
 rendezvous. Infinite, NaN, boolean and out-of-range values are refused: an unbounded
