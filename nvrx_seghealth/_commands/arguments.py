@@ -8,12 +8,18 @@ from __future__ import annotations
 import argparse
 import re
 import textwrap
+from collections.abc import Callable
 from typing import Any
 
 from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
 from .._settings.check_settings import DIRECTORY_ENV
-from .._settings.durations import DEFAULT_STAT_TIMEOUT, FS_TIMEOUT, validate_seconds
+from .._settings.durations import (
+    DEFAULT_STAT_TIMEOUT,
+    FS_TIMEOUT,
+    DurationSetting,
+    validate_seconds,
+)
 from .._settings.launcher_options import resolve_directory
 from .output import EXIT_STATUSES, exit_status_text
 
@@ -23,6 +29,7 @@ __all__ = [
     "add_fs_timeout_option",
     "directory_of",
     "fs_seconds",
+    "seconds_type",
     "slurm_id",
 ]
 
@@ -67,13 +74,22 @@ def slurm_id(value: str) -> str:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def fs_seconds(value: str) -> float:
-    """argparse type: seconds a filesystem call may take, in the range of
-    :data:`~nvrx_seghealth._settings.durations.FS_TIMEOUT` (checked by its validator)."""
-    try:
-        return validate_seconds(FS_TIMEOUT, value)
-    except ConfigurationError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+def seconds_type(setting: DurationSetting) -> Callable[[str], float]:
+    """The argparse type of ``setting``: its validator
+    (:func:`~nvrx_seghealth._settings.durations.validate_seconds`), a refusal a usage error."""
+
+    def seconds(value: str) -> float:
+        try:
+            return validate_seconds(setting, value)
+        except ConfigurationError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return seconds
+
+
+#: argparse type: seconds a filesystem call may take, in the range of
+#: :data:`~nvrx_seghealth._settings.durations.FS_TIMEOUT`.
+fs_seconds = seconds_type(FS_TIMEOUT)
 
 
 def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,11 @@
 """``nvrx-seghealth publish-drained``: options, the passes (one with ``--once``, else one
 every ``--interval`` seconds until SIGTERM or SIGINT), the audit log and the report.
 
+With ``--interval``, SIGUSR1 runs a pass now (coalesced: a burst during a pass runs one
+more; :mod:`~.._producer.schedule`), and ``--pid-file`` tells whom to signal
+(:mod:`~.._producer.pidfile`). With ``--once``, SIGUSR1 is ignored: the one pass runs
+anyway, and a signal meant for a long-running producer does not kill it halfway.
+
 What a pass does and guarantees: :mod:`nvrx_seghealth._producer.publisher`.
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``publish-drained``). Standard library plus
@@ -15,26 +20,26 @@ import re
 import signal
 import stat
 import sys
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .._decision import boundedfs
 from .._decision.boundedfs import FilesystemTimeout
 from .._decision.boundedstat import stat_within
-from .._errors import ConfigurationError
 from .._producer.audit import TRANSITIONS, AuditEvent, EventKind, PassResult, iso_time
 from .._producer.debounce import DEFAULT_PASSES
+from .._producer.pidfile import PidFile
 from .._producer.publisher import DrainedPublisher, default_producer_id
+from .._producer.schedule import WAKE_SIGNAL, PassSchedule, Stopped, Wake
 from .._producer.slurm import NODE_STATES, SlurmClient
 from .._producer.state import PRODUCER_ID
-from .._settings.durations import DurationSetting, validate_seconds
+from .._settings.durations import DurationSetting
 from .arguments import (
     add_command,
     add_directory_option,
     add_fs_timeout_option,
     directory_of,
+    seconds_type,
     slurm_id,
 )
 from .output import EXIT_FAILURE, EXIT_OK, usage_error
@@ -83,6 +88,8 @@ def register(subparsers: Any) -> None:
         A pass with any failed, hung or unexpected Slurm answer writes nothing. Only
         changed decisions are written; only its own are cleared (its decisions carry
         its --producer-id); a decision it cannot read is left alone.
+        With --interval, SIGUSR1 runs a pass at once (several during a pass: one more
+        after it); --pid-file says where to send it. With --once, SIGUSR1 is ignored.
         """,
         """
         nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --once
@@ -90,6 +97,10 @@ def register(subparsers: Any) -> None:
             --states drain,fail --audit-log /shared/job/shc-audit.jsonl
         nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 60 \\
             --passes no_respond=5 --clear-after-failing 1800 --producer-id ops-a
+        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 300 \\
+            --pid-file /run/nvrx-seghealth/123.pid &
+        scontrol update nodename=gpu017 state=drain reason="bad dimm"
+        kill -USR1 "$(cat /run/nvrx-seghealth/123.pid)"    # a pass now, not in 300 s
         """,
     )
     add_directory_option(parser)
@@ -127,20 +138,27 @@ def register(subparsers: Any) -> None:
     mode.add_argument("--once", action="store_true", help="run one pass and exit (default)")
     mode.add_argument(
         "--interval",
-        type=_seconds(INTERVAL),
+        type=seconds_type(INTERVAL),
         metavar="S",
-        help=f"run a pass every S seconds until SIGINT or SIGTERM ({INTERVAL.range_text})",
+        help=f"run a pass every S seconds, and at once on SIGUSR1, until SIGINT or SIGTERM "
+        f"({INTERVAL.range_text})",
+    )
+    parser.add_argument(
+        "--pid-file",
+        metavar="PATH",
+        help="with --interval: write this producer's pid to PATH (a local file), so that "
+        'kill -USR1 "$(cat PATH)" runs a pass now; refused if a running process holds it',
     )
     parser.add_argument(
         "--slurm-timeout",
-        type=_seconds(SLURM_TIMEOUT),
+        type=seconds_type(SLURM_TIMEOUT),
         default=30.0,
         metavar="S",
         help=f"seconds one Slurm command may take ({SLURM_TIMEOUT.range_text}, default: 30)",
     )
     parser.add_argument(
         "--clear-after-failing",
-        type=_seconds(CLEAR_AFTER_FAILING),
+        type=seconds_type(CLEAR_AFTER_FAILING),
         metavar="S",
         help="once every pass has failed for S seconds, clear this producer's "
         f"own decisions (fail open; {CLEAR_AFTER_FAILING.range_text}; NVRx's producer: "
@@ -198,18 +216,6 @@ def _producer_id(value: str) -> str:
             "with a letter or digit"
         )
     return value
-
-
-def _seconds(setting: DurationSetting) -> Callable[[str], float]:
-    """The argparse type of ``setting``: its validator, its refusal a usage error."""
-
-    def seconds(value: str) -> float:
-        try:
-            return validate_seconds(setting, value)
-        except ConfigurationError as error:
-            raise argparse.ArgumentTypeError(str(error)) from None
-
-    return seconds
 
 
 def _audit(path: str | None, events: list[AuditEvent], timeout: float) -> None:
@@ -285,10 +291,6 @@ def _warn_state(publisher: DrainedPublisher) -> None:
         print(f"{iso_time(time.time())} warning: {warning}", file=sys.stderr)
 
 
-class _Stopped(BaseException):
-    """SIGINT or SIGTERM during a pass of ``--interval``."""
-
-
 def _directory_problem(directory: str, timeout: float) -> str | None:
     """Why the producer must not start on ``directory``: it does not exist, is not a
     directory, or cannot be examined within ``timeout`` (a pass there could only fail).
@@ -324,39 +326,34 @@ def publish_drained_command(args: argparse.Namespace) -> int:
         interval=args.interval,
     )
     if args.interval is None:
+        if args.pid_file is not None:
+            return usage_error(NAME, "--pid-file needs --interval: one pass has no one to signal")
+        signal.signal(WAKE_SIGNAL, signal.SIG_IGN)  # the pass runs anyway
         _warn_state(publisher)
         result = publisher.run_pass()
         _audit(args.audit_log, result.events, args.fs_timeout)
         _report(result, publisher)
         return EXIT_OK if result.ok else EXIT_FAILURE
-    stop = threading.Event()
-    busy = [True]  # loading the state, or in a pass: a signal ends it at once
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-        if busy[0]:
-            busy[0] = False
-            raise _Stopped(signum)
-
-    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    pid_file = PidFile(args.pid_file) if args.pid_file is not None else None
     try:
-        _warn_state(publisher)
-        while not stop.is_set():
-            busy[0] = True
-            result = publisher.run_pass()
-            _audit(args.audit_log, result.events, args.fs_timeout)
-            _report(result, publisher)
-            sys.stdout.flush()
-            busy[0] = False
-            stop.wait(args.interval)
-    except _Stopped as stopped:
+        with PassSchedule(args.interval) as schedule:
+            if pid_file is not None:
+                pid_file.claim()  # after the handlers: a SIGUSR1 from now on runs a pass
+            _warn_state(publisher)
+            for wake in schedule.passes():
+                if wake is Wake.SIGNAL:
+                    print(f"{iso_time(time.time())} pass asked for by {WAKE_SIGNAL.name}")
+                result = publisher.run_pass()
+                _audit(args.audit_log, result.events, args.fs_timeout)
+                _report(result, publisher)
+                sys.stdout.flush()
+    except Stopped as stopped:
         print(
-            f"{iso_time(time.time())} stopped by {signal.Signals(stopped.args[0]).name} during a pass; "
+            f"{iso_time(time.time())} stopped by {stopped.signal.name} during a pass; "
             "the decisions written before it stand",
             file=sys.stderr,
         )
     finally:
-        busy[0] = False
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
+        if pid_file is not None:
+            pid_file.release()
     return EXIT_OK

@@ -434,6 +434,134 @@ def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
     assert list(slurm.files()) == []
 
 
+def _producer(slurm, *extra):
+    """``publish-drained`` with ``extra`` options as a running process (text pipes)."""
+    return subprocess.Popen(
+        [*COMMAND, *slurm.args(*extra)],
+        env={**os.environ, **slurm.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _next_pass(process):
+    """Read the producer's stdout up to its next ``pass done`` line."""
+    for line in process.stdout:
+        if "pass done" in line:
+            return line
+    raise AssertionError("the producer ended before its next pass")
+
+
+def _calls(slurm, name):
+    path = slurm.root / f"{name}.args"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def _block_call(slurm, number):
+    """Make squeue's call ``number`` touch ``squeue.started`` and wait until a line is
+    written to the FIFO ``squeue.go``; returns (started flag, FIFO)."""
+    started, go = slurm.root / "squeue.started", slurm.root / "squeue.go"
+    os.mkfifo(go)
+    slurm.script(
+        "squeue",
+        f'if [ "$(wc -l < {slurm.root}/squeue.args)" -eq {number} ]; then\n'
+        f"  touch {started}; read line < {go}\nfi\ncat <<'EOF'\n{TASKS}EOF\n",
+    )
+    return started, go
+
+
+def test_sigusr1_runs_a_pass_at_once_while_sleeping_found_by_the_pid_file(slurm):
+    """With --interval 600 only a signal can explain a second pass: ``kill -USR1 $(cat
+    PIDFILE)``, the operator's path, runs it; SIGTERM still stops the producer, and the
+    pid file goes with it."""
+    pid_file = slurm.root / "producer.pid"
+    process = _producer(slurm, "--interval", "600", "--pid-file", str(pid_file))
+    try:
+        _next_pass(process)
+        assert pid_file.read_text() == f"{process.pid}\n"
+        subprocess.run(["sh", "-c", f'kill -USR1 "$(cat {pid_file})"'], check=True, timeout=30)
+        _next_pass(process)  # the sleep of 600 s ended at once
+        assert _calls(slurm, "squeue") == 2
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        process.communicate()
+    assert not pid_file.exists()
+    assert [e["event"] for e in slurm.audit_events()] == ["published"]
+
+
+def test_sigusr1_during_a_pass_runs_one_more_pass_however_many_arrive(slurm):
+    started, go = _block_call(slurm, 2)
+    process = _producer(slurm, "--interval", "600")
+    try:
+        _next_pass(process)
+        process.send_signal(signal.SIGUSR1)
+        wait_until(started.exists, timeout=60)  # the second pass waits in squeue
+        for _ in range(3):
+            process.send_signal(signal.SIGUSR1)
+        go.write_text("go\n")
+        _next_pass(process)  # the second pass ends
+        _next_pass(process)  # the one pass the three signals asked for
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        process.communicate()
+    assert _calls(slurm, "squeue") == 3
+
+
+def test_sigterm_stops_a_pass_that_sigusr1_started(slurm):
+    started, _go = _block_call(slurm, 2)
+    pid_file = slurm.root / "producer.pid"
+    process = _producer(slurm, "--interval", "600", "--pid-file", str(pid_file))
+    try:
+        _next_pass(process)
+        process.send_signal(signal.SIGUSR1)
+        wait_until(started.exists, timeout=60)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        _out, err = process.communicate()
+    assert "stopped by SIGTERM during a pass" in err
+    assert not pid_file.exists()
+
+
+def test_a_running_producer_keeps_its_pid_file_and_a_second_one_is_refused(slurm):
+    pid_file = slurm.root / "producer.pid"
+    process = _producer(slurm, "--interval", "600", "--pid-file", str(pid_file))
+    try:
+        _next_pass(process)
+        second = slurm.run("--interval", "600", "--pid-file", str(pid_file))
+        assert second.returncode == 2
+        assert second.stderr.startswith("nvrx-seghealth publish-drained: error: --pid-file ")
+        assert pid_file.read_text() == f"{process.pid}\n"
+        assert _calls(slurm, "squeue") == 1  # the refused one ran no pass
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        process.communicate()
+    assert not pid_file.exists()
+
+
+def test_once_ignores_sigusr1(slurm):
+    """A signal meant for a long-running producer does not kill a single pass."""
+    started, go = _block_call(slurm, 1)
+    process = _producer(slurm, "--once")
+    try:
+        wait_until(started.exists, timeout=60)
+        process.send_signal(signal.SIGUSR1)
+        go.write_text("go\n")
+        assert process.wait(timeout=30) == 0
+    finally:
+        process.kill()
+        process.communicate()
+    assert [e["event"] for e in slurm.audit_events()] == ["published"]
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
@@ -452,6 +580,7 @@ def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
         (["--passes", "flaky=2"], "'flaky=2' is not STATE=N"),
         (["--producer-id", "a/b"], "'a/b' is not a producer id"),
         (["--fs-timeout", "0"], "argument --fs-timeout:"),
+        (["--once", "--pid-file", "p.pid"], "--pid-file needs --interval"),
         (
             ["--job-id", "500_3"],
             "'500_3' is one task of array job 500: give the array job id (--job-id 500)",

@@ -1,0 +1,177 @@
+"""``publish-drained --interval 600`` woken on real Slurm: by an operator's signal after a
+drain, and by a Slurm trigger whose program is ``examples/publish-drained-now.sh``.
+
+A regular two-node job of sleepers runs on the private 4-node cluster, and a producer
+with ``--interval 600`` (so its polling cannot explain a decision) and ``--pid-file``
+runs beside it. Its first pass finds nothing; each test then drains the job's first node.
+
+Slurm 22.05 (Debian's) raises a ``--drained`` trigger only for a node with no running or
+completing job: ``update_node`` calls ``trigger_node_drained`` only when the node's
+``run_job_cnt`` and ``comp_job_cnt`` are both 0, so the job's own node, now DRAINING, fires
+nothing until the job leaves it (``--fail`` fires nothing after ``scontrol ... state=fail``
+at all). The trigger test therefore drains the job's node together with an idle one, as an
+operator draining a rack or a switch's nodes does: the idle node fires the trigger, and
+the producer's pass publishes the job's decision. Every node is resumed and the trigger
+cleared in a ``finally``; the job is cancelled afterwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from test_publish_drained import _node_state
+
+from nvrx_seghealth._producer.publisher import producer_tag
+from tests.commands.runner import COMMAND
+from tests.support import wait_until
+
+if TYPE_CHECKING:
+    from conftest import SlurmCluster
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+PROGRAM = Path(__file__).resolve().parents[2] / "examples" / "publish-drained-now.sh"
+#: Slurm looks at trigger events about every 15 s; a pass takes a second. Generous.
+TRIGGER_BOUND = 120.0
+SIGNAL_BOUND = 60.0
+
+
+@dataclass(frozen=True)
+class Producer:
+    """A running ``publish-drained --interval 600`` for ``job_id``, found by ``pid_file``."""
+
+    cluster: SlurmCluster
+    job_id: str
+    nodes: list[str]
+    shc: Path
+    pid_file: Path
+    process: subprocess.Popen[str]
+
+    def decision(self) -> Path:
+        return self.shc / f"segment_health_check.{self.job_id}.{self.job_id}"
+
+
+def _pass_done(process: subprocess.Popen[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        if "pass done" in line:
+            return
+    raise AssertionError("the producer ended before its first pass")
+
+
+@pytest.fixture
+def producer(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Producer]:
+    job_id = slurm_cluster.sbatch(
+        "-N2",
+        "--exclusive",
+        "--no-requeue",
+        f"--chdir={tmp_path}",
+        "--output=/dev/null",
+        "--wrap",
+        "exec srun sleep 300",
+    )
+    try:
+        wait_until(lambda: slurm_cluster.jobs(job_id)[0].state == "RUNNING", timeout=60)
+        nodelist = slurm_cluster.jobs(job_id)[0].fields["NodeList"]
+        nodes = slurm_cluster.run("scontrol", "show", "hostnames", nodelist).stdout.split()
+        shc = tmp_path / "shc"
+        shc.mkdir()
+        pid_file = tmp_path / "publish-drained.pid"
+        process = subprocess.Popen(
+            [
+                *COMMAND,
+                "publish-drained",
+                "--dir",
+                str(shc),
+                "--job-id",
+                job_id,
+                "--interval",
+                "600",
+                "--pid-file",
+                str(pid_file),
+                "--producer-id",
+                "t",
+                "--slurm-timeout",
+                "10",
+            ],
+            env=slurm_cluster.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _pass_done(process)
+            assert not _any_decision(shc)
+            yield Producer(slurm_cluster, job_id, nodes, shc, pid_file, process)
+            process.terminate()
+            assert process.wait(timeout=30) == 0
+            assert not pid_file.exists()
+        finally:
+            process.kill()
+            process.communicate()
+    finally:
+        slurm_cluster.run("scancel", job_id, check=False)
+        slurm_cluster.wait_job(job_id)
+
+
+def _any_decision(shc: Path) -> bool:
+    """Whether ``shc`` holds a decision file (not the producer's lock or state)."""
+    return any(not p.name.startswith(".") for p in shc.iterdir())
+
+
+@contextmanager
+def drained(cluster: SlurmCluster, nodes: list[str], reason: str) -> Iterator[None]:
+    """Drain ``nodes`` in one update; always resume them and wait until they respond."""
+    names = ",".join(nodes)
+    try:
+        cluster.run("scontrol", "update", f"nodename={names}", "state=drain", f"reason={reason}")
+        yield
+    finally:
+        cluster.run("scontrol", "update", f"nodename={names}", "state=resume", check=False)
+        for node in nodes:
+            wait_until(lambda node=node: _node_state(cluster, node) in ("idle", "alloc", "mix"))
+
+
+@contextmanager
+def trigger(cluster: SlurmCluster, event: str, program: str) -> Iterator[None]:
+    """A permanent node trigger on every node for ``event``; cleared at the end."""
+    cluster.run("strigger", "--set", "--node", f"--{event}", "--flags=PERM", f"--program={program}")
+    rows = cluster.run("strigger", "--get", "--noheader").stdout.splitlines()
+    ids = [row.split()[0] for row in rows if row.rstrip().endswith(program)]
+    assert len(ids) == 1, rows
+    try:
+        yield
+    finally:
+        cluster.run("strigger", "--clear", f"--id={ids[0]}", check=False)
+
+
+def _expected(node: str, reason: str) -> str:
+    return f"{producer_tag('t')} unavailable nodes: {node} drng ({reason})\n"
+
+
+def test_a_signal_after_the_drain_publishes_at_once(producer: Producer) -> None:
+    node = producer.nodes[0]
+    with drained(producer.cluster, [node], "bad dimm"):
+        subprocess.run([str(PROGRAM), str(producer.pid_file)], check=True, timeout=30)
+        wait_until(producer.decision().exists, timeout=SIGNAL_BOUND)
+        assert producer.decision().read_text() == _expected(node, "bad dimm")
+
+
+def test_a_drained_trigger_signals_the_producer(producer: Producer) -> None:
+    cluster = producer.cluster
+    node = producer.nodes[0]
+    idle = next(n for n in cluster.nodes if n not in producer.nodes)
+    assert _node_state(cluster, idle) == "idle"
+    with (
+        trigger(cluster, "drained", f"{PROGRAM} {producer.pid_file}"),
+        drained(cluster, [node, idle], "switch swap"),
+    ):
+        wait_until(producer.decision().exists, timeout=TRIGGER_BOUND)
+        assert producer.decision().read_text() == _expected(node, "switch swap")
