@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8,9]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
@@ -22,6 +22,7 @@ from . import (
     check_cost,
     healthy_rendezvous,
     parse_cost,
+    producer_wakeup,
     recovery,
     sibling_first,
     startup,
@@ -38,6 +39,7 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = {
     "6": sibling_first.rows,
     "7": recovery.rows,
     "8": parse_cost.rows,
+    "9": producer_wakeup.rows,
 }
 
 
