@@ -119,6 +119,8 @@ CHECKED = {
     ("Tests", "bash"): "test_test_commands_are_what_ci_runs",
     ("Under load", "bash"): "test_loaded_test_command (runs: tests/test_dev.py)",
     ("Benchmarks", "bash"): "test_benchmark_command_lines",
+    ("A pass now: SIGUSR1 or a Slurm trigger", "bash"): "test_producer_wakeup_lines"
+    " (runs: integration/slurm/test_publish_drained_trigger.py)",
 }
 
 
@@ -613,3 +615,20 @@ def test_the_ft_launcher_table_names_tests_that_exist():
     paths = re.findall(r"`((?:tests|integration)/[^`]*)`", table)
     assert len(paths) >= 6, paths
     assert [p for p in paths if not (ROOT / p).exists()] == []
+
+
+def test_producer_wakeup_lines():
+    """The producer's command parses, the signalling script it names is the example's, and
+    the trigger runs that script with the same pid file."""
+    signal_block, trigger_block = examples_under("A pass now: SIGUSR1 or a Slurm trigger")
+    producer, drain, poke = commands(signal_block.text)
+    assert producer[-1] == "&" and producer[:2] == ["nvrx-seghealth", "publish-drained"]
+    options = build_parser().parse_args(producer[1:-1])
+    assert options.pid_file == poke[1] and options.interval == 300
+    assert drain[:3] == ["scontrol", "update", "nodename=gpu017"]
+    script = ROOT / poke[0]
+    assert script.name == "publish-drained-now.sh" and os.access(script, os.X_OK)
+    (trigger,) = commands(trigger_block.text)
+    assert trigger[:5] == ["strigger", "--set", "--node", "--drained", "--flags=PERM"]
+    program = shlex.split(trigger[5].removeprefix("--program="))
+    assert Path(program[0]).name == script.name and program[1:] == [options.pid_file]
