@@ -30,6 +30,7 @@ from .._decision.boundedstat import StatTimeoutError, stat_within
 from .._decision.problems import permission_problems
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
+from .._launcher.bypass import standalone_asked
 from .arguments import add_command, add_directory_option, directory_of
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json
 
@@ -245,6 +246,28 @@ def _launch_shape_findings(environ: dict[str, str], unit: AllocationUnit | None)
             ),
         )
     )
+    if standalone_asked([], environ):
+        findings.append(
+            (
+                "FAIL",
+                (
+                    f"PET_STANDALONE={environ['PET_STANDALONE']} makes torchrun replace any "
+                    "--rdzv-backend with c10d, so the segment health check would be off: "
+                    "unset it and give --rdzv-endpoint"
+                ),
+            )
+        )
+    else:
+        findings.append(
+            (
+                "hint",
+                (
+                    "never start the launchers with --standalone (torchrun then replaces the "
+                    "backend with c10d and the check is off; accelerate falls back to it on one "
+                    "machine when its --main_process_port is in use)"
+                ),
+            )
+        )
     restarts = environ.get("SLURM_RESTART_COUNT", "0")
     if unit is not None and unit.is_array and restarts not in ("", "0"):
         findings.append(

@@ -38,6 +38,7 @@ def test_a_good_setup_on_process_0(tmp_path):
     assert "ok    decision now: proceed (absent: no decision file)" in out
     assert "ok    one launcher per node" in out
     assert "hint  start the launchers with srun --kill-on-bad-exit=1" in out
+    assert "hint  never start the launchers with --standalone" in out
 
 
 def test_other_launchers_and_a_marked_unit_are_reported_not_failed(tmp_path):
@@ -57,6 +58,7 @@ def test_other_launchers_and_a_marked_unit_are_reported_not_failed(tmp_path):
         ("no-slurm", "not inside a Slurm job (no SLURM_JOB_ID): run doctor as the launchers run"),
         ("two-per-node", "2 launchers on a node (tasks per node 2(x2)): run one launcher per node"),
         ("fifo", "the launcher would fail open and ignore the producer"),
+        ("standalone", "PET_STANDALONE=1 makes torchrun replace any --rdzv-backend with c10d"),
         (
             "requeued",
             (
@@ -83,6 +85,8 @@ def test_each_problem_fails_with_its_fix(tmp_path, case, message):
         os.mkfifo(tmp_path / "segment_health_check.500.4")
     elif case == "requeued":
         env["SLURM_RESTART_COUNT"] = "1"
+    elif case == "standalone":
+        env["PET_STANDALONE"] = "1"
     done = doctor("--dir", directory, env=env)
     assert done.returncode == 1
     assert levels(done.stdout).count("FAIL") == 1
