@@ -98,7 +98,8 @@ class ReplacementGroupMarkers:
             return False
         self.store.set(key, detail)  # the store keeps its UTF-8 bytes
         slot = f"{self.prefix}slot/{self.store.add(self.prefix + 'count', 1)}"
-        self.store.set(slot, group)
+        # An exact str: torch's EtcdStore refuses a subclass such as SlurmId.
+        self.store.set(slot, str(group))
         # A round trip after the writes: some stores answer ``set`` with no reply, and
         # the publisher is about to exit.
         if not self.store.check([key, slot]):
