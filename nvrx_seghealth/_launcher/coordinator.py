@@ -27,7 +27,7 @@ Every other launcher (a regular job's other tasks, an array task without a store
 a launcher outside Slurm) has no coordinator: the handler only delegates.
 
 Do no harm: every piece of a coordinator's own work (the stat, each store call)
-goes through one fail-open helper, :meth:`Coordinator.fail_open`. A failure is one
+goes through one fail-open helper, :class:`~.failopen.FailOpen`. A failure is one
 WARNING and a ``fail_open`` event, and the launcher goes on as plain torchrun would;
 only an exclusion, and what stops the launcher (torch's ``SignalException``,
 ``KeyboardInterrupt``, ``SystemExit``: :mod:`.signals`), leave a coordinator as an
@@ -39,24 +39,19 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import Callable
-from typing import TypeVar
 
 from .._decision.unit import AllocationUnit
 from .._errors import ExclusionReason, UnhealthyNodeException
 from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings
 from .events import DecisionRecorder
+from .failopen import FailOpen
 from .handoff import VerdictHandoff
 from .markers import ReplacementGroupMarkers
-from .signals import stops_the_launcher
 
 __all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
-
-_T = TypeVar("_T")
-
 
 class Coordinator(abc.ABC):
     """One launcher's part in its unit's check; see the module documentation.
@@ -88,7 +83,10 @@ class Coordinator(abc.ABC):
         self.exclusion: UnhealthyNodeException | None = None
         self._events = events
         self._settings = settings
-        self._failing: set[str] = set()  # actions whose failures are warned once a streak
+        #: Runs every piece of the coordinator's own work (:class:`~.failopen.FailOpen`).
+        self.fail_open = FailOpen(
+            events, f" of array task {unit.job_id}_{unit.task_id}" if unit.is_array else ""
+        )
         self._stopped = False
 
     def before_joining(self) -> None:
@@ -119,52 +117,6 @@ class Coordinator(abc.ABC):
 
     @abc.abstractmethod
     def _before_joining(self) -> None: ...
-
-    def fail_open(
-        self,
-        action: str,
-        doing: str,
-        call: Callable[..., _T],
-        *args: object,
-        streak: str | None = None,
-    ) -> _T | None:
-        """Run ``call(*args)``; on an error warn and return ``None`` (fail open).
-
-        Every piece of the coordinator's own work goes through here: nothing but an
-        exclusion may leave it as an error, except what stops the launcher, which
-        passes through unchanged (:func:`~.signals.stops_the_launcher`, and every
-        ``BaseException`` that is not an ``Exception``). A failure is one WARNING
-        ("could not ``doing``") and a ``fail_open`` event whose ``action`` is
-        ``action``. With ``streak`` (what is true again once ``call`` succeeds), only
-        the first failure of a run of failures is warned, and the first success after
-        it is one INFO.
-        """
-        try:
-            result = call(*args)
-        except Exception as error:  # fail open: do no harm (what stops the launcher passes)
-            if stops_the_launcher(error):
-                raise
-            if streak is None or action not in self._failing:
-                self._events.wrapper_error(action, error)
-                where = (
-                    f" of array task {self.unit.job_id}_{self.unit.task_id}"
-                    if self.unit.is_array
-                    else ""
-                )
-                log.warning(
-                    "Segment health check could not %s%s (%s: %s) (fail open)",
-                    doing,
-                    where,
-                    type(error).__name__,
-                    error,
-                )
-            if streak is not None:
-                self._failing.add(action)
-            return None
-        if streak is not None and action in self._failing:
-            self._failing.discard(action)
-            log.info("Segment health check: %s again", streak)
-        return result
 
     def _exclude(
         self,

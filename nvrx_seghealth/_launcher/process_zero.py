@@ -11,8 +11,6 @@ import os
 import socket
 import threading
 import time
-import weakref
-from collections.abc import Callable
 
 from .._decision.artifact import Decision
 from .._decision.unit import AllocationUnit
@@ -23,6 +21,7 @@ from .coordinator import Coordinator
 from .events import ATTEMPT, REQUEST, DecisionRecorder
 from .handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
+from .periodic import PeriodicThread
 
 __all__ = ["RESPONDER_BACKOFF_LIMIT", "RESPONDER_INTERVAL", "ProcessZero"]
 
@@ -60,7 +59,7 @@ class ProcessZero(Coordinator):
         self._joining = False  # inside the inner rendezvous: the standing answer holds
         self._attempt_verdict = Verdict.UNCHECKED
         self._covered = 0  # the highest request number answered
-        self._responder: _Responder | None = None
+        self._responder: PeriodicThread | None = None
 
     def _before_joining(self) -> None:
         """Stat; exclude, or stand on this attempt's verdict."""
@@ -73,7 +72,12 @@ class ProcessZero(Coordinator):
         if self.exclusion is not None:
             raise self.exclusion
         if self.handoff is not None and self._responder is None and not self._stopped:
-            self._responder = _Responder(self._answer_requests)
+            self._responder = PeriodicThread(
+                self._answer_requests,
+                RESPONDER_INTERVAL,
+                name="nvrx-seghealth-verdicts",
+                backoff_limit=RESPONDER_BACKOFF_LIMIT,
+            )
 
     def out_of_rendezvous(self) -> None:
         """The answer covers the requests made so far.
@@ -185,31 +189,3 @@ class ProcessZero(Coordinator):
         )
         if published:
             self._events.marker_published(group)
-
-
-class _Responder:
-    """A daemon thread calling ``answer()`` every :data:`RESPONDER_INTERVAL` seconds.
-
-    ``answer()`` returns whether its look succeeded; after a failed one the pause
-    doubles, up to :data:`RESPONDER_BACKOFF_LIMIT`, and the first success brings it
-    back. It holds its coordinator weakly (as torch's keep-alive timer holds its
-    handler): a coordinator that is no longer used stops its responder with it.
-    """
-
-    def __init__(self, answer: Callable[[], bool]) -> None:
-        self._stopped = threading.Event()
-        self._answer = weakref.WeakMethod(answer)
-        threading.Thread(target=self._run, name="nvrx-seghealth-verdicts", daemon=True).start()
-
-    def _run(self) -> None:
-        pause = RESPONDER_INTERVAL
-        while not self._stopped.wait(pause):
-            answer = self._answer()
-            if answer is None:
-                return
-            looked = answer()
-            del answer
-            pause = RESPONDER_INTERVAL if looked else min(2 * pause, RESPONDER_BACKOFF_LIMIT)
-
-    def stop(self) -> None:
-        self._stopped.set()
