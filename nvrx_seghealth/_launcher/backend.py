@@ -141,6 +141,7 @@ def create_segment_health_handler(
         directory=None if check is None else check.directory,
         stat_timeout=DEFAULT_STAT_TIMEOUT if check is None else check.stat_timeout,
         handoff_timeout=None if check is None else check.handoff_timeout,
+        watch_interval=0.0 if check is None else check.watch_interval,
         backend=params.backend,
     )
 

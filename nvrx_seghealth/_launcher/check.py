@@ -86,10 +86,11 @@ class SegmentHealthCheck:
         self.stat_timeout = settings.stat_timeout
         self._directory_looked_at = False
 
-    def evaluate(self) -> Decision:
-        """Stat the artifact once and return the decision; warn when failing open."""
+    def evaluate(self, *, warn: bool = True) -> Decision:
+        """Stat the artifact once and return the decision; warn when failing open
+        (``warn=False``: the caller warns, e.g. once for a run of failing looks)."""
         decision = judge(self.path, self.stat_timeout)
-        if decision.failed_open:
+        if decision.failed_open and warn:
             log.warning(
                 "Segment health check cannot judge %s (%s); proceeding (fail open)",
                 decision.path,

@@ -48,17 +48,20 @@ from .events import DecisionRecorder
 from .failopen import FailOpen
 from .handoff import VerdictHandoff
 from .markers import ReplacementGroupMarkers
+from .watch import WorldSignal
 
 __all__ = ["Coordinator"]
 
 log = logging.getLogger(__name__)
+
 
 class Coordinator(abc.ABC):
     """One launcher's part in its unit's check; see the module documentation.
 
     The handler calls, for each ``next_rendezvous()``: :meth:`before_joining`, then the
     inner rendezvous, then :meth:`out_of_rendezvous` (whether it returned or raised),
-    then :meth:`after_joining` with its result.
+    then :meth:`after_joining` with its result (and, with the watch on, the round's
+    :class:`~.watch.WorldSignal`).
 
     Attributes:
         unit: the launcher's allocation unit.
@@ -103,8 +106,9 @@ class Coordinator(abc.ABC):
     def out_of_rendezvous(self) -> None:
         """The inner ``next_rendezvous()`` returned or raised."""
 
-    def after_joining(self, rank: int) -> None:
-        """The launcher joined a round as ``rank``.
+    def after_joining(self, rank: int, world: WorldSignal | None) -> None:
+        """The launcher joined a round as ``rank``; ``world``: the round's exclusions
+        during training, when the watch is on.
 
         Raises:
             UnhealthyNodeException: the unit is excluded.
@@ -124,6 +128,7 @@ class Coordinator(abc.ABC):
         reason: ExclusionReason,
         *,
         after_joining: bool = False,
+        during_training: bool = False,
         path: str | None = None,
         size: int | None = None,
         marker: str | None = None,
@@ -145,7 +150,13 @@ class Coordinator(abc.ABC):
             log.error(
                 "Segment health check: %s; %s", message, format_fields(self.exclusion.fields())
             )
-            when = None if path is not None else _when(after_joining)
+            when = (
+                "during-training"
+                if during_training
+                else None
+                if path is not None
+                else _when(after_joining)
+            )
             self._events.excluded(reason, path=path, size=size, when=when, marker=marker)
         return self.exclusion
 

@@ -84,7 +84,8 @@ class EventName(str, enum.Enum):
     #: The launcher leaves (once per launcher). Fields: ``by`` (an
     #: :class:`~.._errors.ExclusionReason`),
     #: ``path`` and ``size`` (decision file), ``when`` (``before-joining`` or
-    #: ``after-joining``, marker and verdict), ``marker`` (the marker's text).
+    #: ``after-joining``, marker and verdict; ``during-training``, the watch's
+    #: decision file), ``marker`` (the marker's text).
     EXCLUDED = "nvrx_seghealth.excluded"
     #: Process 0 marked its replacement group unhealthy. Fields: ``group``.
     MARKER_PUBLISHED = "nvrx_seghealth.marker_published"
@@ -95,6 +96,10 @@ class EventName(str, enum.Enum):
     VERDICT_PUBLISHED = "nvrx_seghealth.verdict_published"
     #: A sibling got process 0's verdict. Fields: ``verdict``, ``request``, ``waited_s``.
     VERDICT_WAITED = "nvrx_seghealth.verdict_waited"
+    #: The watch restarts this launcher's workers: a unit of its world was excluded
+    #: during training. Fields: ``aligned`` (every member reached the restart),
+    #: ``waited_s``.
+    WORLD_RESTART = "nvrx_seghealth.world_restart"
 
 
 class FailOpenReason(str, enum.Enum):
@@ -126,6 +131,7 @@ class MetricName(str, enum.Enum):
 #: How the stat that led to a decision came about (``trigger``).
 ATTEMPT = "attempt"  # process 0 about to join a round
 REQUEST = "request"  # a sibling's request, between process 0's rounds
+WATCH = "watch"  # the watch's look while the workers run
 
 
 class DecisionRecorder:
@@ -217,6 +223,10 @@ class DecisionRecorder:
             self.fail_open(FailOpenReason.NO_VERDICT, request=request, waited_s=waited)
         else:
             self._event(EventName.VERDICT_WAITED, verdict=verdict, request=request, waited_s=waited)
+
+    def world_restart(self, aligned: bool, seconds: float) -> None:
+        """The watch restarts the workers: ``aligned`` after ``seconds`` in the barrier."""
+        self._event(EventName.WORLD_RESTART, aligned=aligned, waited_s=f"{seconds:.3f}")
 
     # -- recording -----------------------------------------------------------------
 

@@ -37,15 +37,18 @@ from torch.distributed.elastic.rendezvous import (
 
 from .._decision.artifact import DirectoryPath
 from .._errors import UnhealthyNodeException
-from .._settings.check_settings import check_settings
+from .._logfmt import format_fields
+from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .check import SegmentHealthCheck
 from .coordinator import Coordinator
 from .events import DecisionRecorder
+from .failopen import FailOpen
 from .handoff import VerdictHandoff
 from .markers import ReplacementGroupMarkers
 from .process_zero import ProcessZero
 from .roles import coordinator_for
+from .watch import WorldSignal
 
 __all__ = ["SegmentHealthRendezvousHandler"]
 
@@ -72,6 +75,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             joins without one; ``None``: ``stat_timeout`` plus
             :data:`~.._settings.durations.HANDOFF_MARGIN` (30 s with the defaults); ``0``: no
             hand-off.
+        watch_interval: seconds between two looks of process 0 at its decision file
+            while its workers run (:mod:`.watch`); ``0``: no watch, and a decision is
+            read only before joining.
 
     Raises:
         ValueError: ``directory`` is not absolute, or a timeout is out of range
@@ -88,23 +94,25 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
         backend: str | None = None,
         handoff_timeout: float | None = None,
+        watch_interval: float = 0.0,
     ) -> None:
         settings = check_settings(
-            directory, stat_timeout=stat_timeout, handoff_timeout=handoff_timeout
+            directory,
+            stat_timeout=stat_timeout,
+            handoff_timeout=handoff_timeout,
+            watch_interval=watch_interval,
         )
         self._inner = inner
         self._backend = backend or inner.get_backend()
-        self._coordinator: Coordinator | None = (
-            None
-            if settings is None
-            else coordinator_for(
-                settings,
-                store=store,
-                run_id=inner.get_run_id(),
-                events=DecisionRecorder(inner),
-                environ=environ,
+        self._coordinator: Coordinator | None = None
+        self._watch: tuple[FailOpen, DecisionRecorder] | None = None
+        if settings is not None:
+            events = DecisionRecorder(inner)
+            self._coordinator = coordinator_for(
+                settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ
             )
-        )
+            self._watch = _watch(settings, self._coordinator, events)
+        self._world: WorldSignal | None = None  # the joined round, when watched
         self._joined = False  # a round of the inner rendezvous was joined
         self._left = False
 
@@ -154,20 +162,36 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             UnhealthyNodeException: the unit is excluded.
             Exception: whatever the inner handler raised.
         """
+        self._world = None
         coordinator = self._coordinator
         if coordinator is None:
-            return self._join()
+            info = self._join()
+            self._world = self._world_of(info)
+            return info
         try:
             coordinator.before_joining()
             try:
                 info = self._join()
             finally:
                 coordinator.out_of_rendezvous()
-            coordinator.after_joining(info.rank)
+            world = self._world_of(info)
+            try:
+                coordinator.after_joining(info.rank, world)
+            except UnhealthyNodeException as exclusion:
+                if world is not None:  # the round was formed with this launcher in it
+                    world.leave(format_fields(exclusion.fields()))
+                raise
         except UnhealthyNodeException:
             self._leave(coordinator)
             raise
+        self._world = world
         return info
+
+    def _world_of(self, info: RendezvousInfo) -> WorldSignal | None:
+        if self._watch is None:
+            return None
+        fail_open, events = self._watch
+        return WorldSignal(info.store, info.world_size, fail_open, events)
 
     def _join(self) -> RendezvousInfo:
         try:
@@ -196,8 +220,13 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._inner.set_closed()
 
     def num_nodes_waiting(self) -> int:
-        """See base class."""
-        return self._inner.num_nodes_waiting()
+        """See base class. With the watch on, also ``1`` once a unit of the current
+        world was excluded during training (after the aligned wait of :mod:`.watch`)."""
+        waiting = self._inner.num_nodes_waiting()
+        world = self._world
+        if waiting > 0 or world is None:
+            return waiting
+        return 1 if world.restart_due() else 0
 
     def get_run_id(self) -> str:
         """See base class."""
@@ -230,6 +259,16 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         coordinator.fail_open(
             "leave-rendezvous", "leave the inner rendezvous", _leave_dynamic_rendezvous, self._inner
         )
+
+
+def _watch(
+    settings: CheckSettings, coordinator: Coordinator | None, events: DecisionRecorder
+) -> tuple[FailOpen, DecisionRecorder] | None:
+    """What every launcher of a watched job needs to take part in a world's restart,
+    whatever its role; ``None``: the watch is off."""
+    if not settings.watch_enabled:
+        return None
+    return (FailOpen(events) if coordinator is None else coordinator.fail_open), events
 
 
 def _leave_dynamic_rendezvous(inner: RendezvousHandler) -> None:

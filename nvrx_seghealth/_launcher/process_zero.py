@@ -15,13 +15,15 @@ import time
 from .._decision.artifact import Decision
 from .._decision.unit import AllocationUnit
 from .._errors import ExclusionReason
+from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings
 from .check import SegmentHealthCheck
 from .coordinator import Coordinator
-from .events import ATTEMPT, REQUEST, DecisionRecorder
+from .events import ATTEMPT, REQUEST, WATCH, DecisionRecorder
 from .handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
 from .periodic import PeriodicThread
+from .watch import WorldSignal
 
 __all__ = ["RESPONDER_BACKOFF_LIMIT", "RESPONDER_INTERVAL", "ProcessZero"]
 
@@ -60,10 +62,14 @@ class ProcessZero(Coordinator):
         self._attempt_verdict = Verdict.UNCHECKED
         self._covered = 0  # the highest request number answered
         self._responder: PeriodicThread | None = None
+        self._watch: PeriodicThread | None = None
+        self._watched: WorldSignal | None = None  # the round the watch looks for
+        self._watch_failing = False  # the watch's looks fail open: warned once a streak
 
     def _before_joining(self) -> None:
-        """Stat; exclude, or stand on this attempt's verdict."""
+        """Stop the watch; stat; exclude, or stand on this attempt's verdict."""
         with self._lock:
+            self._stop_watch()
             self._joining = True
             verdict = self._judge(ATTEMPT)
             if self.exclusion is None:
@@ -90,11 +96,77 @@ class ProcessZero(Coordinator):
             if self.exclusion is None:
                 self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
+    def after_joining(self, rank: int, world: WorldSignal | None) -> None:
+        """Start the watch, when it is on: a look every ``watch_interval`` seconds."""
+        super().after_joining(rank, world)
+        if world is None or not self._settings.watch_enabled or self._stopped:
+            return
+        with self._lock:
+            self._watched = world
+            self._watch = PeriodicThread(
+                self._watch_look, self._settings.watch_interval, name="nvrx-seghealth-watch"
+            )
+
     def stop(self) -> None:
         super().stop()
         if self._responder is not None:
             self._responder.stop()
             self._responder = None
+        with self._lock:
+            self._stop_watch()
+
+    def _stop_watch(self) -> None:
+        """No look of the watch starts from now on (lock held)."""
+        if self._watch is not None:
+            self._watch.stop()
+            self._watch = None
+        self._watched = None
+
+    def _watch_look(self) -> bool:
+        """While the workers run (watch thread): stat once; exclude the unit now.
+
+        A look that finds nothing is not a decision: nothing is recorded or logged. A
+        run of looks that fail open is warned once, and its end once.
+        """
+        with self._lock:
+            world = self._watched
+            if world is None or self.exclusion is not None:
+                return True
+            started = time.monotonic()
+            decision = self.fail_open(
+                "evaluate",
+                "evaluate the decision file during training",
+                lambda: self.check.evaluate(warn=False),
+                streak="the watch's decision file readable",
+            )
+            if decision is None:
+                return True
+            seconds = time.monotonic() - started
+            if decision.failed_open:
+                if not self._watch_failing:
+                    self._watch_failing = True
+                    self._events.judged(decision, seconds, WATCH)
+                    log.warning(
+                        "Segment health check's watch cannot judge %s (%s); training goes "
+                        "on (fail open); warned once until a look succeeds",
+                        decision.path,
+                        decision.reason,
+                    )
+                return True
+            if self._watch_failing:
+                self._watch_failing = False
+                log.info("Segment health check's watch judges %s again", decision.path)
+            if decision.proceed:
+                return True
+            self._events.judged(decision, seconds, WATCH)
+            self._exclude_now(decision, WATCH)
+            unit = self.unit
+            world.exclude(
+                format_fields(
+                    {"job_id": unit.job_id, "task_id": unit.task_id, "path": decision.path}
+                )
+            )
+            return True
 
     def _answer_requests(self) -> bool:
         """Between attempts (responder thread): answer new requests.
@@ -132,10 +204,14 @@ class ProcessZero(Coordinator):
             return Verdict.UNCHECKED
         self._events.judged(decision, time.monotonic() - started, trigger)
         if not decision.proceed:
-            self._exclude_by_decision(decision)
-            self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
+            self._exclude_now(decision, trigger)
             return Verdict.EXCLUDED
         return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
+
+    def _exclude_now(self, decision: Decision, trigger: str) -> None:
+        """Exclude the unit, publish its marker and the final answer (lock held)."""
+        self._exclude_by_decision(decision, during_training=trigger == WATCH)
+        self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
 
     def _publish(self, answer: Answer, *, trigger: str | None, covered: int | None = None) -> None:
         """Publish the answer (lock held) and remember the requests answered.
@@ -162,14 +238,17 @@ class ProcessZero(Coordinator):
                 answer.verdict.value, self._covered, answer.standing, trigger
             )
 
-    def _exclude_by_decision(self, decision: Decision) -> None:
+    def _exclude_by_decision(self, decision: Decision, *, during_training: bool) -> None:
         unit = self.unit
         # Logged before the marker goes out: once siblings see it, srun may end this
         # launcher at any moment.
         self._exclude(
-            f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded: "
-            f"decision file {decision.path} is non-empty ({decision.size} bytes)",
+            f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded"
+            f"{' during training' if during_training else ''}: decision file "
+            f"{decision.path} is non-empty ({decision.size} bytes)",
             ExclusionReason.DECISION_FILE,
+            after_joining=during_training,
+            during_training=during_training,
             path=decision.path,
             size=decision.size,
         )

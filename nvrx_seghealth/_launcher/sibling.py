@@ -15,6 +15,7 @@ from .coordinator import Coordinator
 from .events import DecisionRecorder
 from .handoff import Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
+from .watch import WorldSignal
 
 __all__ = ["Sibling"]
 
@@ -41,9 +42,9 @@ class Sibling(Coordinator):
         if not admitted:
             self._refuse_if_marked(self.markers, after_joining=False)
 
-    def after_joining(self, rank: int) -> None:
+    def after_joining(self, rank: int, world: WorldSignal | None) -> None:
         """Look at the marker once more (see the module documentation)."""
-        super().after_joining(rank)
+        super().after_joining(rank, world)
         self._refuse_if_marked(self.markers, after_joining=True)
 
     def _await_verdict(self, handoff: VerdictHandoff) -> bool:

@@ -26,6 +26,7 @@ from .durations import (
     DEFAULT_STAT_TIMEOUT,
     HANDOFF_TIMEOUT,
     STAT_TIMEOUT,
+    WATCH_INTERVAL,
     default_handoff_timeout,
     validate_seconds,
 )
@@ -90,11 +91,14 @@ class CheckSettings:
         stat_timeout: seconds one ``stat`` of the decision file may take.
         handoff_timeout: seconds a sibling waits for process 0's verdict; ``0``: no
             hand-off.
+        watch_interval: seconds between two looks of process 0 at its decision file
+            while its workers run; ``0``: no watch (:mod:`..._launcher.watch`).
     """
 
     directory: str
     stat_timeout: float
     handoff_timeout: float
+    watch_interval: float = 0.0
 
     @classmethod
     def validate(cls, directory: object, **given: Unpack[SettingsAsGiven]) -> CheckSettings:
@@ -115,15 +119,22 @@ class CheckSettings:
         """Whether the siblings of an array task wait for process 0's verdict."""
         return self.handoff_timeout > 0
 
+    @property
+    def watch_enabled(self) -> bool:
+        """Whether a decision is also acted on while the workers run."""
+        return self.watch_interval > 0
+
 
 class SettingsAsGiven(TypedDict, total=False):
     """The keywords of :func:`check_settings` and :meth:`CheckSettings.validate`."""
 
     stat_timeout: object
     handoff_timeout: object
+    watch_interval: object
     directory_as: str
     stat_timeout_as: str
     handoff_timeout_as: str
+    watch_interval_as: str
 
 
 def check_settings(
@@ -131,14 +142,16 @@ def check_settings(
     *,
     stat_timeout: object = DEFAULT_STAT_TIMEOUT,
     handoff_timeout: object = None,
+    watch_interval: object = 0.0,
     directory_as: str = "directory",
     stat_timeout_as: str = "",
     handoff_timeout_as: str = "",
+    watch_interval_as: str = "",
 ) -> CheckSettings | None:
     """Validate the settings as the user gave them; ``None`` or ``""`` as ``directory``
     turns the check off (returns ``None``).
 
-    The timeouts are validated all the same: a bad value is an error the day the
+    The durations are validated all the same: a bad value is an error the day the
     directory is set, so it is one today.
 
     Args:
@@ -147,7 +160,10 @@ def check_settings(
         handoff_timeout: seconds, in the range of
             :data:`~.durations.HANDOFF_TIMEOUT`; ``None``: ``stat_timeout`` plus
             :data:`~.durations.HANDOFF_MARGIN`.
-        directory_as, stat_timeout_as, handoff_timeout_as: how the user wrote each
+        watch_interval: seconds, in the range of :data:`~.durations.WATCH_INTERVAL`;
+            ``0``: no watch.
+        directory_as, stat_timeout_as, handoff_timeout_as, watch_interval_as: how the
+            user wrote each
             setting (a flag, an ``rdzv-conf`` key, ...), for messages; default: the
             argument's name.
 
@@ -155,9 +171,11 @@ def check_settings(
         ConfigurationError: a value is invalid; the message names the setting.
     """
     stat, handoff = _timeouts(stat_timeout, handoff_timeout, stat_timeout_as, handoff_timeout_as)
+    watch = validate_seconds(WATCH_INTERVAL, watch_interval, given_as=watch_interval_as)
     if directory is None or directory == "":
         return None
-    return CheckSettings(require_absolute_directory(directory, what=directory_as), stat, handoff)
+    directory = require_absolute_directory(directory, what=directory_as)
+    return CheckSettings(directory, stat, handoff, watch)
 
 
 def _timeouts(

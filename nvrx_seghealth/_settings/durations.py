@@ -15,6 +15,8 @@ setting                   range (s)       default
 ========================  ==============  ============================================
 ``stat_timeout``          [0.1, 600]      10
 ``handoff_timeout``       [0, 3600]       ``stat_timeout`` + 20; ``0``: no hand-off
+``watch_interval``        [0, 3600]       ``0``: no watch (process 0 stats only before
+                                          joining)
 ``--fs-timeout``          [0.1, 600]      10 (the operator commands' calls)
 ========================  ==============  ============================================
 """
@@ -33,6 +35,7 @@ __all__ = [
     "HANDOFF_TIMEOUT",
     "MINIMUM_STAT_TIMEOUT",
     "STAT_TIMEOUT",
+    "WATCH_INTERVAL",
     "DurationSetting",
     "default_handoff_timeout",
     "validate_seconds",
@@ -106,6 +109,16 @@ HANDOFF_TIMEOUT = DurationSetting(
     0.0,
     3600.0,
     30.0,
+)
+
+#: Any positive interval is a watch: each look is one bounded stat, and the next look
+#: starts ``watch_interval`` seconds after the last one ended.
+WATCH_INTERVAL = DurationSetting(
+    "watch_interval",
+    "how often process 0 re-checks its decision file while its workers run (0 turns the watch off)",
+    0.0,
+    3600.0,
+    5.0,
 )
 
 

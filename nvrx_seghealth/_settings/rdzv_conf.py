@@ -12,6 +12,9 @@ key                                       meaning                               
 ``segment_health_check_handoff_timeout``  seconds a sibling waits for process 0's    stat bound
                                           verdict, in [0, 3600]; ``0`` turns the    + 20
                                           hand-off off
+``segment_health_check_watch_interval``   seconds between process 0's looks at its  0 (off)
+                                          decision file while the workers run, in
+                                          [0, 3600]; ``0`` turns the watch off
 ``inner_backend``                         the rendezvous that does the work         ``c10d``
 ========================================  ========================================  ==========
 
@@ -20,7 +23,7 @@ passed on, the inner backend would ignore it and the check would be off (or diff
 bound) without a word. Keys are compared without regard to case or to ``-`` against
 ``_``; a key looks like ours when it is a close misspelling of one, contains
 ``segment_health``, or is the composition API's name for one (``stat_timeout``,
-``handoff_timeout``).
+``handoff_timeout``, ``watch_interval``).
 
 Without ``segment_health_check_dir`` the environment variable
 ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used (empty counts as unset); with neither, the
@@ -52,6 +55,7 @@ __all__ = [
     "INNER_BACKENDS",
     "INNER_BACKEND_KEY",
     "STAT_TIMEOUT_KEY",
+    "WATCH_INTERVAL_KEY",
     "BackendSettings",
     "lookalike",
 ]
@@ -59,17 +63,28 @@ __all__ = [
 DIRECTORY_KEY = "segment_health_check_dir"
 STAT_TIMEOUT_KEY = "segment_health_check_stat_timeout"
 HANDOFF_TIMEOUT_KEY = "segment_health_check_handoff_timeout"
+WATCH_INTERVAL_KEY = "segment_health_check_watch_interval"
 INNER_BACKEND_KEY = "inner_backend"
 #: The rendezvous backends the wrapper can run inside, the default first.
 INNER_BACKENDS = ("c10d", "etcd-v2")
 
 
 #: The keys this package reads from ``--rdzv-conf``.
-OUR_KEYS = (DIRECTORY_KEY, STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, INNER_BACKEND_KEY)
+OUR_KEYS = (
+    DIRECTORY_KEY,
+    STAT_TIMEOUT_KEY,
+    HANDOFF_TIMEOUT_KEY,
+    WATCH_INTERVAL_KEY,
+    INNER_BACKEND_KEY,
+)
 
 
 #: The composition API's names of the rdzv-conf keys, refused there with the key meant.
-_ARGUMENT_NAMES = {"stat_timeout": STAT_TIMEOUT_KEY, "handoff_timeout": HANDOFF_TIMEOUT_KEY}
+_ARGUMENT_NAMES = {
+    "stat_timeout": STAT_TIMEOUT_KEY,
+    "handoff_timeout": HANDOFF_TIMEOUT_KEY,
+    "watch_interval": WATCH_INTERVAL_KEY,
+}
 
 
 def lookalike(key: str, known: Iterable[str]) -> str | None:
@@ -165,9 +180,11 @@ class BackendSettings:
             directory,
             stat_timeout=config.get(STAT_TIMEOUT_KEY, DEFAULT_STAT_TIMEOUT),
             handoff_timeout=config.get(HANDOFF_TIMEOUT_KEY),
+            watch_interval=config.get(WATCH_INTERVAL_KEY, 0.0),
             directory_as=directory_as,
             stat_timeout_as=f"rdzv-conf {STAT_TIMEOUT_KEY}",
             handoff_timeout_as=f"rdzv-conf {HANDOFF_TIMEOUT_KEY}",
+            watch_interval_as=f"rdzv-conf {WATCH_INTERVAL_KEY}",
         )
         return cls(
             check=check,

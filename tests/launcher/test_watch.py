@@ -1,0 +1,229 @@
+"""The watch: real dynamic handlers on a real TCPStore, each launcher on its own thread.
+
+An agent's monitor loop is played by :class:`Monitor`: it asks its handler's
+``num_nodes_waiting()`` every ``interval`` seconds, as torch's agent does while its
+workers are healthy, until the answer is positive.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from nvrx_seghealth import ReplacementGroupMarkers, SegmentHealthRendezvousHandler, publish_decision
+from nvrx_seghealth._errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
+from nvrx_seghealth._launcher import watch
+from nvrx_seghealth._launcher.events import DecisionRecorder, parse_fields
+from nvrx_seghealth._launcher.failopen import FailOpen
+
+from ..support import Join, join_all, slurm_env, tcp_client, wait_until
+from .test_handler import ARRAY, RUN, dynamic_handler, our_records, participants
+
+WATCH = 0.2  # seconds between process 0's looks in these tests
+
+
+@pytest.fixture(autouse=True)
+def _release_handlers():
+    yield
+    gc.collect()
+
+
+@pytest.fixture
+def shc(tmp_path):
+    directory = tmp_path / "shc"
+    directory.mkdir()
+    return str(directory)
+
+
+def watched(master, directory, task, *, watch_interval=WATCH, nodes=(2, 3), **env):
+    store = tcp_client(master)
+    return SegmentHealthRendezvousHandler(
+        dynamic_handler(store, *nodes),
+        store=store,
+        directory=directory,
+        environ=slurm_env(task=task, **env),
+        watch_interval=watch_interval,
+    )
+
+
+class Monitor:
+    """An agent's monitor loop over one handler (see the module documentation)."""
+
+    def __init__(self, handler, interval=0.1, limit=60.0):
+        self.handler = handler
+        self.asked = []  # (started, returned, answer) of every call
+        self._interval = interval
+        self._limit = limit
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        deadline = time.monotonic() + self._limit
+        while not self._stop.wait(self._interval) and time.monotonic() < deadline:
+            started = time.monotonic()
+            answer = self.handler.num_nodes_waiting()
+            self.asked.append((started, time.monotonic(), answer))
+            if answer > 0:
+                return
+
+    @property
+    def restarted(self):
+        return any(answer > 0 for _, _, answer in self.asked)
+
+    def stop(self):
+        self._stop.set()
+        self.thread.join(30)
+
+
+class CountingStore:
+    """Forwards to a real store and counts the calls by method."""
+
+    def __init__(self, store):
+        self._store = store
+        self.calls = Counter()
+
+    def __getattr__(self, name):
+        method = getattr(self._store, name)
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def test_a_decision_during_training_restarts_every_member_together(tcp_store, shc, caplog):
+    """Task 1 is marked while the world of three trains: every launcher answers its
+    agent ``1``, none before the one that looks late has reached the restart, and task
+    1 then leaves; the other two form the next world without it."""
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
+    handlers = [watched(tcp_store, shc, task, nodes=(2, 3)) for task in (0, 1, 2)]
+    worlds = join_all(handlers)
+    assert [j.error for j in worlds] == [None, None, None]
+    late = 2.5  # task 2's agent looks this rarely (a long --monitor-interval)
+    monitors = [Monitor(handlers[0]), Monitor(handlers[1]), Monitor(handlers[2], late)]
+    time.sleep(3 * WATCH)
+    assert not any(m.restarted for m in monitors)  # nothing marked: nobody restarts
+    publish_decision(shc, str(ARRAY), "1", "drained during training")
+    for monitor in monitors:
+        monitor.thread.join(60)
+        assert monitor.restarted
+    late_asked = monitors[2].asked[-1][0]
+    assert all(m.asked[-1][1] >= late_asked for m in monitors)  # nobody went first
+    assert handlers[1].excluded
+    again = join_all(handlers)
+    assert isinstance(again[1].error, UnhealthyNodeException)
+    assert again[1].error.reason is ExclusionReason.DECISION_FILE
+    assert again[1].error.after_joining
+    assert {again[0].result.world_size, again[2].result.world_size} == {2}
+    assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).marked_groups() == ["1"]
+    errors = [parse_fields(m) for m in our_records(caplog, logging.ERROR)]
+    assert [(f["reason"], f["after_joining"], f["task_id"]) for f in errors] == [
+        ("decision-file", "true", "1")
+    ]
+
+
+def test_a_world_formed_without_the_marked_unit_does_not_restart(tcp_store, shc):
+    """A unit marked before it joins is refused before joining: the world that forms
+    without it has nothing to restart for."""
+    publish_decision(shc, str(ARRAY), "2", "drained before")
+    handlers = [watched(tcp_store, shc, task) for task in (0, 1, 2)]
+    outcomes = join_all(handlers)
+    assert isinstance(outcomes[2].error, UnhealthyNodeException)
+    monitors = [Monitor(h) for h in handlers[:2]]
+    time.sleep(max(3 * WATCH, 2 * watch.LOOK_INTERVAL))
+    for monitor in monitors:
+        monitor.stop()
+        assert monitor.asked and not monitor.restarted
+
+
+def test_a_sibling_that_finds_its_marker_after_joining_restarts_the_world(tcp_store, shc):
+    """A sibling of task 1 (no hand-off) waits in the round when task 1's process 0 is
+    refused and marks the group; it finds the marker once the round completes, and the
+    members that stay restart at once: it counted itself out of the barrier."""
+    store = tcp_client(tcp_store)
+    sibling = SegmentHealthRendezvousHandler(
+        dynamic_handler(store, 3, 3),
+        store=store,
+        directory=shc,
+        environ=slurm_env(task=1, procid=1),
+        handoff_timeout=0,
+        watch_interval=WATCH,
+    )
+    waiting = Join(sibling)
+    wait_until(lambda: participants(tcp_store) == 1)
+    publish_decision(shc, str(ARRAY), "1", "drained")
+    with pytest.raises(UnhealthyNodeException):
+        watched(tcp_store, shc, 1).next_rendezvous()
+    zero, two = watched(tcp_store, shc, 0), watched(tcp_store, shc, 2)
+    joined = join_all([zero, two])
+    waiting.wait()
+    assert isinstance(waiting.error, UnhealthyNodeException)
+    assert waiting.error.after_joining
+    assert [j.error for j in joined] == [None, None]
+    monitors = [Monitor(zero), Monitor(two)]
+    for monitor in monitors:
+        monitor.thread.join(60)
+        assert monitor.restarted
+    # the two were released by the count, not by the timeout: the sibling counted itself
+    assert joined[0].result.store.add(watch.ARRIVED_KEY, 0) == 3
+    assert joined[0].result.store.check([watch.RESTART_KEY])
+
+
+def test_the_watch_off_is_todays_handler(tcp_store, shc):
+    """No watch: a decision during training restarts nobody; it is read before the
+    next join."""
+    handlers = [watched(tcp_store, shc, task, watch_interval=0) for task in (0, 1)]
+    join_all(handlers)
+    publish_decision(shc, str(ARRAY), "1", "drained during training")
+    monitors = [Monitor(h) for h in handlers]
+    time.sleep(2 * watch.LOOK_INTERVAL)
+    for monitor in monitors:
+        monitor.stop()
+        assert monitor.asked and not monitor.restarted
+    assert not handlers[1].excluded
+
+
+def recorder(master):
+    return DecisionRecorder(dynamic_handler(tcp_client(master), 1, 1))
+
+
+def test_one_look_a_second_for_the_world_signal(tcp_store):
+    """However often the agent asks, the signal costs one store call a second."""
+    store = CountingStore(tcp_client(tcp_store))
+    events = recorder(tcp_store)
+    signal = watch.WorldSignal(store, 2, FailOpen(events), events)
+    assert not signal.restart_due()
+    for _ in range(20):
+        assert not signal.restart_due()
+    assert store.calls == Counter(check=1)
+
+
+def test_a_failing_store_restarts_nobody_and_warns_once(tcp_store, caplog):
+    class Broken:
+        def __getattr__(self, name):
+            def fail(*args):
+                raise RuntimeError("store down")
+
+            return fail
+
+    events = recorder(tcp_store)
+    signal = watch.WorldSignal(Broken(), 2, FailOpen(events), events)
+    for _ in range(3):
+        signal._next_look = 0.0  # every call is a look
+        assert not signal.restart_due()
+    warnings = [r for r in our_records(caplog, logging.WARNING) if "store down" in r]
+    assert len(warnings) == 1
+
+
+@pytest.mark.parametrize("value", [-1, "x", float("inf"), 3601, True])
+def test_a_bad_watch_interval_is_refused_before_any_rendezvous(tcp_store, shc, value):
+    with pytest.raises(ConfigurationError) as refused:
+        watched(tcp_store, shc, 0, watch_interval=value)
+    assert refused.value.setting == "watch_interval"
