@@ -17,7 +17,7 @@ from nvrx_seghealth import BACKEND_NAME, publish_decision, register
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._launcher.backend import create_segment_health_handler
 
-from ..support import exclusion_tokens, free_port, slurm_env
+from ..support import exclusion_tokens, free_port, slurm_env, wait_until
 
 # One write(2) per line: two workers share the pipe, and print() may write in pieces.
 WORKER = "import os; os.write(1, f\"worker rank {os.environ['RANK']}\\n\".encode())\n"
@@ -267,3 +267,30 @@ except ValueError as error:
     done = run_python(code)
     assert done.returncode == 0, done.stderr
     assert "inner_backend=etcd-v2" in done.stdout and "pip install python-etcd" in done.stdout
+
+
+def test_the_watch_interval_key_turns_the_watch_on(tmp_path, monkeypatch):
+    """Through the registered backend: a decision written after joining is acted on
+    while the workers run (a world of one restarts at once), not at the next join."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    for key, value in slurm_env(task=3).items():
+        monkeypatch.setenv(key, value)
+    handler = create_segment_health_handler(
+        RendezvousParameters(
+            BACKEND_NAME,
+            f"127.0.0.1:{free_port()}",
+            "run",
+            1,
+            1,
+            is_host="true",
+            segment_health_check_dir=str(tmp_path),
+            segment_health_check_watch_interval="0.1",
+        )
+    )
+    handler.next_rendezvous()
+    assert handler.num_nodes_waiting() == 0
+    publish_decision(str(tmp_path), "1000", "3", "drained")
+    wait_until(lambda: handler.excluded)
+    wait_until(lambda: handler.num_nodes_waiting() == 1)
+    handler.shutdown()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from nvrx_seghealth._launcher.events import DecisionRecorder, parse_fields
 from nvrx_seghealth._launcher.failopen import FailOpen
 
 from ..support import Join, join_all, slurm_env, tcp_client, wait_until
+from ..telemetry import captured
 from .test_handler import ARRAY, RUN, dynamic_handler, our_records, participants
 
 WATCH = 0.2  # seconds between process 0's looks in these tests
@@ -227,3 +229,48 @@ def test_a_bad_watch_interval_is_refused_before_any_rendezvous(tcp_store, shc, v
     with pytest.raises(ConfigurationError) as refused:
         watched(tcp_store, shc, 0, watch_interval=value)
     assert refused.value.setting == "watch_interval"
+
+
+def test_the_watch_records_decisions_not_looks(tcp_store, shc, caplog):
+    """A look that finds nothing records nothing; a run of looks that fail open (the
+    decision path is a directory, a real fault) is one WARNING and one ``fail_open``
+    event; the decision that excludes is recorded once, ``when=during-training``."""
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
+    with captured() as seen:
+        alone = watched(tcp_store, shc, 0, watch_interval=0.05, nodes=(1, 1))
+        alone.next_rendezvous()
+        path = os.path.join(shc, f"segment_health_check.{ARRAY}.0")
+        os.mkdir(path)  # each look now fails open: not a regular file
+
+        def warned():
+            return [
+                r
+                for r in caplog.records
+                if r.levelno == logging.WARNING and r.name.endswith("zero")
+            ]
+
+        wait_until(lambda: len(warned()) == 1)
+        time.sleep(0.5)  # about ten more looks, the same streak
+        os.rmdir(path)
+        wait_until(
+            lambda: any(
+                r.levelno == logging.INFO for r in caplog.records if r.name.endswith("zero")
+            )
+        )
+        time.sleep(0.3)  # looks that find nothing
+        publish_decision(shc, str(ARRAY), "0", "drained")
+        wait_until(lambda: alone.excluded)
+        monitor = Monitor(alone)
+        monitor.thread.join(30)
+        assert monitor.restarted  # a world of one restarts without waiting
+        with pytest.raises(UnhealthyNodeException):
+            alone.next_rendezvous()
+    assert len(warned()) == 1
+    watch_events = [
+        f for f in seen.fields("proceed") + seen.fields("fail_open") if f.get("trigger") == "watch"
+    ]
+    assert [(f.get("reason"), f["trigger"]) for f in watch_events] == [
+        ("not-a-regular-file", "watch")
+    ]
+    assert [f["when"] for f in seen.fields("excluded")] == ["during-training"]
+    assert [f["aligned"] for f in seen.fields("world_restart")] == ["true"]

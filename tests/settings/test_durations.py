@@ -12,6 +12,7 @@ from nvrx_seghealth._settings.durations import (
     HANDOFF_TIMEOUT,
     MINIMUM_STAT_TIMEOUT,
     STAT_TIMEOUT,
+    WATCH_INTERVAL,
     default_handoff_timeout,
     validate_seconds,
 )
@@ -80,6 +81,16 @@ def test_zero_turns_the_handoff_off_and_the_default_follows_the_stat_bound():
     assert default_handoff_timeout(10.0) == 30.0
 
 
+def test_any_positive_watch_interval_up_to_the_maximum_is_a_watch_and_zero_is_none():
+    assert validate_seconds(WATCH_INTERVAL, 0) == 0.0
+    assert validate_seconds(WATCH_INTERVAL, "0.5") == 0.5
+    assert validate_seconds(WATCH_INTERVAL, 3600) == 3600.0
+    for value in (-1, 3600.5, float("inf"), float("nan"), True, "five"):
+        with pytest.raises(ConfigurationError) as refused:
+            validate_seconds(WATCH_INTERVAL, value)
+        assert refused.value.setting == "watch_interval"
+
+
 @pytest.mark.parametrize("value", REFUSED_STAT)
 def test_the_commands_fs_timeout_has_the_stat_bounds_range(value):
     """The operator commands' calls run in the same helper processes as the launcher's
@@ -97,6 +108,8 @@ def test_the_commands_fs_timeout_has_the_stat_bounds_range(value):
         {"stat_timeout": 1e10},
         {"handoff_timeout": -1},
         {"handoff_timeout": float("nan")},
+        {"watch_interval": -0.5},
+        {"watch_interval": 1e9},
     ],
 )
 def test_the_composition_api_refuses_before_any_rendezvous(kwargs, tmp_path):

@@ -52,6 +52,24 @@ def test_the_handoff_timeout_defaults_to_the_stat_bound_plus_the_margin():
     assert s.check == CheckSettings("/shc", stat_timeout=4.0, handoff_timeout=24.0)
 
 
+def test_the_watch_is_off_unless_the_key_sets_a_positive_interval():
+    assert settings({"segment_health_check_dir": "/shc"}).check.watch_interval == 0.0
+    assert not settings({"segment_health_check_dir": "/shc"}).check.watch_enabled
+    watched = settings(
+        {"segment_health_check_dir": "/shc", "segment_health_check_watch_interval": "5"}
+    )
+    assert watched.check.watch_interval == 5.0 and watched.check.watch_enabled
+    assert "segment_health_check_watch_interval" not in watched.inner_config
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "inf", "3601", ""])
+def test_a_bad_watch_interval_is_refused_with_its_key_even_while_the_check_is_off(value):
+    for config in ({}, {"segment_health_check_dir": "/shc"}):
+        with pytest.raises(ConfigurationError) as refused:
+            settings(config | {"segment_health_check_watch_interval": value})
+        assert refused.value.setting == "rdzv-conf segment_health_check_watch_interval"
+
+
 def test_timeouts_are_validated_while_the_check_is_off():
     with pytest.raises(ConfigurationError):
         settings({"segment_health_check_stat_timeout": "0"})
@@ -99,6 +117,8 @@ def test_bad_values_name_the_setting(config, env, setting):
         ("Segment-Health-Check-Dir", "segment_health_check_dir"),
         ("SEGMENT_HEALTH_CHECK_STAT_TIMEOUT", "segment_health_check_stat_timeout"),
         ("INNER_BACKEND", "inner_backend"),
+        ("segment_health_check_watch_intervall", "segment_health_check_watch_interval"),
+        ("watch_interval", "segment_health_check_watch_interval"),
         ("ft_segment_health_check_dir", "segment_health_check_dir"),
         ("stat_timeout", "segment_health_check_stat_timeout"),
         ("handoff_timeout", "segment_health_check_handoff_timeout"),
