@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,8 @@ CHECKED = {
     ("Tests", "bash"): "test_test_commands_are_what_ci_runs",
     ("Under load", "bash"): "test_loaded_test_command (runs: tests/test_dev.py)",
     ("Benchmarks", "bash"): "test_benchmark_command_lines",
+    ("The watch: a decision during training", "bash"): "test_torchrun_command_lines",
+    ("The watch: a decision during training", "python"): "test_the_checkpoint_example",
     ("A pass now: SIGUSR1 or a Slurm trigger", "bash"): "test_producer_wakeup_lines"
     " (runs: integration/slurm/test_publish_drained_trigger.py)",
 }
@@ -294,12 +297,20 @@ def _torchrun_config(argv: list[str]):
 def test_torchrun_command_lines():
     lines = [
         without_srun(argv)
-        for heading in ("The torchrun backend", "When to choose etcd-v2 over c10d")
+        for heading in (
+            "The torchrun backend",
+            "When to choose etcd-v2 over c10d",
+            "The watch: a decision during training",
+        )
         for e in examples_under(heading)
         for argv in commands(e.text)
         if "torchrun" in argv
     ]
-    assert len(lines) == 2
+    assert len(lines) == 3
+    watched = [
+        BackendSettings.from_rdzv_config(_torchrun_config(a[1:]).rdzv_configs, {}) for a in lines
+    ]
+    assert [w.check is not None and w.check.watch_enabled for w in watched] == [False, False, True]
     for argv in lines:
         assert argv[0] == "torchrun"
         config = _torchrun_config(argv[1:])
@@ -632,3 +643,50 @@ def test_producer_wakeup_lines():
     assert trigger[:5] == ["strigger", "--set", "--node", "--drained", "--flags=PERM"]
     program = shlex.split(trigger[5].removeprefix("--program="))
     assert Path(program[0]).name == script.name and program[1:] == [options.pid_file]
+
+
+def test_the_checkpoint_example(tmp_path):
+    """The README's training loop is examples/train_checkpointed.py, and it keeps its
+    progress: stopped by its agent (SIGTERM to a real torchrun) after its first periodic
+    save, it resumes at the step it saved on the way out."""
+    example = ROOT / "examples" / "train_checkpointed.py"
+    (block,) = examples_under("The watch: a decision during training", "python")
+    assert block.text.strip() == example.read_text().strip()
+    checkpoint = tmp_path / "checkpoint.pt"
+    env = clean_environment() | {"CHECKPOINT": str(checkpoint), "STEPS": "100000000"}
+
+    def torchrun(**extra):
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=1",
+                "--nproc-per-node=2",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+                str(example),
+            ],
+            env=env | extra,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    first = torchrun()
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.stdout.read()
+            time.sleep(0.1)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        output, _ = first.communicate(timeout=120)
+    import torch
+
+    saved = torch.load(checkpoint)["step"]
+    assert saved >= 100, output
+    second = torchrun(STEPS=str(saved + 5))
+    output, _ = second.communicate(timeout=120)
+    assert second.returncode == 0, output
+    assert f"rank 0 starts at step {saved}" in output
