@@ -7,7 +7,10 @@ was refused), as a real round completes: this row measures what the wrapper adds
 torch's rendezvous; the stand-in's own calls go through a connection not counted.
 Every store call and every ``os.stat`` of a decision file is counted. Two rounds: all
 units healthy, and all 313 units excluded at once (313 concurrent marker publishers;
-none may be lost).
+none may be lost). A third healthy round runs with the watch on: its launchers' agents
+then ask ``num_nodes_waiting()`` every 0.1 s (torchrun's default ``--monitor-interval``)
+for :data:`WATCH_SECONDS`, and the store calls of the watch's job-wide signal in the
+round's store are counted.
 
 Launcher ``P`` of task ``T`` runs in process ``(T + P) mod 8``: the 313 processes 0
 are spread over all eight processes, so markers are published from eight processes at
@@ -37,6 +40,11 @@ READY_TIMEOUT = 300.0
 #: marker once it joined), plus the reads of a sibling that asks before process 0 has
 #: answered.
 ADDED_OPS_TARGET = 4.0
+#: Seconds of training the watch's round is asked ``num_nodes_waiting()`` for, and the
+#: agents' monitor interval.
+WATCH_SECONDS, MONITOR_INTERVAL = 10.0, 0.1
+#: The watch's signal may cost at most one store call per launcher per second.
+WATCH_OPS_TARGET = 1.0
 
 
 class CountingStore:
@@ -70,7 +78,7 @@ def _launchers(share: int) -> list[dict[str, str]]:
     ]
 
 
-def _round(port: int, directory: str, run_id: str, share: int, ready, results) -> None:
+def _round(port: int, directory: str, run_id: str, share: int, watch: bool, ready, results) -> None:
     import logging
 
     import torch.distributed as dist
@@ -81,6 +89,11 @@ def _round(port: int, directory: str, run_id: str, share: int, ready, results) -
     rounds = dist.TCPStore(
         "127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=120)
     )  # the stand-in rendezvous's own connection: its calls are not the wrapper's
+    # The round's store (RendezvousInfo.store), where the watch's signal lives: counted
+    # apart from the markers' and the hand-off's store.
+    round_store = CountingStore(
+        dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=120))
+    )
 
     class WholeRound(RendezvousHandler):
         """An inner handler that returns once every launcher has entered it, as a real
@@ -95,7 +108,7 @@ def _round(port: int, directory: str, run_id: str, share: int, ready, results) -
                 f"{run_id}/refused", 0
             ):
                 time.sleep(0.05)
-            return RendezvousInfo(None, 0, 1, None)
+            return RendezvousInfo(round_store, 0, TASKS * NODES, None)
 
         def is_closed(self):
             return False
@@ -131,7 +144,14 @@ def _round(port: int, directory: str, run_id: str, share: int, ready, results) -
     logging.getLogger("nvrx_seghealth").addHandler(logging.NullHandler())
     logging.getLogger("nvrx_seghealth").propagate = False
     handlers = [
-        SegmentHealthRendezvousHandler(WholeRound(), store=store, directory=directory, environ=env)
+        SegmentHealthRendezvousHandler(
+            WholeRound(),
+            store=store,
+            directory=directory,
+            environ=env,
+            # no look of process 0 falls in the measured seconds: only the signal counts
+            watch_interval=10 * WATCH_SECONDS if watch else 0.0,
+        )
         for env in _launchers(share)
     ]
     excluded = []
@@ -151,12 +171,20 @@ def _round(port: int, directory: str, run_id: str, share: int, ready, results) -
     for thread in threads:
         thread.join()
     calls = dict(store.calls)  # before the responders look again after the round
+    wall = time.perf_counter() - started
+    if watch:  # the agents' monitor loops while the workers train
+        deadline = time.monotonic() + WATCH_SECONDS
+        while time.monotonic() < deadline:
+            for handler in handlers:
+                handler.num_nodes_waiting()
+            time.sleep(MONITOR_INTERVAL)
+        calls = {f"watch {name}": count for name, count in round_store.calls.items()}
     for handler in handlers:
         handler.shutdown()
-    results.put((share, time.perf_counter() - started, calls, stats, len(excluded)))
+    results.put((share, wall, calls, stats, len(excluded)))
 
 
-def _measure(directory: str, run_id: str) -> dict:
+def _measure(directory: str, run_id: str, *, watch: bool = False) -> dict:
     import torch.distributed as dist
 
     master = dist.TCPStore(
@@ -171,7 +199,9 @@ def _measure(directory: str, run_id: str) -> dict:
     # handlers each) to get ready, and that set-up is not what this row measures.
     ready, results = context.Barrier(PROCESSES + 1, timeout=READY_TIMEOUT), context.Queue()
     workers = [
-        context.Process(target=_round, args=(master.port, directory, run_id, share, ready, results))
+        context.Process(
+            target=_round, args=(master.port, directory, run_id, share, watch, ready, results)
+        )
         for share in range(PROCESSES)
     ]
     for worker in workers:
@@ -291,6 +321,8 @@ def rows(quick: bool) -> list[Row]:
         for task in range(TASKS):
             publish_decision(directory, "900", str(task), "drained")
         excluded = _measure(directory, "excluded")
+    with tempfile.TemporaryDirectory() as directory:
+        watched = _measure(directory, "watched", watch=True)
     for name, outcome in (("all healthy", healthy), ("all 313 units excluded", excluded)):
         ops = sum(outcome["calls"].values())
         result.append(
@@ -335,6 +367,18 @@ def rows(quick: bool) -> list[Row]:
             "-",
             None,  # c10d's count swings with the round's timing: no target holds (BENCHMARKS)
             "c10d's ops per launcher only grow with the launcher count (one shared state)",
+        )
+    )
+    watch_ops = sum(watched["calls"].values())
+    per_second = watch_ops / (launchers * WATCH_SECONDS)
+    result.append(
+        Row(
+            "watch: store ops per launcher per second of training, 5,008 launchers",
+            per_second,
+            f"<= {WATCH_OPS_TARGET:g}",
+            per_second <= WATCH_OPS_TARGET,
+            f"{watch_ops} ops ({dict(watched['calls'])}) in {WATCH_SECONDS:g} s, each agent "
+            f"asking every {MONITOR_INTERVAL:g} s",
         )
     )
     result.append(
