@@ -26,7 +26,7 @@ every node; delegating it would end the whole job because one unit left.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import (
@@ -162,25 +162,20 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             UnhealthyNodeException: the unit is excluded.
             Exception: whatever the inner handler raised.
         """
-        self._world = None
+        previous, self._world = self._world, None
         coordinator = self._coordinator
         if coordinator is None:
             info = self._join()
             self._world = self._world_of(info)
             return info
         try:
-            coordinator.before_joining()
+            _leaving_on_exclusion(previous, coordinator.before_joining)
             try:
                 info = self._join()
             finally:
                 coordinator.out_of_rendezvous()
             world = self._world_of(info)
-            try:
-                coordinator.after_joining(info.rank, world)
-            except UnhealthyNodeException as exclusion:
-                if world is not None:  # the round was formed with this launcher in it
-                    world.leave(format_fields(exclusion.fields()))
-                raise
+            _leaving_on_exclusion(world, coordinator.after_joining, info.rank, world)
         except UnhealthyNodeException:
             self._leave(coordinator)
             raise
@@ -259,6 +254,19 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         coordinator.fail_open(
             "leave-rendezvous", "leave the inner rendezvous", _leave_dynamic_rendezvous, self._inner
         )
+
+
+def _leaving_on_exclusion(
+    world: WorldSignal | None, call: Callable[..., None], *args: object
+) -> None:
+    """Run ``call(*args)``; when it excludes this launcher, leave ``world`` (the round it
+    is a member of, when watched) before the exclusion is raised on."""
+    try:
+        call(*args)
+    except UnhealthyNodeException as exclusion:
+        if world is not None:
+            world.leave(format_fields(exclusion.fields()))
+        raise
 
 
 def _watch(

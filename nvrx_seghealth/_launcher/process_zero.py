@@ -160,12 +160,6 @@ class ProcessZero(Coordinator):
                 return True
             self._events.judged(decision, seconds, WATCH)
             self._exclude_now(decision, WATCH)
-            unit = self.unit
-            world.exclude(
-                format_fields(
-                    {"job_id": unit.job_id, "task_id": unit.task_id, "path": decision.path}
-                )
-            )
             return True
 
     def _answer_requests(self) -> bool:
@@ -209,9 +203,22 @@ class ProcessZero(Coordinator):
         return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
 
     def _exclude_now(self, decision: Decision, trigger: str) -> None:
-        """Exclude the unit, publish its marker and the final answer (lock held)."""
-        self._exclude_by_decision(decision, during_training=trigger == WATCH)
+        """Exclude the unit, publish its marker and the final answer (lock held).
+
+        While the watch runs, the unit is a member of the current world: the world is
+        told too, whichever look found the decision (the watch's, or a fresh stat for a
+        sibling's request).
+        """
+        world = self._watched
+        self._exclude_by_decision(decision, during_training=world is not None)
         self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
+        if world is not None:
+            unit = self.unit
+            world.exclude(
+                format_fields(
+                    {"job_id": unit.job_id, "task_id": unit.task_id, "path": decision.path}
+                )
+            )
 
     def _publish(self, answer: Answer, *, trigger: str | None, covered: int | None = None) -> None:
         """Publish the answer (lock held) and remember the requests answered.

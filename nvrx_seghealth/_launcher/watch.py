@@ -24,8 +24,10 @@ close the rendezvous for everyone. While a launcher waits in the barrier its age
 at nothing, and no agent stops its workers before every member is in the barrier.
 
 A world formed without the excluded unit does not restart: the key lives in the round
-the unit was a member of. A launcher that leaves a round without reaching the barrier
-(a sibling that finds its marker right after joining) sets the key and counts itself.
+the unit was a member of. A launcher that is excluded while a member of a round and
+leaves it without reaching the barrier (a sibling that finds its marker right after
+joining; a launcher whose agent restarted it alone and that is refused before joining
+again) sets the key and counts itself.
 Every store call goes through the launcher's :class:`~.failopen.FailOpen`: a failing
 store restarts nobody (one WARNING a streak), and the job goes on as without the watch.
 """
@@ -101,7 +103,11 @@ class WorldSignal:
         )
 
     def leave(self, fields: str) -> None:
-        """This launcher leaves the round now, without reaching the barrier."""
+        """This launcher's unit is excluded and it leaves the round now: the world is told,
+        and the launcher counts itself in the barrier (unless it already passed it)."""
+        if self._restart:
+            return
+        self._restart = True
         self.exclude(fields)
         self._fail_open(
             "align-restart",

@@ -274,3 +274,27 @@ def test_the_watch_records_decisions_not_looks(tcp_store, shc, caplog):
     ]
     assert [f["when"] for f in seen.fields("excluded")] == ["during-training"]
     assert [f["aligned"] for f in seen.fields("world_restart")] == ["true"]
+
+
+def test_a_sibling_restarting_alone_gets_a_fresh_stat_that_restarts_the_world(tcp_store, shc):
+    """Task 1's sibling restarts alone (its worker failed) after task 1 was marked:
+    process 0's answer to its request comes from a fresh stat, which excludes task 1
+    during training; the sibling is refused and counts itself out, and every other
+    member restarts, released by the count."""
+    zero = watched(tcp_store, shc, 0, watch_interval=3600, nodes=(3, 3))
+    one = watched(tcp_store, shc, 1, watch_interval=3600, nodes=(3, 3))
+    sibling = watched(tcp_store, shc, 1, watch_interval=3600, nodes=(3, 3), procid=1)
+    worlds = join_all([zero, one, sibling])
+    assert [j.error for j in worlds] == [None, None, None]
+    publish_decision(shc, str(ARRAY), "1", "drained during training")
+    with pytest.raises(UnhealthyNodeException) as refused:
+        sibling.next_rendezvous()  # its agent restarts it alone
+    assert refused.value.reason is ExclusionReason.MARKER  # the verdict names the marker
+    monitors = [Monitor(zero), Monitor(one)]
+    for monitor in monitors:
+        monitor.thread.join(60)
+        assert monitor.restarted
+    assert worlds[0].result.store.add(watch.ARRIVED_KEY, 0) == 3
+    with pytest.raises(UnhealthyNodeException) as during:
+        one.next_rendezvous()
+    assert during.value.after_joining  # excluded during training, by the fresh stat
