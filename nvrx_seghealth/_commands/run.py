@@ -1,25 +1,30 @@
 """``nvrx-seghealth run``: torchrun, plus ``ft_launcher``'s segment health check options.
 
 Every torchrun option is torchrun's own: the command parses with
-``torch.distributed.run.get_args_parser()`` (plus two options) and launches with
-``torch.distributed.run.run()``. The two added options:
+``torch.distributed.run.get_args_parser()`` (plus three options) and launches with
+``torch.distributed.run.run()``. The three added options:
 
 * ``--ft-segment-health-check-dir DIR``: the decision directory;
+* ``--ft-segment-health-check-watch-interval SECONDS``: process 0's looks at its decision
+  file while the workers run (``0``, the default: no watch);
 * ``--ft-cfg-path FILE.yaml``: a YAML file whose ``fault_tolerance`` section (at any
-  depth) may give ``segment_health_check_dir``.
+  depth) may give ``segment_health_check_dir`` and ``segment_health_check_watch_interval``.
 
-Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` (see
-:mod:`nvrx_seghealth._settings.launcher_options`). With a directory, the rendezvous becomes the
-``segment-health`` backend around the user's one: ``--rdzv-backend`` becomes
-``segment-health`` and ``--rdzv-conf`` gains ``segment_health_check_dir=DIR`` and
-``inner_backend=`` ``c10d`` or ``etcd-v2``. As in NVRx's ``ft_launcher``,
+Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` for the directory, flag > YAML
+for the watch interval (see :mod:`nvrx_seghealth._settings.launcher_options`). With a
+directory, the rendezvous becomes the ``segment-health`` backend around the user's one:
+``--rdzv-backend`` becomes ``segment-health`` and ``--rdzv-conf`` gains
+``segment_health_check_dir=DIR``, ``inner_backend=`` ``c10d`` or ``etcd-v2`` and, with a
+positive watch interval W, ``segment_health_check_watch_interval=W``. As in NVRx's
+``ft_launcher``,
 ``--rdzv-backend`` defaults to ``c10d`` (torchrun's ``static`` cannot carry the check)
 and ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` is set unless the environment sets it. One node
 without ``--rdzv-endpoint`` (or ``--standalone``) is torchrun's local c10d rendezvous,
 wrapped as c10d. Without any directory setting the command is otherwise torchrun.
 
-A configuration error (relative directory, broken YAML, unsupported backend, a directory
-that cannot travel in ``--rdzv-conf``, the backend's keys set twice) is raised to the
+A configuration error (relative directory, broken YAML, a watch interval out of range or
+without a directory, unsupported backend, a directory that cannot travel in
+``--rdzv-conf``, the backend's keys set twice) is raised to the
 dispatcher, which prints one line naming the setting and the fix and exits 2 before
 anything starts. Once launched, errors and exit codes are torchrun's: a failed worker or
 an excluded unit raises out of the launcher, which exits 1 with the traceback; so does a
@@ -41,11 +46,19 @@ from .._launcher.backend import BACKEND_NAME
 from .._settings.launcher_options import (
     CFG_FLAG,
     DIRECTORY_FLAG,
+    WATCH_INTERVAL_FIELD,
+    WATCH_INTERVAL_FLAG,
     YAML_FIELD,
     DirectorySetting,
-    resolve_directory,
+    WatchIntervalSetting,
+    resolve_launcher_settings,
 )
-from .._settings.rdzv_conf import DIRECTORY_KEY, INNER_BACKEND_KEY, INNER_BACKENDS
+from .._settings.rdzv_conf import (
+    DIRECTORY_KEY,
+    INNER_BACKEND_KEY,
+    INNER_BACKENDS,
+    WATCH_INTERVAL_KEY,
+)
 from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = [
@@ -73,6 +86,7 @@ examples:
 
 precedence: {DIRECTORY_FLAG} > {YAML_FIELD} in {CFG_FLAG} > $NVRX_SEGMENT_HEALTH_CHECK_DIR;
 none of them: plain torchrun.
+watch: {WATCH_INTERVAL_FLAG} > {WATCH_INTERVAL_FIELD} in {CFG_FLAG}; none of them: 0 (off).
 """
 
 
@@ -81,7 +95,7 @@ def register(subparsers: Any) -> None:
 
     The subparser takes every argument verbatim (no character starts an option: argv
     strings cannot contain NUL); :func:`launch` parses them with torchrun's parser,
-    so ``nvrx-seghealth run --help`` shows torchrun's options plus the two added ones.
+    so ``nvrx-seghealth run --help`` shows torchrun's options plus the three added ones.
     """
     parser = subparsers.add_parser(
         NAME,
@@ -94,7 +108,7 @@ def register(subparsers: Any) -> None:
 
 
 def launch_parser() -> argparse.ArgumentParser:
-    """torchrun's own parser (imports torch) as ``nvrx-seghealth run``, plus the two options."""
+    """torchrun's own parser (imports torch) as ``nvrx-seghealth run``, plus the three options."""
     from torch.distributed.run import get_args_parser
 
     parser = get_args_parser()
@@ -116,11 +130,21 @@ def launch_parser() -> argparse.ArgumentParser:
         help="absolute decision directory that every launcher can reach",
     )
     group.add_argument(
+        WATCH_INTERVAL_FLAG,
+        "--ft_segment_health_check_watch_interval",
+        dest="ft_segment_health_check_watch_interval",
+        metavar="SECONDS",
+        help="with a directory: process 0 of each unit re-checks its decision file every "
+        "SECONDS while the workers run, and a decision restarts every launcher's workers "
+        "without the unit (default 0: only before each rendezvous)",
+    )
+    group.add_argument(
         CFG_FLAG,
         "--ft_cfg_path",
         dest="ft_cfg_path",
         metavar="FILE.yaml",
-        help=f"YAML file with {YAML_FIELD} (the fault_tolerance section may be nested)",
+        help=f"YAML file with {YAML_FIELD} and {WATCH_INTERVAL_FIELD} (the fault_tolerance "
+        "section may be nested)",
     )
     return parser
 
@@ -175,30 +199,57 @@ def _inner_backend(args: argparse.Namespace, source: str) -> str:
     return str(args.rdzv_backend)
 
 
-def select_segment_health(args: argparse.Namespace, setting: DirectorySetting) -> None:
+def _refuse_watch_twice(args: argparse.Namespace, watch: WatchIntervalSetting | None) -> None:
+    """Refuse a flag/YAML watch interval (any value) that ``--rdzv-conf`` also sets."""
+    if watch is not None and WATCH_INTERVAL_KEY in _conf_keys(args.rdzv_conf):
+        raise ConfigurationError(
+            f"{watch.source} and --rdzv-conf {WATCH_INTERVAL_KEY} both set the watch "
+            "interval; keep one of them",
+            setting=watch.source,
+        )
+
+
+def select_segment_health(
+    args: argparse.Namespace,
+    setting: DirectorySetting,
+    watch: WatchIntervalSetting | None = None,
+) -> None:
     """Rewrite torchrun's ``args`` so the ``segment-health`` backend wraps the rendezvous.
 
     Leaves ``args`` untouched when the user configured the backend by hand
     (``--rdzv-backend=segment-health`` or its keys in ``--rdzv-conf``) and the directory
-    comes only from the environment: the backend reads the environment itself.
+    comes only from the environment: the backend reads the environment itself. A
+    positive ``watch`` interval (from the flag or the YAML file) travels as the
+    ``segment_health_check_watch_interval`` key; ``None`` or ``0`` adds no key.
 
     Raises:
         ConfigurationError: the directory cannot travel in ``--rdzv-conf`` (comma, or
-            leading/trailing space), the rendezvous cannot be wrapped, or the flag/YAML
-            directory conflicts with a hand-made backend configuration.
+            leading/trailing space), the rendezvous cannot be wrapped, the flag/YAML
+            directory or a positive watch interval conflicts with a hand-made backend
+            configuration, or ``--rdzv-conf`` sets the watch interval too.
     """
     directory = setting.directory
     manual = args.rdzv_backend == BACKEND_NAME or bool(
         _conf_keys(args.rdzv_conf) & {DIRECTORY_KEY, INNER_BACKEND_KEY}
     )
+    _refuse_watch_twice(args, watch)
     if manual:
-        if setting.from_environment:
-            return
-        raise ConfigurationError(
-            f"{setting.source} selects the {BACKEND_NAME} backend itself, but --rdzv-backend/"
-            f"--rdzv-conf already configure it: give --rdzv-backend the inner rendezvous "
-            f"(c10d or etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf"
-        )
+        if not setting.from_environment:
+            raise ConfigurationError(
+                f"{setting.source} selects the {BACKEND_NAME} backend itself, but "
+                f"--rdzv-backend/--rdzv-conf already configure it: give --rdzv-backend the "
+                f"inner rendezvous (c10d or etcd-v2) and drop {DIRECTORY_KEY}/"
+                f"{INNER_BACKEND_KEY} from --rdzv-conf"
+            )
+        if watch is not None and watch.enabled:
+            raise ConfigurationError(
+                f"{watch.source} cannot reach the {BACKEND_NAME} backend configured by hand "
+                f"in --rdzv-backend/--rdzv-conf: add {WATCH_INTERVAL_KEY}={watch.seconds!r} "
+                f"to --rdzv-conf, or give --rdzv-backend the inner rendezvous (c10d or "
+                f"etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf",
+                setting=watch.source,
+            )
+        return
     if "," in directory or directory != directory.strip():
         raise ConfigurationError(
             f"{setting.source} {directory!r} cannot be passed to the rendezvous: "
@@ -207,6 +258,8 @@ def select_segment_health(args: argparse.Namespace, setting: DirectorySetting) -
         )
     inner = _inner_backend(args, setting.source)
     extra = f"{DIRECTORY_KEY}={directory},{INNER_BACKEND_KEY}={inner}"
+    if watch is not None and watch.enabled:
+        extra += f",{WATCH_INTERVAL_KEY}={watch.seconds!r}"
     args.rdzv_conf = f"{args.rdzv_conf},{extra}" if args.rdzv_conf.strip() else extra
     args.rdzv_backend = BACKEND_NAME
 
@@ -227,9 +280,13 @@ def launch(args: argparse.Namespace) -> int:
 
     launch_args = launch_parser().parse_args(args.argv)
     use_local_rendezvous(launch_args)
-    setting = resolve_directory(launch_args.ft_segment_health_check_dir, launch_args.ft_cfg_path)
-    if setting is not None:
-        select_segment_health(launch_args, setting)
+    settings = resolve_launcher_settings(
+        launch_args.ft_segment_health_check_dir,
+        launch_args.ft_segment_health_check_watch_interval,
+        launch_args.ft_cfg_path,
+    )
+    if settings.directory is not None:
+        select_segment_health(launch_args, settings.directory, settings.watch_interval)
     agent_environment(os.environ)
     try:
         record(run)(launch_args)

@@ -1,6 +1,6 @@
-"""The launcher's decision directory, as ``ft_launcher`` takes it: flag, YAML file, environment.
+"""The launcher's settings, as ``ft_launcher`` takes them: flag, YAML file, environment.
 
-Precedence, highest first:
+The decision directory's precedence, highest first:
 
 1. the command-line flag (``--ft-segment-health-check-dir DIR`` for ``nvrx-seghealth run``,
    ``--dir DIR`` for the operator commands);
@@ -18,6 +18,15 @@ a ``fault_tolerance`` section that is not a mapping, or a field in it that looks
 walked (nested too deeply). A document that refers to itself through an anchor
 (``a: &x [*x]``) is walked once per node. The YAML file is always read when given, even
 when the flag wins, so a broken file is never silently ignored.
+
+The watch interval (``nvrx-seghealth run`` only) has no environment variable: the flag
+``--ft-segment-health-check-watch-interval SECONDS`` beats
+``fault_tolerance.segment_health_check_watch_interval`` in the same section; neither: ``0``
+(no watch). Each is validated where it enters, by
+:func:`~.durations.validate_seconds` with :data:`~.durations.WATCH_INTERVAL` (the YAML
+field even when the flag wins), and a field that looks like it but is not
+(``watch_interval``) is refused as for the directory. A positive interval without any
+directory is a :class:`ConfigurationError`: it would do nothing.
 """
 
 from __future__ import annotations
@@ -30,25 +39,38 @@ import yaml
 
 from .._errors import ConfigurationError
 from .check_settings import (
+    DIRECTORY_ENV,
     ENVIRONMENT_SOURCE,
     directory_from_environment,
     require_absolute_directory,
 )
-from .rdzv_conf import DIRECTORY_KEY, lookalike
+from .durations import WATCH_INTERVAL, validate_seconds
+from .rdzv_conf import DIRECTORY_KEY, WATCH_INTERVAL_KEY, lookalike
 
 __all__ = [
     "CFG_FLAG",
     "DIRECTORY_FLAG",
+    "WATCH_INTERVAL_FIELD",
+    "WATCH_INTERVAL_FLAG",
     "YAML_FIELD",
     "DirectorySetting",
-    "directory_from_yaml",
+    "LauncherSettings",
+    "WatchIntervalSetting",
+    "YamlSettings",
     "resolve_directory",
+    "resolve_launcher_settings",
+    "yaml_settings",
 ]
 
 DIRECTORY_FLAG = "--ft-segment-health-check-dir"
+WATCH_INTERVAL_FLAG = "--ft-segment-health-check-watch-interval"
 CFG_FLAG = "--ft-cfg-path"
 YAML_SECTION = "fault_tolerance"
 YAML_FIELD = f"{YAML_SECTION}.{DIRECTORY_KEY}"
+WATCH_INTERVAL_FIELD = f"{YAML_SECTION}.{WATCH_INTERVAL_KEY}"
+
+#: The section's fields this package reads, and what a misspelling of each would turn off.
+_FIELDS = {DIRECTORY_KEY: "the segment health check", WATCH_INTERVAL_KEY: "the watch"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +91,55 @@ class DirectorySetting:
     def from_environment(self) -> bool:
         """True when only the environment variable configured the directory."""
         return self.source == ENVIRONMENT_SOURCE
+
+
+@dataclass(frozen=True)
+class WatchIntervalSetting:
+    """A validated watch interval and where it came from.
+
+    Attributes:
+        seconds: in the range of :data:`~.durations.WATCH_INTERVAL`; ``0``: no watch.
+        source: the setting that gave it, for messages
+            (``--ft-segment-health-check-watch-interval``,
+            ``fault_tolerance.segment_health_check_watch_interval in FILE``).
+    """
+
+    seconds: float
+    source: str
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the interval turns the watch on."""
+        return self.seconds > 0
+
+
+@dataclass(frozen=True)
+class YamlSettings:
+    """The fields of one ``--ft-cfg-path`` file's ``fault_tolerance`` section.
+
+    Attributes:
+        directory: ``segment_health_check_dir`` as written (a non-empty string, not yet
+            checked for being absolute); ``None``: absent or ``null``.
+        watch_interval: ``segment_health_check_watch_interval``, validated; ``None``:
+            absent or ``null``.
+    """
+
+    directory: str | None = None
+    watch_interval: WatchIntervalSetting | None = None
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    """What the launcher's flags, YAML file and environment configure.
+
+    Attributes:
+        directory: the decision directory; ``None``: the check is off.
+        watch_interval: the watch interval; ``None``: neither the flag nor the YAML file
+            gives one (no watch). Never enabled without a directory.
+    """
+
+    directory: DirectorySetting | None
+    watch_interval: WatchIntervalSetting | None = None
 
 
 def _find_section(data: Any, seen: set[int] | None = None) -> Any:
@@ -98,17 +169,9 @@ def _find_section(data: Any, seen: set[int] | None = None) -> Any:
     return None
 
 
-def directory_from_yaml(path: str) -> str | None:
-    """Return ``fault_tolerance.segment_health_check_dir`` from the YAML file at ``path``.
-
-    ``None`` when the file has no ``fault_tolerance`` section, the section has no such
-    field, or the field is ``null``. The value is returned as written (not yet checked
-    for being absolute).
-
-    Raises:
-        ConfigurationError: the file cannot be read or parsed, the section is not a
-            mapping, or the field is not a non-empty string.
-    """
+def _section(path: str) -> Mapping[Any, Any] | None:
+    """The ``fault_tolerance`` section of the YAML file at ``path`` (``None``: none),
+    its lookalike fields refused."""
     what = f"{CFG_FLAG} {path}"
     try:
         with open(path, encoding="utf-8") as handle:
@@ -147,28 +210,100 @@ def directory_from_yaml(path: str) -> str | None:
             setting=YAML_SECTION,
         )
     for field in section:  # NVRx's other fault_tolerance settings are not ours to judge
-        if lookalike(str(field), (DIRECTORY_KEY,)) is not None:
+        meant = lookalike(str(field), _FIELDS)
+        if meant is not None:
             raise ConfigurationError(
                 f"{YAML_SECTION}.{field} in {path} is not a setting (did you mean "
-                f"{YAML_FIELD}?); as written, the segment health check would be off",
+                f"{YAML_SECTION}.{meant}?); as written, {_FIELDS[meant]} would be off",
                 setting=f"{YAML_SECTION}.{field}",
             )
-    value = section.get(DIRECTORY_KEY)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
+    return section
+
+
+def yaml_settings(path: str) -> YamlSettings:
+    """Read and validate the segment health fields of the YAML file at ``path``.
+
+    Raises:
+        ConfigurationError: the file cannot be read or parsed, the section is not a
+            mapping, a field looks like one of ours but is not, the directory is not a
+            non-empty string, or the watch interval is not a number of seconds in range.
+    """
+    section = _section(path)
+    if section is None:
+        return YamlSettings()
+    directory = section.get(DIRECTORY_KEY)
+    if directory is not None and (not isinstance(directory, str) or not directory):
         raise ConfigurationError(
             f"{YAML_FIELD} in {path} must be an absolute directory path (a non-empty "
-            f"string), got {type(value).__name__} {value!r}; write e.g. "
+            f"string), got {type(directory).__name__} {directory!r}; write e.g. "
             f"'{DIRECTORY_KEY}: /shared/job/segment-health-check', or remove the field to "
             "disable the check",
             setting=YAML_FIELD,
         )
-    return value
+    interval = section.get(WATCH_INTERVAL_KEY)
+    watch = None if interval is None else _watch(interval, f"{WATCH_INTERVAL_FIELD} in {path}")
+    return YamlSettings(directory, watch)
+
+
+def _watch(value: object, source: str) -> WatchIntervalSetting:
+    return WatchIntervalSetting(validate_seconds(WATCH_INTERVAL, value, given_as=source), source)
 
 
 def _validated(value: str, source: str) -> DirectorySetting:
     return DirectorySetting(require_absolute_directory(value, what=source), source)
+
+
+def _directory(
+    flag_value: str | None,
+    from_yaml: YamlSettings,
+    cfg_path: str | None,
+    environ: Mapping[str, str] | None,
+    flag: str,
+) -> DirectorySetting | None:
+    if flag_value is not None:
+        if not flag_value:
+            raise ConfigurationError(
+                f"{flag} is empty; give the absolute decision directory, or omit the option",
+                setting=flag,
+            )
+        return _validated(flag_value, flag)
+    if from_yaml.directory is not None:
+        return _validated(from_yaml.directory, f"{YAML_FIELD} in {cfg_path}")
+    value = directory_from_environment(environ)
+    return None if value is None else _validated(value, ENVIRONMENT_SOURCE)
+
+
+def resolve_launcher_settings(
+    directory_flag: str | None,
+    watch_interval_flag: str | None = None,
+    cfg_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    flag: str = DIRECTORY_FLAG,
+) -> LauncherSettings:
+    """Resolve the directory (flag > YAML file > environment) and the watch interval
+    (flag > YAML file), reading the YAML file at ``cfg_path`` once.
+
+    ``flag`` names the directory's command-line option in messages.
+
+    Raises:
+        ConfigurationError: see the module documentation.
+    """
+    from_yaml = yaml_settings(cfg_path) if cfg_path is not None else YamlSettings()
+    watch = (
+        from_yaml.watch_interval
+        if watch_interval_flag is None
+        else _watch(watch_interval_flag, WATCH_INTERVAL_FLAG)
+    )
+    directory = _directory(directory_flag, from_yaml, cfg_path, environ, flag)
+    if directory is None and watch is not None and watch.enabled:
+        raise ConfigurationError(
+            f"{watch.source}={watch.seconds:g} would do nothing: the segment health check is "
+            f"off (no decision directory); give {flag}, {YAML_FIELD} or "
+            f"{DIRECTORY_ENV}, or drop the watch interval",
+            setting=watch.source,
+        )
+    return LauncherSettings(directory, watch)
 
 
 def resolve_directory(
@@ -186,15 +321,4 @@ def resolve_directory(
     Raises:
         ConfigurationError: see the module documentation.
     """
-    from_yaml = directory_from_yaml(cfg_path) if cfg_path is not None else None
-    if flag_value is not None:
-        if not flag_value:
-            raise ConfigurationError(
-                f"{flag} is empty; give the absolute decision directory, or omit the option",
-                setting=flag,
-            )
-        return _validated(flag_value, flag)
-    if from_yaml is not None:
-        return _validated(from_yaml, f"{YAML_FIELD} in {cfg_path}")
-    value = directory_from_environment(environ)
-    return None if value is None else _validated(value, ENVIRONMENT_SOURCE)
+    return resolve_launcher_settings(flag_value, None, cfg_path, environ, flag=flag).directory

@@ -1,4 +1,5 @@
-"""``nvrx-seghealth run``: torchrun with ``--ft-segment-health-check-dir`` / ``--ft-cfg-path``.
+"""``nvrx-seghealth run``: torchrun with ``--ft-segment-health-check-dir``,
+``--ft-segment-health-check-watch-interval`` and ``--ft-cfg-path``.
 
 Launches are real torchrun agents through the command, rendezvous on 127.0.0.1.
 """
@@ -17,7 +18,13 @@ from nvrx_seghealth._commands.run import (
     use_local_rendezvous,
 )
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._settings.launcher_options import DirectorySetting
+from nvrx_seghealth._settings.launcher_options import (
+    WATCH_INTERVAL_FLAG,
+    DirectorySetting,
+    WatchIntervalSetting,
+    resolve_launcher_settings,
+)
+from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
 from ..support import slurm_env
 from .runner import nvrx_seghealth
@@ -216,6 +223,7 @@ def test_help_lists_torchrun_options_and_the_segment_health_options():
         "--rdzv-backend",
         "--nproc-per-node",
         "--ft-segment-health-check-dir DIR",
+        "--ft-segment-health-check-watch-interval SECONDS",
         "--ft-cfg-path FILE.yaml",
         "examples:",
     ):
@@ -296,3 +304,208 @@ def test_workers_are_identical_unless_the_environment_says_otherwise():
     environ = {"TORCH_ELASTIC_WORKER_IDENTICAL": "0"}
     agent_environment(environ)
     assert environ == {"TORCH_ELASTIC_WORKER_IDENTICAL": "0"}
+
+
+# --- the watch interval ------------------------------------------------------------------
+
+WATCH_KEY = "segment_health_check_watch_interval"
+WATCH = WatchIntervalSetting(5.0, WATCH_INTERVAL_FLAG)
+
+
+def rewritten_with_watch(*argv, setting=FLAG, watch=WATCH):
+    args = launch_parser().parse_args([*argv, "train.py"])
+    use_local_rendezvous(args)
+    select_segment_health(args, setting, watch)
+    return args
+
+
+def launched_as(*argv, environ=None):
+    """What ``launch`` hands to torchrun for ``argv``: the settings resolved as it does."""
+    args = launch_parser().parse_args([*argv, "train.py"])
+    use_local_rendezvous(args)
+    settings = resolve_launcher_settings(
+        args.ft_segment_health_check_dir,
+        args.ft_segment_health_check_watch_interval,
+        args.ft_cfg_path,
+        environ={} if environ is None else environ,
+    )
+    assert settings.directory is not None
+    select_segment_health(args, settings.directory, settings.watch_interval)
+    return args
+
+
+def backend_settings(args):
+    """The settings the registered backend reads from torchrun's rendezvous config."""
+    from torch.distributed.run import config_from_args
+
+    return BackendSettings.from_rdzv_config(config_from_args(args)[0].rdzv_configs, environ={})
+
+
+def test_a_watch_interval_travels_to_the_backend_as_its_rdzv_conf_key():
+    args = rewritten_with_watch("--rdzv-endpoint=h:1", "--rdzv-conf=is_host=false")
+    assert args.rdzv_conf == (
+        f"is_host=false,segment_health_check_dir=/shc,inner_backend=c10d,{WATCH_KEY}=5.0"
+    )
+    check = backend_settings(args).check
+    assert check is not None and (check.directory, check.watch_interval) == ("/shc", 5.0)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "--ft-segment-health-check-watch-interval=0.5",
+        "--ft_segment_health_check_watch_interval=0.5",
+        "yaml",
+    ],
+)
+def test_the_flag_its_alias_and_the_yaml_field_reach_the_backend(tmp_path, option):
+    if option == "yaml":
+        cfg = tmp_path / "ft.yaml"
+        cfg.write_text(
+            "trainer:\n  fault_tolerance:\n    segment_health_check_dir: /shc\n"
+            f"    {WATCH_KEY}: 0.5\n"
+        )
+        argv = [f"--ft-cfg-path={cfg}"]
+    else:
+        argv = ["--ft-segment-health-check-dir=/shc", option]
+    args = launched_as("--rdzv-endpoint=h:1", *argv)
+    assert args.rdzv_conf.split(",")[-1] == f"{WATCH_KEY}=0.5"
+    check = backend_settings(args).check
+    assert check is not None and check.watch_interval == 0.5 and check.watch_enabled
+
+
+def test_the_flag_beats_the_yaml_field_on_the_command_line(tmp_path):
+    cfg = tmp_path / "ft.yaml"
+    cfg.write_text(f"fault_tolerance:\n  segment_health_check_dir: /shc\n  {WATCH_KEY}: 9\n")
+    args = launched_as("--rdzv-endpoint=h:1", f"--ft-cfg-path={cfg}", f"{WATCH_INTERVAL_FLAG}=2")
+    check = backend_settings(args).check
+    assert check is not None and check.watch_interval == 2.0
+
+
+@pytest.mark.parametrize("watch", [None, WatchIntervalSetting(0.0, WATCH_INTERVAL_FLAG)])
+def test_no_watch_or_a_zero_interval_adds_no_key(watch):
+    args = rewritten_with_watch("--rdzv-endpoint=h:1", watch=watch)
+    assert args.rdzv_conf == "segment_health_check_dir=/shc,inner_backend=c10d"
+    check = backend_settings(args).check
+    assert check is not None and not check.watch_enabled
+
+
+def test_the_rdzv_conf_key_alone_is_passed_on_as_before():
+    args = rewritten_with_watch("--rdzv-endpoint=h:1", f"--rdzv-conf={WATCH_KEY}=3", watch=None)
+    assert args.rdzv_conf == f"{WATCH_KEY}=3,segment_health_check_dir=/shc,inner_backend=c10d"
+    check = backend_settings(args).check
+    assert check is not None and check.watch_interval == 3.0
+
+
+@pytest.mark.parametrize("seconds", [5.0, 0.0])
+def test_a_watch_interval_also_in_rdzv_conf_is_refused(seconds):
+    watch = WatchIntervalSetting(seconds, WATCH_INTERVAL_FLAG)
+    with pytest.raises(ConfigurationError) as refused:
+        rewritten_with_watch("--rdzv-endpoint=h:1", f"--rdzv-conf={WATCH_KEY}=3", watch=watch)
+    assert refused.value.setting == WATCH_INTERVAL_FLAG
+
+
+def test_a_watch_cannot_reach_a_hand_made_backend():
+    argv = [
+        "--rdzv-backend=segment-health",
+        "--rdzv-endpoint=h:1",
+        "--rdzv-conf=segment_health_check_dir=/other,inner_backend=c10d",
+    ]
+    with pytest.raises(ConfigurationError) as refused:
+        rewritten_with_watch(*argv, setting=ENV)
+    assert refused.value.setting == WATCH_INTERVAL_FLAG
+    zero = WatchIntervalSetting(0.0, WATCH_INTERVAL_FLAG)
+    args = rewritten_with_watch(*argv, setting=ENV, watch=zero)  # off: nothing to carry
+    assert args.rdzv_conf == "segment_health_check_dir=/other,inner_backend=c10d"
+    with pytest.raises(ConfigurationError, match="already configure it") as refused:
+        rewritten_with_watch(*argv)  # the flag's directory is the conflict to fix first
+    assert refused.value.setting is None
+
+
+def test_a_watch_with_a_backend_that_cannot_carry_the_check_is_refused():
+    with pytest.raises(ConfigurationError, match="--rdzv-backend=static cannot carry"):
+        rewritten_with_watch("--rdzv-backend=static", "--nnodes=2", "--rdzv-endpoint=h:1")
+
+
+@pytest.mark.parametrize(
+    "case,setting",
+    [
+        ("negative flag", WATCH_INTERVAL_FLAG),
+        ("flag above the maximum", WATCH_INTERVAL_FLAG),
+        ("bad yaml field", f"fault_tolerance.{WATCH_KEY} in {{cfg}}"),
+        ("misspelt yaml field", "fault_tolerance.watch_interval"),
+        ("no directory", WATCH_INTERVAL_FLAG),
+        ("also in rdzv-conf", WATCH_INTERVAL_FLAG),
+        ("hand-made backend", WATCH_INTERVAL_FLAG),
+    ],
+)
+def test_watch_interval_errors_exit_2_before_anything_starts(job, case, setting):
+    cfg = job / "ft.yaml"
+    flag = f"--ft-segment-health-check-dir={job / 'flag'}"
+    env = {"PYTHONWARNINGS": "ignore::UserWarning"}
+    options = {
+        "negative flag": [flag, f"{WATCH_INTERVAL_FLAG}=-1"],
+        "flag above the maximum": [flag, f"{WATCH_INTERVAL_FLAG}=3601"],
+        "bad yaml field": [f"--ft-cfg-path={cfg}", flag],
+        "misspelt yaml field": [f"--ft-cfg-path={cfg}", flag],
+        "no directory": [f"{WATCH_INTERVAL_FLAG}=5"],
+        "also in rdzv-conf": [flag, f"{WATCH_INTERVAL_FLAG}=5", f"--rdzv-conf={WATCH_KEY}=5"],
+        "hand-made backend": [
+            f"--rdzv-conf=segment_health_check_dir={job / 'env'}",
+            f"{WATCH_INTERVAL_FLAG}=5",
+        ],
+    }[case]
+    if case == "bad yaml field":
+        cfg.write_text(f"fault_tolerance:\n  {WATCH_KEY}: true\n")
+    elif case == "misspelt yaml field":
+        cfg.write_text("fault_tolerance:\n  watch_interval: 5\n")
+    elif case == "hand-made backend":
+        env["NVRX_SEGMENT_HEALTH_CHECK_DIR"] = str(job / "env")
+    done = launch(job, *options, env=env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("nvrx-seghealth run: error: ")
+    assert setting.format(cfg=cfg) in done.stderr
+    assert len(done.stderr.splitlines()) == 1
+    assert done.stdout == "" and not (job / "worker-ran").exists()
+
+
+#: A worker that publishes its own unit's decision once it trains, then trains on.
+MARKS_ITSELF = (
+    "import pathlib, sys, time\nfrom nvrx_seghealth import publish_decision\n"
+    "publish_decision(sys.argv[1], '41', '2', 'drained during training\\n')\n"
+    "time.sleep(600)\npathlib.Path(sys.argv[2]).touch()\n"
+)
+
+
+@pytest.mark.parametrize("given", ["flag", "yaml"])
+def test_a_decision_written_while_the_workers_run_excludes_the_unit(job, given):
+    """The setting reaches a real launcher: its watch acts on a decision during training."""
+    (job / "marks_itself.py").write_text(MARKS_ITSELF)
+    if given == "flag":
+        options = [f"--ft-segment-health-check-dir={job / 'flag'}", f"{WATCH_INTERVAL_FLAG}=0.5"]
+    else:
+        options = [
+            ft_yaml(
+                job,
+                f"fault_tolerance:\n  segment_health_check_dir: {job / 'flag'}\n"
+                f"  {WATCH_KEY}: 0.5\n",
+            )
+        ]
+    done = nvrx_seghealth(
+        "run",
+        "--nnodes=1",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--rdzv-conf=join_timeout=30",
+        *options,
+        str(job / "marks_itself.py"),
+        str(job / "flag"),
+        str(job / "worker-finished"),
+        env={**slurm_env(task=2, array_job=41), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        timeout=180,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "reason=decision-file after_joining=true job_id=41 task_id=2" in done.stderr
+    assert EXCLUDED in done.stderr
+    assert not (job / "worker-finished").exists()

@@ -1,11 +1,18 @@
-"""The launcher's decision directory from a YAML file: a misspelt field is an error."""
+"""The launcher's settings from its flags and YAML file: the directory, the watch interval."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._settings.launcher_options import directory_from_yaml
+from nvrx_seghealth._settings.durations import WATCH_INTERVAL, validate_seconds
+from nvrx_seghealth._settings.launcher_options import (
+    WATCH_INTERVAL_FLAG,
+    WatchIntervalSetting,
+    resolve_launcher_settings,
+    yaml_settings,
+)
 from nvrx_seghealth._settings.rdzv_conf import lookalike
 
 
@@ -21,7 +28,7 @@ def yaml_file(tmp_path, text):
 def test_a_misspelt_field_is_refused_with_the_right_name(tmp_path, field):
     path = yaml_file(tmp_path, f"fault_tolerance:\n  {field}: /shared/shc\n")
     with pytest.raises(ConfigurationError) as refused:
-        directory_from_yaml(path)
+        yaml_settings(path)
     assert refused.value.setting == f"fault_tolerance.{field}"
     assert lookalike(field, ("segment_health_check_dir",)) == "segment_health_check_dir"
 
@@ -32,7 +39,7 @@ def test_the_other_fault_tolerance_settings_are_left_alone(tmp_path):
         "fault_tolerance:\n  rank_heartbeat_timeout: 30\n"
         "  segment_health_check_dir: /shared/shc\n  workload_check_interval: 5\n",
     )
-    assert directory_from_yaml(path) == "/shared/shc"
+    assert yaml_settings(path).directory == "/shared/shc"
 
 
 @pytest.mark.parametrize(
@@ -46,7 +53,7 @@ def test_the_other_fault_tolerance_settings_are_left_alone(tmp_path):
 def test_a_document_that_refers_to_itself_is_walked_once_per_node(tmp_path, text, expected):
     cfg = tmp_path / "ft.yaml"
     cfg.write_text(text)
-    assert directory_from_yaml(str(cfg)) == expected
+    assert yaml_settings(str(cfg)).directory == expected
 
 
 def test_yaml_of_any_kind_of_error_is_a_configuration_error_naming_the_file(tmp_path):
@@ -58,7 +65,7 @@ def test_yaml_of_any_kind_of_error_is_a_configuration_error_naming_the_file(tmp_
         cfg = tmp_path / name
         cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
         with pytest.raises(ConfigurationError) as refused:
-            directory_from_yaml(str(cfg))
+            yaml_settings(str(cfg))
         assert refused.value.setting == "--ft-cfg-path" and str(cfg) in str(refused.value)
 
 
@@ -71,3 +78,110 @@ def test_the_launcher_command_exits_2_on_a_self_referencing_or_deep_file(tmp_pat
     assert done.returncode == 2
     assert f"--ft-cfg-path {deep} is nested too deeply" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# --- the watch interval: flag > YAML > 0 -------------------------------------------------
+
+WATCH_FIELD = "fault_tolerance.segment_health_check_watch_interval"
+
+
+def watch_yaml(tmp_path, value, directory="/shared/shc"):
+    return yaml_file(
+        tmp_path,
+        f"trainer:\n  fault_tolerance:\n    segment_health_check_dir: {directory}\n"
+        f"    segment_health_check_watch_interval: {value}\n",
+    )
+
+
+@pytest.mark.parametrize("value,seconds", [("5", 5.0), ("0.5", 0.5), ("'2'", 2.0), ("0", 0.0)])
+def test_the_yaml_field_sits_in_the_directorys_section(tmp_path, value, seconds):
+    path = watch_yaml(tmp_path, value)
+    read = yaml_settings(path)
+    assert read.directory == "/shared/shc"
+    assert read.watch_interval == WatchIntervalSetting(seconds, f"{WATCH_FIELD} in {path}")
+    assert read.watch_interval.enabled is (seconds > 0)
+
+
+def test_a_null_or_absent_field_is_no_watch(tmp_path):
+    assert yaml_settings(watch_yaml(tmp_path, "null")).watch_interval is None
+    path = yaml_file(tmp_path, "fault_tolerance:\n  segment_health_check_dir: /shc\n")
+    assert yaml_settings(path).watch_interval is None
+    assert resolve_launcher_settings(None, None, path, environ={}).watch_interval is None
+
+
+@pytest.mark.parametrize("value", ["-1", "3601", "true", "five", ".inf", ".nan", "[5]", "{a: 1}"])
+def test_a_bad_yaml_interval_is_refused_as_every_duration_is(tmp_path, value):
+    path = watch_yaml(tmp_path, value)
+    with pytest.raises(ConfigurationError) as refused:
+        yaml_settings(path)
+    given_as = f"{WATCH_FIELD} in {path}"
+    assert refused.value.setting == given_as
+    written = yaml.safe_load(f"v: {value}")["v"]
+    with pytest.raises(ConfigurationError) as same:
+        validate_seconds(WATCH_INTERVAL, written, given_as=given_as)
+    assert str(refused.value) == str(same.value)
+
+
+@pytest.mark.parametrize("value", ["-1", "3601", "nan", "inf", "", "5s"])
+def test_a_bad_flag_is_refused_as_every_duration_is(value):
+    with pytest.raises(ConfigurationError) as refused:
+        resolve_launcher_settings("/shc", value, environ={})
+    assert refused.value.setting == WATCH_INTERVAL_FLAG
+    with pytest.raises(ConfigurationError) as same:
+        validate_seconds(WATCH_INTERVAL, value, given_as=WATCH_INTERVAL_FLAG)
+    assert str(refused.value) == str(same.value)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "watch_interval",
+        "segment_health_check_watch_intervall",
+        "Segment-Health-Check-Watch-Interval",
+        "segment_health_check_interval",
+    ],
+)
+def test_a_misspelt_watch_field_is_refused_with_the_right_name(tmp_path, field):
+    path = yaml_file(
+        tmp_path, f"fault_tolerance:\n  segment_health_check_dir: /shc\n  {field}: 5\n"
+    )
+    with pytest.raises(ConfigurationError) as refused:
+        yaml_settings(path)
+    assert refused.value.setting == f"fault_tolerance.{field}"
+    assert WATCH_FIELD in str(refused.value)
+
+
+def test_the_flag_beats_the_yaml_field_which_is_still_validated(tmp_path):
+    path = watch_yaml(tmp_path, "5")
+    flagged = resolve_launcher_settings(None, "2", path, environ={})
+    assert flagged.watch_interval == WatchIntervalSetting(2.0, WATCH_INTERVAL_FLAG)
+    assert flagged.directory is not None and flagged.directory.directory == "/shared/shc"
+    from_yaml = resolve_launcher_settings("/flag", None, path, environ={})
+    assert from_yaml.watch_interval == WatchIntervalSetting(5.0, f"{WATCH_FIELD} in {path}")
+    assert from_yaml.directory is not None and from_yaml.directory.directory == "/flag"
+    with pytest.raises(ConfigurationError) as refused:
+        resolve_launcher_settings(None, "2", watch_yaml(tmp_path, "-5"), environ={})
+    assert refused.value.setting == f"{WATCH_FIELD} in {tmp_path / 'ft.yaml'}"
+
+
+def test_neither_flag_nor_field_is_no_watch():
+    settings = resolve_launcher_settings("/shc", None, None, environ={})
+    assert settings.watch_interval is None
+    env = {"NVRX_SEGMENT_HEALTH_CHECK_DIR": "/env"}
+    assert resolve_launcher_settings(None, "3", None, environ=env).watch_interval == (
+        WatchIntervalSetting(3.0, WATCH_INTERVAL_FLAG)
+    )
+
+
+def test_a_watch_without_any_directory_is_refused_but_zero_is_not(tmp_path):
+    with pytest.raises(ConfigurationError) as refused:
+        resolve_launcher_settings(None, "5", None, environ={})
+    assert refused.value.setting == WATCH_INTERVAL_FLAG
+    path = yaml_file(tmp_path, "fault_tolerance:\n  segment_health_check_watch_interval: 5\n")
+    with pytest.raises(ConfigurationError) as refused:
+        resolve_launcher_settings(None, None, path, environ={})
+    assert refused.value.setting == f"{WATCH_FIELD} in {path}"
+    off = resolve_launcher_settings(None, "0", None, environ={})
+    assert off.directory is None and off.watch_interval == WatchIntervalSetting(
+        0.0, WATCH_INTERVAL_FLAG
+    )
