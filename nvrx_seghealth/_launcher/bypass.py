@@ -13,7 +13,8 @@ and looks at the command line and the ``PET_*`` environment torchrun reads:
 - segment-health asked for together with standalone: one WARNING at once, before any
   worker starts (``check=off cause=standalone``);
 - segment-health asked for: at the process's exit, if the launcher ran (torch's launcher
-  API is imported) and the creator was never called, one WARNING
+  API is imported, and the launcher did not refuse its command line first: see
+  :func:`refused`) and the creator was never called, one WARNING
   (``check=off cause=launcher-fallback``): the run trained without the check.
 
 What is asked for is read from the command line (``--rdzv-backend``/``--rdzv_backend``,
@@ -38,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from .._logfmt import format_fields
 from .logs import ensure_visible
 
-__all__ = ["BypassCause", "asked_for", "created", "standalone_asked", "watch"]
+__all__ = ["BypassCause", "asked_for", "created", "refused", "standalone_asked", "watch"]
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +59,20 @@ class BypassCause(str, enum.Enum):
 
 
 _created = False
+_refused = False
 
 
 def created() -> None:
     """Note that torch called the backend's creator in this process."""
     global _created
     _created = True
+
+
+def refused() -> None:
+    """The launcher refused its command line before launching anything: no run can have
+    trained without the check, and the exit says nothing about it."""
+    global _refused
+    _refused = True
 
 
 def _option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:
@@ -118,7 +127,7 @@ def _warn(cause: BypassCause) -> None:
 
 
 def _at_exit() -> None:
-    if not _created and _LAUNCHER_MODULE in sys.modules:
+    if not _created and not _refused and _LAUNCHER_MODULE in sys.modules:
         _warn(BypassCause.LAUNCHER_FALLBACK)
 
 

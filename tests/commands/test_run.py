@@ -509,3 +509,18 @@ def test_a_decision_written_while_the_workers_run_excludes_the_unit(job, given):
     assert "reason=decision-file after_joining=true job_id=41 task_id=2" in done.stderr
     assert EXCLUDED in done.stderr
     assert not (job / "worker-finished").exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--rdzv-backend=segment-health", "--ft-segment-health-check-dir=shc"],
+        ["--rdzv-backend=segment-health", "--max-restarts=x"],  # argparse's own exit 2
+    ],
+)
+def test_a_refused_command_line_with_the_backend_asked_for_says_nothing_of_a_fallback(job, options):
+    """Nothing was launched: the exit has no ``check=off`` line (no run trained)."""
+    done = launch(job, *options, env={"PYTHONWARNINGS": "ignore::UserWarning"})
+    assert done.returncode == 2, done.stderr
+    assert "cause=launcher-fallback" not in done.stderr
+    assert not (job / "worker-ran").exists()
