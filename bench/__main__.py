@@ -1,9 +1,9 @@
-"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8,9]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8,9,10,11]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
 the run and its load (the 1-minute load average before and after): on a busy machine
-the whole-job rows (1, 2, 6, 7) are the first to suffer.
+the whole-job rows (1, 2, 6, 7, 10, 11) are the first to suffer.
 
 Exit status: 0 when no row missed its target, 1 otherwise.
 """
@@ -27,6 +27,7 @@ from . import (
     sibling_first,
     startup,
     store_scale,
+    watch,
 )
 from .common import Row, table
 
@@ -40,6 +41,8 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = {
     "7": recovery.rows,
     "8": parse_cost.rows,
     "9": producer_wakeup.rows,
+    "10": watch.exclusion_rows,
+    "11": watch.hung_rows,
 }
 
 

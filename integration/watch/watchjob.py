@@ -1,0 +1,299 @@
+"""A job of real torchrun agents in which a decision is written while the world trains.
+
+Array job :data:`~integration.launchers.launcherjob.ARRAY_JOB` has three units (array
+tasks 0, 1, 2, one launcher each) for a world of three (``--nnodes=3:3``) and a spare,
+task :data:`SPARE`, started once the first world formed (so it waits beside it, in
+torch's redundancy list). The launchers meet through an ``nvrx-seghealth store-host`` on
+127.0.0.1 (``is_host=false``) and run :mod:`watch_train` (a gloo collective every step).
+Unit :data:`LAGGED`'s agent looks at its workers only every
+:data:`LAG_MONITOR_INTERVAL` seconds (``--monitor-interval``): it learns of anything
+late, as an agent on a busy node does. Once the spare is up, unit
+:data:`~integration.launchers.launcherjob.MARKED` is marked (a producer's
+``publish_decision``); with :attr:`Variant.stall`, its worker first stops calling the
+collective, so every peer blocks in it until the gloo timeout.
+
+The job then runs until a world without the marked unit formed or :attr:`Variant.window`
+seconds passed since the mark, whichever is first; then its workers are told to stop
+(:mod:`watch_train`'s stop file) and the launchers get :attr:`Variant.end_timeout`
+seconds to end before the rest is stopped. :class:`Outcome` holds what every launcher
+printed and how it ended. Used by ``integration/watch/`` and ``bench/watch.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from integration.launchers.launcherjob import (
+    JOB_TIMEOUT,
+    MARKED,
+    launcher_env,
+    mark_task,
+    slurm_task,
+    store_host,
+)
+from nvrx_seghealth._logfmt import parse_fields
+from tests.support import free_port
+
+__all__ = [
+    "LAGGED",
+    "LAG_MONITOR_INTERVAL",
+    "MARKED",
+    "SPARE",
+    "UNITS",
+    "Formed",
+    "Outcome",
+    "Variant",
+    "run_job",
+]
+
+TRAIN = Path(__file__).with_name("watch_train.py")
+#: The units of the first world, and the spare task.
+UNITS = (0, 1, 2)
+SPARE = 3
+#: The unit whose agent learns late, and its ``--monitor-interval`` in seconds.
+LAGGED = 2
+LAG_MONITOR_INTERVAL = 3.0
+#: Seconds the spare gets to start and wait beside the world before the mark.
+SPARE_SETTLE = 5.0
+#: Seconds a launcher still running at the end gets between SIGTERM and SIGKILL.
+STOP_GRACE = 30.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One way to run the job.
+
+    Attributes:
+        name: how reports call it.
+        backend: ``segment-health`` or ``c10d``.
+        watch_interval: ``segment_health_check_watch_interval`` in seconds; 0: the key is
+            not given (the watch is off).
+        stall: the marked unit's worker stops calling the collective before the mark.
+        gloo_timeout: the process group's timeout (``init_process_group(timeout=)``).
+        max_restarts: torchrun's ``--max-restarts``.
+        window: the longest the job runs after the mark before its workers are told to
+            stop (the job "trains on the unit to its end").
+        end_timeout: seconds the launchers get to end once told to stop.
+    """
+
+    name: str
+    backend: str = "segment-health"
+    watch_interval: float = 0.0
+    stall: bool = False
+    gloo_timeout: float = 120.0
+    max_restarts: int = 0
+    window: float = 20.0
+    end_timeout: float = 60.0
+
+    def rdzv_conf(self, decisions: Path) -> str:
+        """The ``--rdzv-conf`` value."""
+        settings = ["is_host=false", "last_call_timeout=1"]
+        if self.backend == "segment-health":
+            settings.append(f"segment_health_check_dir={decisions}")
+            if self.watch_interval > 0:
+                settings.append(f"segment_health_check_watch_interval={self.watch_interval:g}")
+        return ",".join(settings)
+
+
+@dataclass(frozen=True)
+class Formed:
+    """One worker's process group formed (``watch-train formed``)."""
+
+    task: int
+    rank: int
+    tasks: tuple[int, ...]
+    restart: str
+    t: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one job went.
+
+    Attributes:
+        variant: how it ran.
+        marked_at: when the decision was written (seconds since the epoch).
+        stopped: the tasks whose launcher was still running :attr:`Variant.end_timeout`
+            seconds after its workers were told to stop; it was then stopped (SIGTERM).
+        returncodes: each task's launcher exit status (negative: ended by that signal).
+        outputs: everything each task's launcher and its workers printed.
+        markers: the replacement groups marked in the store when the job ended.
+    """
+
+    variant: Variant
+    marked_at: float
+    stopped: frozenset[int]
+    returncodes: Mapping[int, int]
+    outputs: Mapping[int, str]
+    markers: tuple[str, ...]
+
+    def formed(self) -> list[Formed]:
+        """Every ``watch-train formed`` record of the job, in time order."""
+        return sorted(
+            (record for task, text in self.outputs.items() for record in _formed(task, text)),
+            key=lambda record: record.t,
+        )
+
+    def worlds(self) -> list[tuple[int, ...]]:
+        """The tasks of each world that formed (every rank reported), in order."""
+        seen: list[tuple[int, ...]] = []
+        for record in self.formed():
+            if record.tasks not in seen:
+                seen.append(record.tasks)
+        return seen
+
+    def starts(self, task: int) -> int:
+        """How many times ``task``'s workers started and formed a process group."""
+        return sum(record.task == task for record in self.formed())
+
+    def reformed_after(self) -> float | None:
+        """Seconds from the mark until every rank of the first world without the marked
+        unit formed; ``None`` when none formed."""
+        return _reformed_at(self.formed(), self.marked_at)
+
+    def output_tail(self) -> dict[int, str]:
+        """The end of each launcher's output, for an assertion's message."""
+        return {task: text[-3000:] for task, text in self.outputs.items()}
+
+
+def _formed(task: int, text: str) -> list[Formed]:
+    records = []
+    for line in text.splitlines():
+        if line.startswith("watch-train formed "):
+            fields = parse_fields(line)
+            records.append(
+                Formed(
+                    task=task,
+                    rank=int(fields["rank"]),
+                    tasks=tuple(int(t) for t in fields["tasks"].split(",")),
+                    restart=fields["restart"],
+                    t=float(fields["t"]),
+                )
+            )
+    return records
+
+
+def _reformed_at(records: list[Formed], marked_at: float) -> float | None:
+    after = [r for r in records if MARKED not in r.tasks and r.t >= marked_at]
+    if not after:
+        return None
+    world = after[0].tasks
+    ranks = [r for r in after if r.tasks == world]
+    if len({r.rank for r in ranks}) < len(world):
+        return None
+    return max(r.t for r in ranks[: len(world)]) - marked_at
+
+
+def _torchrun(variant: Variant, endpoint: str, decisions: Path, task: int) -> list[str]:
+    argv = [
+        "torchrun",
+        "--nnodes=3:3",
+        "--nproc-per-node=1",
+        f"--rdzv-backend={variant.backend}",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id=watch-{variant.name}",
+        f"--rdzv-conf={variant.rdzv_conf(decisions)}",
+        f"--max-restarts={variant.max_restarts}",
+    ]
+    if task == LAGGED:
+        argv.append(f"--monitor-interval={LAG_MONITOR_INTERVAL:g}")
+    return [*argv, str(TRAIN)]
+
+
+def _read(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def _stop(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """Stop every launcher still running as a scheduler does: SIGTERM, so that its agent
+    stops its workers (they run in sessions of their own), then SIGKILL after
+    :data:`STOP_GRACE` seconds."""
+    alive = [process for process in processes if process.poll() is None]
+    for process in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE
+    for process in alive:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def run_job(variant: Variant, workdir: Path) -> Outcome:
+    """Run the job of the module documentation once in ``workdir``."""
+    decisions = workdir / "segment-health-check"
+    decisions.mkdir(parents=True)
+    stop_file, stall_file = workdir / "stop", workdir / "stall"
+    logs = {task: workdir / f"task{task}.log" for task in (*UNITS, SPARE)}
+    running: dict[int, subprocess.Popen[bytes]] = {}
+
+    def start(task: int, endpoint: str) -> None:
+        settings = {
+            "WATCH_TRAIN_STOP_FILE": str(stop_file),
+            "WATCH_TRAIN_GLOO_TIMEOUT": f"{variant.gloo_timeout:g}",
+        }
+        if variant.stall and task == MARKED:
+            settings["WATCH_TRAIN_STALL_FILE"] = str(stall_file)
+        with logs[task].open("wb") as sink:
+            running[task] = subprocess.Popen(
+                _torchrun(variant, endpoint, decisions, task),
+                cwd=workdir,
+                env=launcher_env(**slurm_task(task), **settings),
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def formed() -> list[Formed]:
+        return [record for task, log in logs.items() for record in _formed(task, _read(log))]
+
+    with store_host("127.0.0.1", free_port()) as store:
+        try:  # the launchers end before the store does: none of them sees it go away
+            for task in UNITS:
+                start(task, store.endpoint)
+            deadline = time.monotonic() + JOB_TIMEOUT
+            while len(formed()) < len(UNITS):
+                ended = {t: p.returncode for t, p in running.items() if p.poll() is not None}
+                if ended or time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the first world did not form (ended: {ended}): "
+                        f"{ {t: _read(log)[-2000:] for t, log in logs.items()} }"
+                    )
+                time.sleep(0.2)
+            start(SPARE, store.endpoint)
+            time.sleep(SPARE_SETTLE)
+            if variant.stall:
+                stall_file.touch()
+            marked_at = time.time()
+            mark_task(decisions)
+            while time.time() - marked_at < variant.window:
+                if _reformed_at(sorted(formed(), key=lambda r: r.t), marked_at) is not None:
+                    break
+                time.sleep(0.2)
+            stop_file.touch()
+            end = time.monotonic() + variant.end_timeout
+            for process in running.values():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=max(0.1, end - time.monotonic()))
+            markers = tuple(store.marked_groups(f"watch-{variant.name}"))
+            stopped = frozenset(t for t, p in running.items() if p.poll() is None)
+        finally:
+            _stop(running.values())
+    return Outcome(
+        variant=variant,
+        marked_at=marked_at,
+        stopped=stopped,
+        returncodes={task: process.returncode for task, process in running.items()},
+        outputs={task: _read(log) for task, log in logs.items()},
+        markers=markers,
+    )
