@@ -11,6 +11,14 @@ decision files) and gated (segment-health), the marked tasks' nodes failing as a
 drained node's would, and shows what the gate saves: rounds, time to a healthy world,
 who trained in which round, and each launcher's timeline. The exit code is still the
 gated run's: 0 only when its outcome matches the contract.
+
+With --watch SECONDS it runs the same job twice on segment-health, the marked tasks in
+the first world and their decision files written while that world trains: without the
+watch (the job trains on them to the end of its bounded first world) and with
+segment_health_check_watch_interval=SECONDS (the next world forms without them within
+about SECONDS plus a few). It shows each launcher's timeline and the time from the
+decision to the next world. The exit code is the watch run's: 0 only when its outcome
+matches the contract.
 """
 
 from __future__ import annotations
@@ -23,21 +31,20 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._demo import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
+from .._demo import JobResult, JobSpec, SimulatedJob, render_report
 from .._demo.comparison import Comparison, Variant
+from .._demo.demojobs import MARK_AFTER_STEPS, compare_spec, demo_spec, watch_spec
 from .._demo.report import render_decisions, render_timeline
-from .._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
+from .._settings.durations import WATCH_INTERVAL, validate_seconds
 
-__all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run"]
+__all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run", "watch_spec"]
 
 #: Bound for the whole simulated job (a default demo takes 20-40 s on two cores).
 JOB_TIMEOUT = 300.0
-
-#: torch's agent logs this right before it joins the rendezvous.
-_JOINING = r"Rendezvous'ing worker group"
 
 
 def register(subparsers: Any) -> None:
@@ -73,95 +80,43 @@ def register(subparsers: Any) -> None:
         help="keep logs, decisions and worker records in DIR (new or empty); by default "
         "they go to a temporary directory, removed when the outcome is as expected",
     )
-    parser.add_argument(
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument(
         "--compare",
         action="store_true",
         help="run the job ungated (plain c10d) and gated (segment-health), the marked "
         "tasks' nodes failing, and show what the gate saves (about a minute on two cores; "
         "with --keep-logs, DIR/comparison.json holds the numbers)",
     )
+    modes.add_argument(
+        "--watch",
+        type=str,
+        metavar="SECONDS",
+        help="write the marked tasks' decisions while the job trains, and run the job "
+        "without and with the watch at this interval (segment_health_check_watch_interval) "
+        "side by side (about a minute on two cores; with --keep-logs, "
+        "DIR/comparison.json holds the numbers)",
+    )
     parser.set_defaults(func=run)
 
 
-def demo_spec(tasks: int, nodes_per_task: int, marked: set[int], spares: int) -> JobSpec:
-    """The demo's job: ``tasks - spares`` tasks needed, ``marked`` tasks marked.
-
-    Each task's other launchers start once its process 0 is joining the rendezvous, so
-    process 0 has checked the decision first. (Started together, a sibling can win the
-    race the contract documents; the integration scenarios cover that race.)
-
-    Raises:
-        ValueError: an impossible shape, with what to change.
-    """
-    if tasks < 1 or nodes_per_task < 1:
-        raise ValueError("--tasks and --nodes-per-task must be at least 1")
-    if not 0 <= spares < tasks:
-        raise ValueError(f"--spares must be between 0 and {tasks - 1} (TASKS - 1)")
-    if not marked <= set(range(tasks)):
-        raise ValueError(f"--mark takes array task ids between 0 and {tasks - 1}")
-    needed = (tasks - spares) * nodes_per_task
-    return JobSpec(
-        tasks=tasks,
-        nodes_per_task=nodes_per_task,
-        min_nodes=needed,
-        max_nodes=needed,
-        marked=frozenset(marked),
-        steps=5,
-        start_after={
-            f"task{unit}.proc{procid}": StartAfter(f"task{unit}.proc0", _JOINING)
-            for unit in range(tasks)
-            for procid in range(1, nodes_per_task)
-        },
-    )
-
-
-def compare_spec(spec: JobSpec) -> JobSpec:
-    """The demo's job as ``--compare`` runs it, on either backend.
-
-    Ungated, a marked task is a task that went bad while the job ran: it is in the
-    first round (the spare tasks, the last unmarked ones, start once the last marked
-    task's last launcher is about to join, or is gone), and right after its process
-    group forms its node goes down (its worker kills its agent; srun ends the task).
-    The healthy launchers then restart once (``max_restarts=1``) into a round with a
-    spare. Gated, the decision files keep the marked tasks out before the first round.
-    Every launcher records its TorchElastic events and metrics.
-    """
-    spare_count = spec.tasks - spec.nnodes[1] // spec.nodes_per_task
-    unmarked = sorted(set(spec.units) - spec.marked)
-    spares = unmarked[len(unmarked) - spare_count :] if spare_count else []
-    start_after = dict(spec.start_after)
-    if spec.marked:
-        # The last launcher of the last marked task (it starts after its process 0).
-        last = StartAfter(
-            spec.label(max(spec.marked), spec.nodes_per_task - 1), _JOINING, or_gone=True
-        )
-        start_after |= {spec.label(unit, 0): last for unit in spares}
-    return dataclasses.replace(
-        spec,
-        max_restarts=1,
-        start_after=start_after,
-        agent_env={
-            BROKEN_TASKS_ENV: ",".join(str(unit) for unit in sorted(spec.marked)),
-            BROKEN_HOW_ENV: "node",
-        },
-        record_telemetry=True,
-    )
-
-
 def check_outcome(result: JobResult) -> list[str]:
-    """What, if anything, differs from the contract; an empty list means as expected."""
+    """What, if anything, differs from the contract; an empty list means as expected.
+
+    The marked tasks are those with a decision file, written at launch or while the job
+    trained (``--watch``).
+    """
     spec = result.spec
-    healthy = sorted(set(spec.units) - spec.marked)
+    marked = set(result.decisions)
+    healthy = sorted(set(spec.units) - marked)
     needed = spec.nnodes[1] // spec.nodes_per_task
     final = result.final_round
     problems = []
     if final is None:
         problems.append("no world ever formed")
     else:
-        if set(final.units) & spec.marked:
-            problems.append(
-                f"marked tasks in the final world: {sorted(set(final.units) & spec.marked)}"
-            )
+        if set(final.units) & marked:
+            problems.append(f"marked tasks in the final world: {sorted(set(final.units) & marked)}")
         if final.world_size != spec.nnodes[1]:
             problems.append(f"the final world has {final.world_size} nodes, not {spec.nnodes[1]}")
         if len(healthy) <= needed and sorted(final.units) != healthy:
@@ -203,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo; 0 when the outcome matches the contract, 1 otherwise, 2 on bad options."""
     try:
         spec = demo_spec(args.tasks, args.nodes_per_task, set(args.mark), args.spares)
+        watch = None if args.watch is None else _watch_seconds(args.watch)
     except ValueError as error:
         print(f"nvrx-seghealth demo: {error}", file=sys.stderr)
         return 2
@@ -221,8 +177,11 @@ def run(args: argparse.Namespace) -> int:
     workdir = args.keep_logs or Path(tempfile.mkdtemp(prefix="nvrx-seghealth-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     marked = ", ".join(f"task {u}" for u in sorted(spec.marked)) or "none"
+    keep = args.keep_logs is not None
     if args.compare:
-        return _compare(compare_spec(spec), workdir, marked, keep=args.keep_logs is not None)
+        return _compare(compare_spec(spec), workdir, marked, keep=keep)
+    if watch is not None:
+        return _watch(spec, watch, workdir, marked, keep=keep)
     print(
         f"Simulated job array: {spec.tasks} tasks x {spec.nodes_per_task} nodes; the job "
         f"needs {spec.tasks - args.spares} tasks (--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). "
@@ -261,6 +220,19 @@ _VARIANTS = (
 )
 
 
+def _watch_seconds(text: str) -> float:
+    """``--watch``'s value: a positive interval, validated as the launcher validates it.
+
+    Raises:
+        ConfigurationError: not a number of seconds in the watch interval's range.
+        ValueError: ``0`` (the watch off: nothing to compare).
+    """
+    seconds = validate_seconds(WATCH_INTERVAL, text, given_as="--watch")
+    if not seconds:
+        raise ValueError("--watch needs a positive interval in seconds (0 is the watch off)")
+    return seconds
+
+
 def _compare(spec: JobSpec, workdir: Path, marked: str, *, keep: bool) -> int:
     """``--compare``: both runs, their timelines, the comparison; the gated run's code."""
     print(
@@ -272,32 +244,87 @@ def _compare(spec: JobSpec, workdir: Path, marked: str, *, keep: bool) -> int:
         "c10d, nothing reads the decision files), then gated (segment-health): about a "
         "minute on two cores."
     )
+    runs = [
+        (folder, title, dataclasses.replace(spec, backend=backend))
+        for folder, backend, title in _VARIANTS
+    ]
+    ungated, gated = _run_each(runs, workdir, lambda job: None)
+    return _show(
+        Comparison(ungated, gated),
+        "What the gate saves (same job, same decision files)",
+        workdir,
+        keep=keep,
+    )
+
+
+def _watch(spec: JobSpec, seconds: float, workdir: Path, marked: str, *, keep: bool) -> int:
+    """``--watch``: the job without and with the watch; the watch run's code."""
+    print(
+        f"Simulated job array: {spec.tasks} tasks x {spec.nodes_per_task} nodes; the job "
+        f"needs {spec.nnodes[1] // spec.nodes_per_task} tasks "
+        f"(--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). Marked unhealthy while the job "
+        f"trains: {marked}, once every worker of the first world did {MARK_AFTER_STEPS} "
+        "steps.\n"
+        "The same job runs twice with real torchrun agents on 127.0.0.1 (segment-health): "
+        f"without the watch, then with it every {seconds:g} s: about a minute on two cores."
+    )
+    runs = [
+        ("watch-off", "watch off", watch_spec(spec, seconds, on=False)),
+        ("watch-on", f"watch every {seconds:g} s", watch_spec(spec, seconds, on=True)),
+    ]
+
+    def mark(job: SimulatedJob) -> None:
+        for unit in sorted(spec.marked):
+            job.mark_while_training(unit, MARK_AFTER_STEPS, JOB_TIMEOUT)
+
+    off, on = _run_each(runs, workdir, mark)
+    comparison = Comparison(off, on, keys=("watch-off", "watch-on"), subject="The watch")
+    return _show(
+        comparison, "What the watch changes (same job, same decisions)", workdir, keep=keep
+    )
+
+
+def _run_each(
+    runs: list[tuple[str, str, JobSpec]], workdir: Path, act: Callable[[SimulatedJob], None]
+) -> list[Variant]:
+    """Run each ``(folder, title, spec)`` in ``workdir/folder``, ``act`` on it once
+    started, to its end."""
     progress = _show_progress()
     variants = []
-    for folder, backend, title in _VARIANTS:
+    for folder, title, spec in runs:
         print(f"\n== {title} ==")
         progress.start = time.time()
         (workdir / folder).mkdir()
-        with SimulatedJob(dataclasses.replace(spec, backend=backend), workdir / folder) as job:
+        with SimulatedJob(spec, workdir / folder) as job:
+            try:
+                act(job)
+            except TimeoutError as error:
+                logging.getLogger("nvrx_seghealth._demo").warning("%s", error)
             variants.append(Variant(title, job.wait(timeout=JOB_TIMEOUT)))
-    comparison = Comparison(*variants)
+    return variants
+
+
+def _show(comparison: Comparison, heading: str, workdir: Path, *, keep: bool) -> int:
+    """Print the timelines and ``comparison``; 0 when the ``on`` run's outcome matches the
+    contract. With ``keep`` or a problem, keep ``workdir`` with ``comparison.json``."""
+    variants = (comparison.off, comparison.on)
     for variant in variants:
         print(f"\nTimeline, {variant.title} (seconds from launch)")
         print(render_timeline(variant.result))
-    print(f"\n{render_decisions(comparison.gated.result)}")
-    print(f"\nWhat the gate saves (same job, same decision files)\n{comparison.render()}\n")
-    problems = check_outcome(comparison.gated.result)
+    print(f"\n{render_decisions(comparison.on.result)}")
+    print(f"\n{heading}\n{comparison.render()}\n")
+    problems = check_outcome(comparison.on.result)
     if problems:
         print(
-            "Outcome of the gated run: not as the contract requires:\n"
+            f"Outcome of the {comparison.keys[1]} run: not as the contract requires:\n"
             + "\n".join(f"  - {p}" for p in problems)
         )
     else:
-        print("Outcome of the gated run: as the contract requires.")
+        print(f"Outcome of the {comparison.keys[1]} run: as the contract requires.")
     if keep or problems:
         (workdir / "comparison.json").write_text(json.dumps(comparison.as_dict(), indent=2))
         print(
-            f"Logs, decisions, worker records and telemetry: {workdir}/{{ungated,gated}}; "
+            f"Logs, decisions, worker records and telemetry: {workdir}/{{{','.join(comparison.keys)}}}; "
             f"the numbers: {workdir / 'comparison.json'}"
         )
     else:

@@ -28,8 +28,10 @@ A job with :attr:`JobSpec.record_telemetry` routes each agent's TorchElastic
 rendezvous events and ``nvrx_seghealth`` metrics to files (:mod:`.telemetry`), read
 back through :meth:`.outcome.LauncherOutcome.events` and
 :meth:`.outcome.LauncherOutcome.metrics`;
-:mod:`.comparison` sets one job's ungated and gated runs side by side
-(``nvrx-seghealth demo --compare``).
+:mod:`.comparison` sets two runs of one job side by side: ungated and gated
+(``nvrx-seghealth demo --compare``), or a decision written while the job trains
+(:meth:`SimulatedJob.mark_while_training`) without and with the watch
+(``nvrx-seghealth demo --watch``).
 
 torch's private rendezvous state is read in one place, :mod:`.rendezvous_state`, which
 answers "unknown" rather than failing when a torch release changes it. What the report

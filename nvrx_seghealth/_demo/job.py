@@ -6,8 +6,9 @@ units and starts the launchers; leaving it stops every process it started, by PI
 whatever happened. The job advances only while the caller waits in
 :meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single thread polls:
 held-back launchers start, srun steps end, progress is logged), and every wait is bounded.
-Faults are injected through :meth:`SimulatedJob.kill_worker` and
-:meth:`SimulatedJob.kill_agent`, which record each one (:class:`.outcome.FaultEvent`)
+Faults are injected through :meth:`SimulatedJob.kill_worker`,
+:meth:`SimulatedJob.kill_agent` and :meth:`SimulatedJob.mark_while_training` (a decision
+written while the job trains), which record each one (:class:`.outcome.FaultEvent`)
 for the recovery time (:meth:`.outcome.JobResult.recovery`).
 
 Standard library only (torch runs in the child processes; :meth:`SimulatedJob.markers`
@@ -30,7 +31,7 @@ from types import TracebackType
 from .._decision.artifact import publish_decision
 from .._launcher.markers import ReplacementGroupMarkers
 from .launcher import Launcher
-from .outcome import FaultEvent, JobResult, LauncherOutcome
+from .outcome import FaultEvent, JobResult, LauncherOutcome, Round
 from .paths import RunPaths
 from .processes import kill_if_running, stop_all
 from .records import WorkerRecord, read_records
@@ -141,6 +142,40 @@ class SimulatedJob:
         self.decisions[unit] = path
         log.info("decision published for %s: %s", self.spec.unit_name(unit), path)
         return path
+
+    def mark_while_training(self, unit: int, after_steps: int, timeout: float) -> FaultEvent:
+        """Publish ``unit``'s decision while it trains; record it as a fault.
+
+        Waits until a world holding ``unit`` has formed and every worker of it has done
+        ``after_steps`` steps, then publishes the decision (:meth:`publish_decision`) and
+        records the fault into that world's round: :meth:`.outcome.JobResult.recovery`
+        then measures the time until the next world formed.
+
+        Raises:
+            TimeoutError: no such world trained that far within ``timeout`` seconds, or
+                the job ended first.
+        """
+        name = self.spec.unit_name(unit)
+
+        def training() -> Round | None:
+            return next(
+                (
+                    r
+                    for r in self.result().rounds
+                    if r.formed
+                    and unit in r.units
+                    and all(w.steps_done >= after_steps for w in r.workers)
+                ),
+                None,
+            )
+
+        what = f"a world with {name} trained {after_steps} steps"
+        self.wait_until(lambda: self.ended or training() is not None, timeout, what)
+        world = training()
+        if world is None:
+            raise TimeoutError(f"the job ended before {what}; files: {self.paths.workdir}")
+        self.publish_decision(unit)
+        return self.record_fault(f"decision published for {name} while it trains", world.number)
 
     def workers(self) -> list[WorkerRecord]:
         """The worker records written so far."""

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from .._settings.check_settings import DIRECTORY_ENV
+from .._settings.rdzv_conf import WATCH_INTERVAL_KEY
 from .paths import RunPaths, read_log
 from .processes import signal_group, spawn
 from .records import LAUNCHER_ENV
@@ -73,6 +74,8 @@ def rendezvous_config(
         config["inner_backend"] = spec.inner_backend
         if spec.check_directory:
             config["segment_health_check_dir"] = str(decision_dir)
+        if spec.watch_interval:
+            config[WATCH_INTERVAL_KEY] = f"{spec.watch_interval:g}"
     return config | dict(spec.rdzv_conf)
 
 

@@ -2,7 +2,7 @@
 
 One JSON file per worker process, ``<results>/<launcher>.<pid>.json``, replaced
 atomically each time the worker reaches a milestone (started, joined the process
-group, finished), so the harness can watch a round form while it runs.
+group, each step done, finished), so the harness can watch a round form while it runs.
 
 Standard library only.
 """
@@ -42,6 +42,7 @@ class WorkerRecord:
         initialized_at: when the gloo process group formed, else ``None``.
         computed_at: when its collective-free compute phase ended, else ``None`` (no
             such phase in its round, or it was stopped during it).
+        steps_done: the all-reduce steps it has completed so far.
         finished_at: when all steps completed, else ``None``.
         all_reduce_ok: every all-reduce summed to ``world_size``; ``None`` until done.
     """
@@ -59,6 +60,7 @@ class WorkerRecord:
     started_at: float
     initialized_at: float | None = None
     computed_at: float | None = None
+    steps_done: int = 0
     finished_at: float | None = None
     all_reduce_ok: bool | None = None
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .._settings.rdzv_conf import INNER_BACKENDS
+from .._settings.durations import WATCH_INTERVAL, validate_seconds
+from .._settings.rdzv_conf import INNER_BACKENDS, WATCH_INTERVAL_KEY
 
 __all__ = ["BACKENDS", "JobSpec", "StartAfter"]
 
@@ -88,6 +89,9 @@ class JobSpec:
         agent_env: extra environment for every launcher (and so its workers).
         rdzv_conf: extra ``--rdzv-conf`` entries for every launcher; they override
             the harness's defaults (see :func:`.launcher.rendezvous_config`).
+        watch_interval: ``segment_health_check_watch_interval`` of every launcher, in
+            seconds (``0``: the watch off, the key not passed); ``segment-health`` only,
+            validated as the launcher validates it.
         record_telemetry: route each launcher's TorchElastic rendezvous events and the
             ``nvrx_seghealth`` metrics to files (:mod:`.telemetry`), read back through
             :meth:`.outcome.LauncherOutcome.events` and ``metrics``.
@@ -119,6 +123,7 @@ class JobSpec:
     no_kill_on_bad_exit: frozenset[int] = frozenset()
     agent_env: Mapping[str, str] = field(default_factory=dict)
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)
+    watch_interval: float = 0.0
     record_telemetry: bool = False
     array_job_id: int = 1000
 
@@ -150,6 +155,9 @@ class JobSpec:
             raise ValueError(
                 f"store_in_launcher {self.store_in_launcher!r} must name a launcher of a c10d job"
             )
+        validate_seconds(WATCH_INTERVAL, self.watch_interval, given_as="watch_interval")
+        if self.watch_interval and self.backend != "segment-health":
+            raise ValueError(f"watch_interval ({WATCH_INTERVAL_KEY}) is for segment-health only")
         labels = set(self.labels)
         if not self.never_started <= labels:
             raise ValueError(f"never_started names unknown launchers: {sorted(self.never_started)}")

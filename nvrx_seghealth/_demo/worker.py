@@ -147,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     in_round_zero = record.round == 0 and args.first_round_steps is not None
     steps = args.first_round_steps if in_round_zero else args.steps
     ok = True
-    for _ in range(steps):
+    for done in range(1, steps + 1):
         tensor = torch.ones(1)
         dist.all_reduce(tensor)
         ok = ok and int(tensor.item()) == record.world_size
+        record = dataclasses.replace(record, steps_done=done)
+        write_record(args.results_dir, record)
         time.sleep(args.step_seconds)
     dist.destroy_process_group()
     record = dataclasses.replace(record, finished_at=time.time(), all_reduce_ok=ok)

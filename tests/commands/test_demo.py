@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .runner import nvrx_seghealth
 
 
@@ -62,3 +64,39 @@ def test_compare_shows_what_the_gate_saves(tmp_path):
     assert "(decision-file)" in task1 and "excluded" not in ungated_timeline
     assert '"name": "nvrx_seghealth.excluded"' in run.stdout
     assert (folder / "gated" / "telemetry" / "task1.proc0.events.jsonl").exists()
+
+
+def test_watch_takes_a_unit_out_while_the_job_trains(tmp_path):
+    """``--watch 1``: task 1's decision is written while the first world (tasks 0 and 1)
+    trains. Without the watch the job trains on task 1 to the end of that world; with it
+    the next world forms from tasks 0 and 2 within about the interval plus a few seconds,
+    every launcher of the first world restarting once, none charged a restart."""
+    folder = tmp_path / "watch"
+    run = nvrx_seghealth("demo", "--watch", "1", "--keep-logs", str(folder), timeout=400)
+    assert run.returncode == 0, run.stdout + run.stderr
+    numbers = json.loads((folder / "comparison.json").read_text())
+    off, on = numbers["watch-off"], numbers["watch-on"]
+    assert (off["watch_interval"], on["watch_interval"]) == (0.0, 1.0)
+    assert off["trained"] == {"0": {"tasks": [0, 1], "state": "completed"}}
+    assert off["recovered_after"] is None and off["time_to_healthy_world"] is None
+    assert off["world_restarts"] == 0
+    assert on["trained"] == {
+        "0": {"tasks": [0, 1], "state": "failed"},
+        "1": {"tasks": [0, 2], "state": "completed"},
+    }
+    assert on["completed"] and on["restarts_charged"] == 0
+    assert on["world_restarts"] == 4  # each launcher of the first world, once
+    # The watch's target is W + 10 s on two cores; 3x that for a loaded machine.
+    assert on["recovered_after"] is not None and 0 < on["recovered_after"] < 3 * (1 + 10)
+    (task1,) = [line for line in run.stdout.splitlines() if line.startswith("  task1.proc0")][-1:]
+    assert "(decision-file)" in task1
+    assert (folder / "watch-on" / "telemetry" / "task1.proc0.events.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "args", [["--watch", "0"], ["--watch", "soon"], ["--watch", "1", "--compare"]]
+)
+def test_a_watch_that_cannot_run_is_refused(tmp_path, args):
+    refused = nvrx_seghealth("demo", *args, "--keep-logs", str(tmp_path / "k"), timeout=60)
+    assert refused.returncode == 2 and "--watch" in refused.stderr
+    assert not (tmp_path / "k").exists()
