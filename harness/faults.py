@@ -2,12 +2,14 @@
 
 "Do no harm" (README.md, "Do no harm"): with the check on and nothing marked, every
 failure torchrun survives must be survived the same way and about as fast through the
-``segment-health`` wrapper as through plain ``c10d``. Each :class:`Fault` here is one
-such failure: the job it hits (one :class:`nvrx_seghealth._demo.spec.JobSpec`, run once
-per backend with :meth:`Fault.spec_for`), how the harness injects it, and which injected events its
+``segment-health`` wrapper as through plain ``c10d``, and so with the wrapper's watch on
+(``segment_health_check_watch_interval``): a watch that finds nothing restarts nobody.
+Each :class:`Fault` here is one such failure: the job it hits (one
+:class:`nvrx_seghealth._demo.spec.JobSpec`, run once per entry of :data:`RUNS` with
+:meth:`Fault.spec_for`), how the harness injects it, and which injected events its
 recovery time counts. The integration tests (``integration/test_fault_matrix.py``) and
 the benchmark (``bench/recovery.py``) both take their faults from :data:`FAULTS` and run
-them with :func:`run_fault`; :func:`outcome` gives the facts both backends must share.
+them with :func:`run_fault`; :func:`outcome` gives the facts every run must share.
 
 Recovery time is :meth:`nvrx_seghealth._demo.outcome.JobResult.recovery`: from the moment
 the harness injected the fault until the next world formed (every worker of the first round after
@@ -34,6 +36,8 @@ from nvrx_seghealth._demo.spec import JobSpec, StartAfter
 __all__ = [
     "COMPUTE_SECONDS",
     "FAULTS",
+    "RUNS",
+    "WATCH_SECONDS",
     "Fault",
     "FaultNotInjected",
     "Outcome",
@@ -53,6 +57,17 @@ LATE_START_SECONDS = 40.0
 JOB_TIMEOUT = 240.0
 #: torch's agent logs this once its round is complete (and so is everyone's).
 AGENT_JOINED = r"Rendezvous complete for workers"
+#: The watch interval of the watch-on runs: short, so process 0 of every unit looks at
+#: its (absent) decision file many times in each world a fault hits.
+WATCH_SECONDS = 1.0
+#: How each fault's job runs, by name: its backend and watch interval (0: off). Plain
+#: ``c10d`` first (the reference), then the wrapper with the check on, then with the
+#: watch on too; nothing is ever marked.
+RUNS: Mapping[str, tuple[str, float]] = {
+    "c10d": ("c10d", 0.0),
+    "segment-health": ("segment-health", 0.0),
+    "segment-health+watch": ("segment-health", WATCH_SECONDS),
+}
 
 
 class FaultNotInjected(RuntimeError):
@@ -66,7 +81,7 @@ class Fault:
     Attributes:
         name: a short identifier (``sibling-worker``).
         title: what happens, in a few words.
-        spec: the job; :meth:`spec_for` sets the backend.
+        spec: the job; :meth:`spec_for` sets the backend and the watch.
         inject: ``inject(job, deadline)`` waits for its moment(s) in the running job and
             injects the fault through the job (which records each event), by the
             ``time.monotonic()`` ``deadline``; raises :class:`FaultNotInjected` otherwise.
@@ -79,9 +94,16 @@ class Fault:
     inject: Callable[[SimulatedJob, float], None]
     measured: tuple[int, ...] = (0,)
 
-    def spec_for(self, backend: str) -> JobSpec:
-        """The job on ``backend``: ``segment-health`` (check on, nothing marked) or ``c10d``."""
-        return dataclasses.replace(self.spec, backend=backend)
+    def spec_for(self, run: str) -> JobSpec:
+        """The job as run ``run`` of :data:`RUNS` runs it (nothing marked in any).
+
+        Raises:
+            ValueError: ``run`` is not a key of :data:`RUNS`.
+        """
+        if run not in RUNS:
+            raise ValueError(f"unknown run {run!r}; choose from {', '.join(RUNS)}")
+        backend, watch_interval = RUNS[run]
+        return dataclasses.replace(self.spec, backend=backend, watch_interval=watch_interval)
 
     def recovery(self, result: JobResult) -> float | None:
         """Seconds of recovery from the measured events; ``None`` unless each recovered."""
@@ -93,7 +115,7 @@ class Fault:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The recorded facts of a fault's job that must not depend on the backend.
+    """The recorded facts of a fault's job that must not depend on the run (:data:`RUNS`).
 
     Attributes:
         exits: how each launcher ended, by label: ``exit 0``, ``exit non-zero``,
@@ -113,7 +135,7 @@ class Outcome:
 
 
 def outcome(result: JobResult) -> Outcome:
-    """The backend-independent facts of ``result``."""
+    """The facts of ``result`` that every run of its fault must share."""
 
     def how(label: str) -> str:
         launcher = result.launchers[label]
@@ -137,13 +159,14 @@ def outcome(result: JobResult) -> Outcome:
 
 def run_fault(
     fault: Fault,
-    backend: str,
+    run: str,
     workdir: Path,
     *,
     to_the_end: bool = True,
     timeout: float = JOB_TIMEOUT,
 ) -> JobResult:
-    """Run ``fault``'s job on ``backend`` in ``workdir``, inject the fault, return the result.
+    """Run ``fault``'s job as ``run`` (a key of :data:`RUNS`) in ``workdir``, inject the
+    fault, return the result.
 
     ``to_the_end``: wait until every launcher has exited (the outcome is then complete);
     otherwise stop the job as soon as the measured recovery is known. Bounded by
@@ -153,7 +176,7 @@ def run_fault(
         FaultNotInjected: the job ended, or the time ran out, before a fault's moment.
     """
     deadline = time.monotonic() + timeout
-    with SimulatedJob(fault.spec_for(backend), workdir) as job:
+    with SimulatedJob(fault.spec_for(run), workdir) as job:
         fault.inject(job, deadline)
         if to_the_end:
             return job.wait(timeout=_remaining(deadline))
