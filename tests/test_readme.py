@@ -142,6 +142,7 @@ def test_every_example_is_checked():
 DEMO_RUNS = {
     (): 'nvrx_seghealth("demo", "--keep-logs"',
     ("--compare",): 'nvrx_seghealth("demo", "--compare", "--keep-logs"',
+    ("--watch", "1"): 'nvrx_seghealth("demo", "--watch", "1", "--keep-logs"',
 }
 
 
@@ -150,6 +151,7 @@ def test_quick_start(tmp_path):
     assert [argv[:2] for argv in lines] == [
         ["./dev", "demo"],
         ["./dev", "test"],
+        ["./dev", "demo"],
         ["./dev", "demo"],
         ["./dev", "demo"],
     ]
