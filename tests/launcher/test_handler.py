@@ -7,7 +7,6 @@ dynamic handler, its own Slurm-like environment, joining from its own thread.
 from __future__ import annotations
 
 import datetime
-import gc
 import itertools
 import logging
 import os
@@ -99,18 +98,7 @@ def our_records(caplog, level):
     ]
 
 
-@pytest.fixture(autouse=True)
-def _release_handlers():
-    """Collect each test's handlers: their keep-alive timers hold only weak references."""
-    yield
-    gc.collect()
-
-
-@pytest.fixture
-def shc(tmp_path):
-    directory = tmp_path / "shc"
-    directory.mkdir()
-    return str(directory)
+pytestmark = pytest.mark.usefixtures("release_handlers")
 
 
 def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_store, shc, caplog):

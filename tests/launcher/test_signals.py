@@ -37,13 +37,6 @@ def torch_signal_handler():
     signal.signal(signal.SIGTERM, previous)
 
 
-@pytest.fixture
-def shc(tmp_path):
-    directory = tmp_path / "shc"
-    directory.mkdir()
-    return str(directory)
-
-
 def test_a_sigterm_during_the_wait_for_process_zero_ends_the_call(
     tcp_store, shc, torch_signal_handler
 ):

@@ -7,7 +7,6 @@ workers are healthy, until the answer is positive.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import threading
@@ -29,17 +28,7 @@ from .test_handler import ARRAY, RUN, dynamic_handler, our_records, participants
 WATCH = 0.2  # seconds between process 0's looks in these tests
 
 
-@pytest.fixture(autouse=True)
-def _release_handlers():
-    yield
-    gc.collect()
-
-
-@pytest.fixture
-def shc(tmp_path):
-    directory = tmp_path / "shc"
-    directory.mkdir()
-    return str(directory)
+pytestmark = pytest.mark.usefixtures("release_handlers")
 
 
 def watched(master, directory, task, *, watch_interval=WATCH, nodes=(2, 3), **env):
