@@ -33,6 +33,7 @@ import pytest
 
 from nvrx_seghealth._demo.records import LAUNCHER_ENV, WorkerRecord, read_records
 from nvrx_seghealth._demo.store_host import StoreHost
+from nvrx_seghealth._settings.rdzv_conf import WATCH_INTERVAL_KEY
 from tests.commands.runner import nvrx_seghealth
 from tests.support import exclusion_tokens
 
@@ -84,11 +85,14 @@ def array_task_exit_reported(out: str) -> bool:
     return bool(srun_exit_line(0, 1).search(out) or srun_exit_line(1, 1).search(out))
 
 
-def exclusion_line(job_id: str, task_id: str, decision: Path) -> re.Pattern[str]:
+def exclusion_line(
+    job_id: str, task_id: str, decision: Path, *, during_training: bool = False
+) -> re.Pattern[str]:
     """Process 0's exclusion log line, by its tokens (the decision file excluded the
-    unit) and the file it names. It is logged before the marker is published, so srun
-    cannot end the launcher before it is written."""
-    tokens = exclusion_tokens(job_id, task_id)
+    unit; ``after_joining=true`` when the watch excluded it ``during_training``) and the
+    file it names. It is logged before the marker is published, so srun cannot end the
+    launcher before it is written."""
+    tokens = exclusion_tokens(job_id, task_id, after_joining=during_training)
     return re.compile(rf"^0: .*{re.escape(str(decision))}\b.*; {re.escape(tokens)}$", re.MULTILINE)
 
 
@@ -99,6 +103,15 @@ def install_line(process: int, directory: Path, job_id: str, task_id: str) -> re
         rf"job_id={job_id} task_id={task_id}$",
         re.MULTILINE,
     )
+
+
+def formed_world(records: list[WorkerRecord], size: int) -> list[WorkerRecord]:
+    """The workers of the latest round with a formed world of ``size``, else none."""
+    for number in sorted({r.round for r in records if r.world_size == size}, reverse=True):
+        world = [r for r in records if r.round == number and r.initialized_at is not None]
+        if len(world) == size:
+            return world
+    return []
 
 
 def run_seconds(job: Job) -> float:
@@ -151,6 +164,7 @@ class Training:
         step_seconds: float = 0.2,
         max_restarts: int = 2,
         regular: bool = False,
+        watch_interval: float | None = None,
     ) -> str:
         """Submit the example script; return the job id (the array job id for an array).
 
@@ -158,6 +172,7 @@ class Training:
         are more sbatch options (``--hold``, ...). The script's ``#SBATCH`` lines make an
         array; sbatch cannot unset ``--array``, so ``regular=True`` runs the same script
         with bash in a regular job (``sbatch --wrap``), whose options ``sbatch_args`` give.
+        ``watch_interval`` turns the watch on (its rdzv-conf key).
         """
         endpoint = self.store.endpoint
         env = {
@@ -166,7 +181,8 @@ class Training:
             "SEGHEALTH_NNODES": nnodes,
             "SEGHEALTH_NPROC_PER_NODE": "1",
             "SEGHEALTH_MAX_RESTARTS": str(max_restarts),
-            "SEGHEALTH_RDZV_CONF": RDZV_CONF,
+            "SEGHEALTH_RDZV_CONF": RDZV_CONF
+            + ("" if watch_interval is None else f",{WATCH_INTERVAL_KEY}={watch_interval:g}"),
             # Every peer dials loopback; check for a failed worker twice a second.
             "SEGHEALTH_TORCHRUN_ARGS": "--local-addr=127.0.0.1 --monitor-interval=0.5",
             "SEGHEALTH_PYTHON": sys.executable,

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import array_task_exit_reported, exclusion_line, install_line, task_of, training
+from e2e import (
+    array_task_exit_reported,
+    exclusion_line,
+    formed_world,
+    install_line,
+    task_of,
+    training,
+)
 from test_publish_drained import node_state
 
 from nvrx_seghealth._producer.publisher import producer_tag
@@ -24,21 +31,10 @@ from tests.commands.runner import nvrx_seghealth
 if TYPE_CHECKING:
     from conftest import SlurmCluster
 
-    from nvrx_seghealth._demo.records import WorkerRecord
-
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 
 NAME = "drain"
 REASON = "e2e: ecc errors"
-
-
-def _formed_world(records: list[WorkerRecord], size: int) -> list[WorkerRecord]:
-    """The workers of the latest round with a formed world of ``size``, else none."""
-    for number in sorted({r.round for r in records if r.world_size == size}, reverse=True):
-        world = [r for r in records if r.round == number and r.initialized_at is not None]
-        if len(world) == size:
-            return world
-    return []
 
 
 def test_a_drained_task_is_excluded_at_the_next_rendezvous(
@@ -50,9 +46,9 @@ def test_a_drained_task_is_excluded_at_the_next_rendezvous(
         job_id = run.submit(NAME, nnodes="4:6", steps=60, step_seconds=0.25)
         # Usually round 0; launchers that start late make a second round.
         records = run.wait_records(
-            NAME, lambda records: bool(_formed_world(records, 6)), "world of six", timeout=150
+            NAME, lambda records: bool(formed_world(records, 6)), "world of six", timeout=150
         )
-        first = _formed_world(records, 6)
+        first = formed_world(records, 6)
         nodelist = task_of(slurm_cluster.jobs(job_id), "2").fields["NodeList"]
         node = slurm_cluster.run("scontrol", "show", "hostnames", nodelist).stdout.split()[0]
         decisions = run.decisions(job_id)

@@ -65,6 +65,37 @@ def _pass_done(process: subprocess.Popen[str]) -> None:
     raise AssertionError("the producer ended before its first pass")
 
 
+@contextmanager
+def running_producer(
+    cluster: SlurmCluster, job_id: str, shc: Path, pid_file: Path
+) -> Iterator[subprocess.Popen[str]]:
+    """``publish-drained --interval 600 --pid-file pid_file`` for ``job_id`` into ``shc``,
+    once its first pass is done; afterwards it must stop on SIGTERM with exit 0 and
+    remove its pid file (it is killed and reaped in any case)."""
+    command = [
+        *COMMAND, "publish-drained", "--dir", str(shc), "--job-id", job_id,
+        "--interval", "600", "--pid-file", str(pid_file), "--producer-id", "t",
+        "--slurm-timeout", "10",
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        env=cluster.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _pass_done(process)
+        yield process
+        process.terminate()
+        assert process.wait(timeout=30) == 0
+        assert not pid_file.exists()
+    finally:
+        process.kill()
+        process.communicate()
+
+
 @pytest.fixture
 def producer(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Producer]:
     job_id = slurm_cluster.sbatch(
@@ -83,39 +114,9 @@ def producer(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Producer]:
         shc = tmp_path / "shc"
         shc.mkdir()
         pid_file = tmp_path / "publish-drained.pid"
-        process = subprocess.Popen(
-            [
-                *COMMAND,
-                "publish-drained",
-                "--dir",
-                str(shc),
-                "--job-id",
-                job_id,
-                "--interval",
-                "600",
-                "--pid-file",
-                str(pid_file),
-                "--producer-id",
-                "t",
-                "--slurm-timeout",
-                "10",
-            ],
-            env=slurm_cluster.env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            _pass_done(process)
+        with running_producer(slurm_cluster, job_id, shc, pid_file) as process:
             assert not _any_decision(shc)
             yield Producer(slurm_cluster, job_id, nodes, shc, pid_file, process)
-            process.terminate()
-            assert process.wait(timeout=30) == 0
-            assert not pid_file.exists()
-        finally:
-            process.kill()
-            process.communicate()
     finally:
         slurm_cluster.run("scancel", job_id, check=False)
         slurm_cluster.wait_job(job_id)
