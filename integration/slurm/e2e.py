@@ -165,6 +165,7 @@ class Training:
         max_restarts: int = 2,
         regular: bool = False,
         watch_interval: float | None = None,
+        first_round_steps: int | None = None,
     ) -> str:
         """Submit the example script; return the job id (the array job id for an array).
 
@@ -172,7 +173,8 @@ class Training:
         are more sbatch options (``--hold``, ...). The script's ``#SBATCH`` lines make an
         array; sbatch cannot unset ``--array``, so ``regular=True`` runs the same script
         with bash in a regular job (``sbatch --wrap``), whose options ``sbatch_args`` give.
-        ``watch_interval`` turns the watch on (its rdzv-conf key).
+        ``watch_interval`` turns the watch on (its rdzv-conf key); ``first_round_steps``:
+        the steps of the workers of rendezvous round 0 (``steps`` otherwise).
         """
         endpoint = self.store.endpoint
         env = {
@@ -196,6 +198,8 @@ class Training:
             str(EXAMPLE), "-m", WORKER_MODULE, f"--results-dir={self.results}",
             f"--rdzv-endpoint={endpoint}", f"--steps={steps}", f"--step-seconds={step_seconds}",
         ]  # fmt: skip
+        if first_round_steps is not None:
+            script.append(f"--first-round-steps={first_round_steps}")
         if regular:
             script = [f"--wrap=exec bash {shlex.join(script)}"]
         job_id = dataclasses.replace(self.cluster, env=self.cluster.env | env).sbatch(
