@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from e2e import array_task_exit_reported, exclusion_line, formed_world, task_of, training
-from test_publish_drained import _running
+from test_publish_drained import running_nodes
 from test_publish_drained_trigger import PROGRAM, drained, running_producer, trigger
 
 from nvrx_seghealth._producer.publisher import producer_tag
@@ -55,7 +55,7 @@ def test_a_drain_during_training_reaches_a_new_world_through_the_trigger_and_the
         first = formed_world(records, 2)
         assert first[0].round == 0, first
         members = sorted({r.array_task for r in first if r.array_task is not None})
-        nodes = _running(cluster, job_id)
+        nodes = running_nodes(cluster, job_id)
         assert sorted(nodes) == ["0", "1", "2"], nodes
         [spare] = [int(task) for task in nodes if int(task) not in members]
         victim = max(members)

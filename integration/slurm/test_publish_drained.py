@@ -77,7 +77,8 @@ def _node_state(cluster: SlurmCluster, node: str) -> str:
     return cluster.run("sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
 
 
-def _running(cluster: SlurmCluster, job_id: str) -> dict[str, list[str]]:
+def running_nodes(cluster: SlurmCluster, job_id: str) -> dict[str, list[str]]:
+    """The running array tasks of ``job_id``, each with its nodes (by ``squeue``)."""
     out = cluster.run("squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%K %N").stdout
     return {
         task: cluster.run("scontrol", "show", "hostnames", hostlist).stdout.split()
@@ -101,8 +102,8 @@ def array(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Array]:
         str(script),
     )
     try:
-        wait_until(lambda: len(_running(slurm_cluster, job_id)) == 2)  # both tasks running
-        nodes = _running(slurm_cluster, job_id)
+        wait_until(lambda: len(running_nodes(slurm_cluster, job_id)) == 2)  # both tasks running
+        nodes = running_nodes(slurm_cluster, job_id)
         assert not set(nodes["0"]) & set(nodes["1"]), nodes
         shc = tmp_path / "shc"
         shc.mkdir()
@@ -168,7 +169,7 @@ def test_down_ends_the_task_and_its_decision_is_kept(array: Array) -> None:
         array.cluster.run(
             "scontrol", "update", f"nodename={node}", "state=down", "reason=link down"
         )
-        wait_until(lambda: "1" not in _running(array.cluster, array.job_id))
+        wait_until(lambda: "1" not in running_nodes(array.cluster, array.job_id))
         out = array.publish()
         assert "1 running tasks" in out
         assert array.decision("1").read_text() == published
