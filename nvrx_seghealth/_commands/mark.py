@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .._decision import boundedfs
 from .._decision.artifact import artifact_path
 from .._decision.files import LockBusyError, Result
 from .._decision.problems import write_problem
+from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
 from .arguments import (
     add_command,
@@ -33,18 +35,36 @@ from .output import EXIT_FAILURE, EXIT_OK
 __all__ = ["clear_command", "mark_command", "register"]
 
 
+def _unit_id(option: str) -> Callable[[str], str]:
+    """The argparse type of ``option``: :func:`~.arguments.slurm_id`, and an id with
+    leading zeros (``007``, which Slurm never writes) is refused with ``give OPTION 7``."""
+
+    def parse(value: str) -> str:
+        try:
+            validate_id(option, value)
+        except InvalidIdentityError as error:
+            if error.canonical is not None:
+                raise argparse.ArgumentTypeError(
+                    f"{value!r} has leading zeros, which Slurm never writes: give {option} "
+                    f"{error.canonical}"
+                ) from None
+        return slurm_id(value)
+
+    return parse
+
+
 def _unit_options(parser: argparse.ArgumentParser) -> None:
     add_directory_option(parser)
     parser.add_argument(
         "--job-id",
-        type=slurm_id,
+        type=_unit_id("--job-id"),
         required=True,
         metavar="J",
         help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)",
     )
     parser.add_argument(
         "--task-id",
-        type=slurm_id,
+        type=_unit_id("--task-id"),
         required=True,
         metavar="T",
         help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)",

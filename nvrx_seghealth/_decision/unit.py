@@ -19,11 +19,21 @@ __all__ = ["AllocationUnit", "InvalidIdentityError", "SlurmId", "validate_id"]
 
 
 class InvalidIdentityError(ValueError):
-    """A Slurm identity value is unusable (not decimal digits, or inconsistent)."""
+    """A Slurm identity value is unusable (not decimal digits, or inconsistent).
+
+    Attributes:
+        canonical: for digits with leading zeros (``007``), the id as Slurm writes it
+            (``7``); else ``None``.
+    """
+
+    def __init__(self, message: str, canonical: str | None = None) -> None:
+        super().__init__(message)
+        self.canonical = canonical
 
 
 class SlurmId(str):
-    """A Slurm id that was validated where it entered: a non-empty string of ASCII digits.
+    """A Slurm id that was validated where it entered: a non-empty string of ASCII digits
+    without leading zeros (``0`` itself is an id), as Slurm writes every id.
 
     Made only by :func:`validate_id`. Every layer below the entry (the unit, the
     replacement-group markers, the hand-off) takes a ``SlurmId`` as it is.
@@ -34,19 +44,29 @@ class SlurmId(str):
 
 def validate_id(name: str, value: str) -> SlurmId:
     """Return ``value`` as a :class:`SlurmId` when it is a non-empty string of ASCII
-    decimal digits; a ``SlurmId`` is returned as it is (it was validated when made).
+    decimal digits without leading zeros; a ``SlurmId`` is returned as it is (it was
+    validated when made).
 
     Identity values become part of a file name; anything but digits (``../x``, ``7/..``,
-    an empty string) could make the path escape the decision directory.
+    an empty string) could make the path escape the decision directory. Slurm writes no
+    id with leading zeros (``SLURM_ARRAY_TASK_ID`` is ``7``, never ``007``), so a
+    decision for ``007`` would name a file no launcher reads: it is refused too.
 
     Raises:
-        InvalidIdentityError: naming ``name`` and the refused value.
+        InvalidIdentityError: naming ``name`` and the refused value; for leading zeros,
+            with the id Slurm writes (:attr:`InvalidIdentityError.canonical`).
     """
     if isinstance(value, SlurmId):
         return value
     if not (value.isascii() and value.isdigit()):
         raise InvalidIdentityError(
             f"{name}={value!r} is not a decimal Slurm id; expected digits only"
+        )
+    canonical = value.lstrip("0") or "0"
+    if canonical != value:
+        raise InvalidIdentityError(
+            f"{name}={value!r} has leading zeros, which Slurm never writes: give {canonical}",
+            canonical,
         )
     return SlurmId(value)
 

@@ -115,6 +115,23 @@ def test_squeue_style_ids_get_a_hint_to_split_them(shc, job, task, hint):
     assert "is squeue's <array job id>_<task id>: " + hint in done.stderr
 
 
+@pytest.mark.parametrize("command", [["mark", "--reason", "x"], ["clear"]])
+@pytest.mark.parametrize(
+    "job,task,hint",
+    [("12", "007", "give --task-id 7"), ("0123", "3", "give --job-id 123")],
+)
+def test_ids_with_leading_zeros_are_refused_with_the_id_slurm_writes(shc, command, job, task, hint):
+    """``SLURM_ARRAY_TASK_ID`` is ``7``, never ``007``: a decision for ``007`` would be one
+    no launcher reads."""
+    before = snapshot(shc, "")
+    done = nvrx_seghealth(
+        command[0], "--dir", str(shc), "--job-id", job, "--task-id", task, *command[1:]
+    )
+    assert done.returncode == 2
+    assert "has leading zeros, which Slurm never writes: " + hint in done.stderr
+    assert snapshot(shc, "") == before and not (shc / LOCK).exists()
+
+
 def test_mark_waits_for_a_writer_holding_the_lock_and_lands_after_it(shc):
     """A writer inside its read-compare-rename holds the directory's lock; a mark waits
     for it instead of racing it, and gives up (exit 1, the fix) when it is held too

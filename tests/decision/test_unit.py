@@ -1,5 +1,6 @@
 import pytest
 
+from nvrx_seghealth import publish_decision
 from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError, SlurmId, validate_id
 
 from ..support import slurm_env
@@ -52,7 +53,27 @@ def test_half_an_array_identity_is_refused(missing):
 def test_validate_id_names_the_value():
     with pytest.raises(InvalidIdentityError, match=r"task_id='\.\./x'"):
         validate_id("task_id", "../x")
-    assert validate_id("task_id", "0042") == "0042"
+
+
+@pytest.mark.parametrize("value,canonical", [("007", "7"), ("0123", "123"), ("00", "0")])
+def test_leading_zeros_are_refused_with_the_id_slurm_writes(value, canonical):
+    """Slurm never writes ``007``: a decision for it would name a file no launcher reads."""
+    with pytest.raises(InvalidIdentityError, match=f"give {canonical}$") as refused:
+        validate_id("task_id", value)
+    assert refused.value.canonical == canonical
+    with pytest.raises(InvalidIdentityError):
+        AllocationUnit.from_env(slurm_env(task=7) | {"SLURM_ARRAY_TASK_ID": value})
+
+
+def test_publish_decision_refuses_leading_zeros_and_writes_nothing(tmp_path):
+    with pytest.raises(InvalidIdentityError, match="task_id='007' has leading zeros"):
+        publish_decision(str(tmp_path), "123", "007", "bad psu")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["0", "7", "10", "100"])
+def test_zero_and_ids_without_leading_zeros_pass(value):
+    assert validate_id("task_id", value) == value
 
 
 @pytest.mark.parametrize(
