@@ -16,11 +16,17 @@ import sys
 __all__ = ["ensure_visible"]
 
 _FORMAT = "[%(levelname).1s %(asctime)s %(process)d] %(name)s: %(message)s"
+#: The package logger, parent of every module's: ``nvrx_seghealth``.
+_PACKAGE_LOGGER = __name__.partition(".")[0]
 
 
 def ensure_visible() -> None:
-    """Attach a stderr handler to the package logger unless logging is configured."""
-    logger = logging.getLogger(__name__.rpartition(".")[0])
+    """Attach a stderr handler to the package logger unless logging is configured.
+
+    The handler is ``nvrx_seghealth``'s, which then no longer propagates: an
+    application that later configures the root logger does not get each line twice.
+    """
+    logger = logging.getLogger(_PACKAGE_LOGGER)
     if logger.handlers or logging.getLogger().handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
