@@ -2,7 +2,8 @@
 marked ``etcd``.
 
 The session-scoped ``etcd_server`` fixture starts one etcd with a private data directory
-and free ports, waits until it answers, and stops it by PID at the end. Debian's
+and free ports (:func:`harness.etcd.running_etcd`), waits until it answers, and stops it
+by PID at the end; ``module_etcd_server`` starts one for a single test module. Debian's
 ``etcd-server`` is installed only when ``CI=true`` or ``NVRX_SEGHEALTH_ETCD_INSTALL=1``;
 otherwise, without an ``etcd`` binary, the tests skip and say how to enable them. In CI
 a missing or broken etcd fails the tests. The Python client comes with the package's
@@ -14,15 +15,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from contextlib import contextmanager
 
 import pytest
 
-from tests.support import free_port
+from harness.etcd import EtcdServer, EtcdUnavailable, running_etcd
 
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_ETCD_INSTALL") == "1"
@@ -53,36 +51,24 @@ def _install() -> None:
             _unavailable(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
 
 
-@dataclass(frozen=True)
-class EtcdServer:
-    """A running etcd: its client endpoint, a python-etcd client and its log file."""
-
-    host: str
-    port: int
-    log: Path
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.host}:{self.port}"
-
-    def client(self):
-        import etcd
-
-        return etcd.Client(host=self.host, port=self.port, protocol="http")
-
-    def raw(self, prefix: str) -> dict[str, str]:
-        """Every key under ``prefix`` as etcd itself holds it (leaves only)."""
-        import etcd
-
-        try:
-            result = self.client().read(prefix, recursive=True)
-        except etcd.EtcdKeyNotFound:
-            return {}
-        return {leaf.key: leaf.value for leaf in result.leaves if not leaf.dir}
-
-
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[EtcdServer]:
+    """The etcd of the whole session."""
+    with _etcd("nvrx") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def module_etcd_server() -> Iterator[EtcdServer]:
+    """An etcd of one test module alone: for tests that fill torch's store directory,
+    which every other test would then read."""
+    with _etcd("nvrx-module") as server:
+        yield server
+
+
+@contextmanager
+def _etcd(name: str) -> Iterator[EtcdServer]:
+    """A new etcd (installed first when allowed); skips, or fails in CI, without one."""
     if shutil.which("etcd") is None:
         if not INSTALL:
             _unavailable(
@@ -95,53 +81,8 @@ def etcd_server() -> Iterator[EtcdServer]:
         import etcd  # noqa: F401
     except ImportError:
         _unavailable("python-etcd is missing: pip install -e '.[etcd]'")
-    state = Path(tempfile.mkdtemp(prefix="nvrx-seghealth-etcd."))
-    client_port, peer_port = free_port(), free_port()
-    client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    log = state / "etcd.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [
-                "etcd",
-                "--name",
-                "nvrx",
-                "--data-dir",
-                str(state / "data"),
-                "--listen-client-urls",
-                client_url,
-                "--advertise-client-urls",
-                client_url,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"nvrx={peer_url}",
-                "--enable-v2=true",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = EtcdServer("127.0.0.1", client_port, log)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if process.poll() is not None:
-                _unavailable(f"etcd exited {process.returncode}: {log.read_text()[-2000:]}")
-            try:
-                server.client().write("/nvrx-seghealth-ready", "1")
-                break
-            except Exception:  # noqa: BLE001  (not up yet: any client error)
-                if time.monotonic() > deadline:
-                    _unavailable(f"etcd did not answer in 30 s: {log.read_text()[-2000:]}")
-                time.sleep(0.1)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-        shutil.rmtree(state, ignore_errors=True)
+        with running_etcd(name) as server:
+            yield server
+    except EtcdUnavailable as error:  # raised only while it starts
+        _unavailable(str(error))

@@ -62,8 +62,11 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
             ) from None
         from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
 
+        from .etcd_reads import OneKeyEtcdStore
+
         backend: RendezvousBackend
         backend, store = etcd_rendezvous_backend.create_backend(params)
+        store = OneKeyEtcdStore.of(store)  # reads one key, not torch's whole store directory
     else:
         from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 

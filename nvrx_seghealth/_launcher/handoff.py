@@ -34,15 +34,23 @@ before it joins and process 0 answers:
 * Bounded everywhere: if process 0 is absent, slow, dead or runs without the check, a
   sibling waits at most the bound and then joins (fail open); the caller logs it.
 
-Everything lives in one counter per task life, changed and read only with the atomic
-``add`` (``add(key, 0)`` reads without blocking; a ``get`` of a missing key blocks until
-the store timeout): siblings add 1 to its low bits, process 0 adds the change of its
-answer to the bits above. A healthy round costs process 0 two store calls (stand,
-settle) and a sibling one (its request, answered by the standing answer) plus a few
-reads when it is ahead of process 0. The sibling polls with a growing pause rather than
-the store's ``wait``: a timed-out ``TCPStore.wait`` leaves a pending reply on the
-connection, and polling works the same on every store; no ``compare_set`` is needed
-(torch's ``EtcdStore`` has none).
+Everything lives in one counter per task life, changed only with the atomic ``add``:
+siblings add 1 to its low bits, process 0 adds the change of its answer to the bits
+above. It is read without blocking (a ``get`` of a missing key blocks until the store
+timeout): with ``add(key, 0)``, or, on a store that offers it (:class:`CounterReads`,
+the backend's etcd-v2 store), with ``read_counter``, a plain read: on etcd ``add`` is a
+compare-and-swap, one raft write, and process 0 looks for requests every 0.2 s for the
+whole training. Such a read is served by the etcd member the client talks to: never
+behind an ``add`` made through that member, possibly behind one made through another
+(or just before the client switched members, which it does when one fails). Process 0
+that reads fewer requests than were made answers fewer (the rest at its next look); a
+sibling that reads, after a switch, an answer from before its request takes it only if
+it stood then, and looks at its marker once it has joined, as every sibling does.
+A healthy round costs process 0 two store calls (stand, settle) and a sibling one (its
+request, answered by the standing answer) plus a few reads when it is ahead of process
+0. The sibling polls with a growing pause rather than the store's ``wait``: a timed-out
+``TCPStore.wait`` leaves a pending reply on the connection, and polling works the same
+on every store; no ``compare_set`` is needed (torch's ``EtcdStore`` has none).
 
 Key, under the markers' prefix ``nvrx_seghealth/<run_id>/<array_job_id>/``:
 ``verdict/<task_id>/<restart_count>``.
@@ -55,10 +63,11 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from .markers import ReplacementGroupMarkers
 
-__all__ = ["EVERY_REQUEST", "Answer", "Verdict", "VerdictHandoff", "decode"]
+__all__ = ["EVERY_REQUEST", "Answer", "CounterReads", "Verdict", "VerdictHandoff", "decode"]
 
 _FIRST_PAUSE = 0.02
 _LONGEST_PAUSE = 0.1
@@ -83,6 +92,15 @@ _REQUEST_BITS = 24
 _REQUESTS = (1 << _REQUEST_BITS) - 1
 #: ``covered`` of an answer that covers every request, past and future.
 EVERY_REQUEST = _REQUESTS
+
+
+@runtime_checkable
+class CounterReads(Protocol):
+    """A store that reads an ``add`` counter without writing it."""
+
+    def read_counter(self, key: str) -> int:
+        """The counter's value, ``0`` when never added to."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -127,9 +145,9 @@ class VerdictHandoff:
     """The requests and answers of one array task, for one life of the task.
 
     One instance per launcher: process 0 calls :meth:`read` and :meth:`publish`, a
-    sibling :meth:`request` and :meth:`wait`. Every call is one atomic ``add`` on one
-    counter; siblings add to its low bits, process 0 to its high bits, so no update is
-    ever lost.
+    sibling :meth:`request` and :meth:`wait`. Every change is one atomic ``add`` on one
+    counter (siblings add to its low bits, process 0 to its high bits, so no update is
+    ever lost), every read one read of it.
 
     Args:
         markers: the array job's markers (they give the store and the namespace).
@@ -147,13 +165,17 @@ class VerdictHandoff:
         self._given = 0  # process 0: the encoded answer it last gave
 
     def read(self) -> tuple[int, Answer]:
-        """``(requests made so far, the current answer)``.
+        """``(requests made so far, the current answer)``; writes nothing on a store
+        that reads counters (:class:`CounterReads`).
 
         Raises:
             ValueError: the counter holds no answer.
             Exception: whatever the store raised.
         """
-        return decode(self.store.add(self.key, 0))
+        store = self.store
+        if isinstance(store, CounterReads):
+            return decode(store.read_counter(self.key))
+        return decode(store.add(self.key, 0))
 
     def request(self) -> tuple[int, Answer]:
         """Sibling: ask for a verdict; ``(the request's number, the current answer)``.
