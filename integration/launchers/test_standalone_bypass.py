@@ -5,7 +5,9 @@ standalone when its port is in use make torch rendezvous with ``c10d``: the back
 creator is never called and the marked task trains. Each case runs the marked task
 alone, with a real launcher, and expects the training to happen (torch's behaviour, which
 the package cannot change) and one WARNING with ``check=off`` and the cause's token. The
-control case, the same task without standalone, is excluded and says nothing of the kind.
+control cases say nothing of the kind: the same task without standalone (excluded), the
+options in the training script's own arguments, and torchrun ending before any rendezvous
+(``--help``, a usage error, a failure while it sets up).
 """
 
 from __future__ import annotations
@@ -80,6 +82,49 @@ def test_without_standalone_the_check_runs_and_nothing_says_it_is_off(tmp_path, 
     output = done.stdout + done.stderr
     assert (done.returncode, trained(output)) == (1, False), output[-3000:]
     assert "reason=decision-file" in output, output[-3000:]
+    assert check_off_causes(output) == [], output[-3000:]
+
+
+def torchrun(*argv: str) -> list[str]:
+    """A torchrun command line for the marked task alone, then ``argv``."""
+    return ["torchrun", *SINGLE_NODE, "--rdzv-endpoint=127.0.0.1:0", *argv]
+
+
+def test_the_training_scripts_own_standalone_leaves_the_check_on(tmp_path, decisions) -> None:
+    conf = f"--rdzv-conf=segment_health_check_dir={decisions}"
+    argv = torchrun("--rdzv-backend=segment-health", conf, str(TRAIN), "--standalone")
+    done = launch(argv, tmp_path)
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (1, False), output[-3000:]
+    assert "reason=decision-file" in output, output[-3000:]
+    assert check_off_causes(output) == [], output[-3000:]
+
+
+def test_the_training_scripts_own_backend_is_not_asked_of_torchrun(tmp_path) -> None:
+    argv = torchrun("--rdzv-backend=c10d", str(TRAIN), "--rdzv-backend=segment-health")
+    done = launch(argv, tmp_path)
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (0, True), output[-3000:]
+    assert check_off_causes(output) == [], output[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("options", "returncode"),
+    [
+        (["--help"], 0),
+        (["--standalone", "--help"], 0),
+        (["--bogus-option"], 2),
+        (["--nproc-per-node=gpu"], 1),  # no CUDA here: torchrun fails before its rendezvous
+    ],
+)
+def test_torchrun_ending_before_any_rendezvous_says_nothing_of_the_check(
+    tmp_path, decisions, options, returncode
+) -> None:
+    conf = f"--rdzv-conf=segment_health_check_dir={decisions}"
+    argv = ["torchrun", "--nnodes=1", "--rdzv-backend=segment-health", conf, *options]
+    done = launch([*argv, str(TRAIN)], tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == returncode, output[-3000:]
     assert check_off_causes(output) == [], output[-3000:]
 
 

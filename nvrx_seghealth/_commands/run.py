@@ -42,7 +42,6 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from .._errors import ConfigurationError
-from .._launcher import bypass
 from .._launcher.backend import BACKEND_NAME
 from .._settings.launcher_options import (
     CFG_FLAG,
@@ -279,19 +278,15 @@ def launch(args: argparse.Namespace) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
     from torch.distributed.run import run
 
-    try:
-        launch_args = launch_parser().parse_args(args.argv)
-        use_local_rendezvous(launch_args)
-        settings = resolve_launcher_settings(
-            launch_args.ft_segment_health_check_dir,
-            launch_args.ft_segment_health_check_watch_interval,
-            launch_args.ft_cfg_path,
-        )
-        if settings.directory is not None:
-            select_segment_health(launch_args, settings.directory, settings.watch_interval)
-    except (ConfigurationError, SystemExit):  # argparse's exit, --help's too
-        bypass.refused()  # nothing launched: no run trained without the check
-        raise
+    launch_args = launch_parser().parse_args(args.argv)
+    use_local_rendezvous(launch_args)
+    settings = resolve_launcher_settings(
+        launch_args.ft_segment_health_check_dir,
+        launch_args.ft_segment_health_check_watch_interval,
+        launch_args.ft_cfg_path,
+    )
+    if settings.directory is not None:
+        select_segment_health(launch_args, settings.directory, settings.watch_interval)
     agent_environment(os.environ)
     try:
         record(run)(launch_args)

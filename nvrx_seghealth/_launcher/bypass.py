@@ -1,4 +1,4 @@
-"""Say so when torch replaced the ``segment-health`` backend a launcher asked for.
+"""Say so when torch replaces the ``segment-health`` backend a launcher asked for.
 
 torchrun's ``--standalone`` (or ``PET_STANDALONE=1``) makes torch overwrite the
 rendezvous backend with ``c10d`` after it parsed the command line, and a launcher that
@@ -7,46 +7,84 @@ in use on a single machine). This backend's creator is then never called: a mark
 trains, and without this module nothing would say the check did not run.
 
 torch loads the ``torchrun.handlers`` entry point while it imports its rendezvous
-package, which is before any launcher decides on standalone. So :func:`watch` runs then,
-and looks at the command line and the ``PET_*`` environment torchrun reads:
+package, which is before any launcher decides on standalone. So :func:`watch` runs then:
+if the launcher asked for segment-health, it wraps the ``create_handler`` of torch's
+rendezvous registry (the one call through which torch's launcher API builds its
+rendezvous). When a handler is created there without this backend's creator being called
+(:func:`created`), the check is off: one WARNING, before any worker starts, with
+``check=off``, the ``cause`` (``standalone`` if it was asked for, else
+``launcher-fallback``) and the ``backend`` torch created. A launcher that ends before any
+rendezvous (``--help``, a usage error, a failure while it sets up) says nothing: no
+worker trained.
 
-- segment-health asked for together with standalone: one WARNING at once, before any
-  worker starts (``check=off cause=standalone``);
-- segment-health asked for: at the process's exit, if the launcher ran (torch's launcher
-  API is imported, and the launcher did not refuse its command line first: see
-  :func:`refused`) and the creator was never called, one WARNING
-  (``check=off cause=launcher-fallback``): the run trained without the check.
+What is asked for is read from the launcher's own options, as torchrun's parser reads
+them: the options before the training script (the first positional argument, the module
+of ``-m`` or the program of ``--no-python``) or ``--``; the training script's arguments do
+not count. ``--rdzv-backend``/``--rdzv_backend`` and ``--standalone`` are recognised as
+one token with ``=`` or two; where the command line is silent, ``PET_RDZV_BACKEND`` and
+``PET_STANDALONE`` (torchrun's own defaults) are. For ``accelerate launch`` and
+``nvrx-seghealth run`` the options follow the subcommand word. An option torchrun does
+not know (another launcher's) is taken to have a value unless written with ``=``, so the
+scan may read on into the script's arguments rather than stop early. A spelling torchrun
+also accepts by abbreviation (``--rdzv-b``) is not recognised; nor is a launcher that
+sets the backend in its own configuration file. The README and ``nvrx-seghealth doctor``
+say how to avoid those routes.
 
-What is asked for is read from the command line (``--rdzv-backend``/``--rdzv_backend``,
-``--standalone``, as one token with ``=`` or two) and, where the command line is silent,
-from ``PET_RDZV_BACKEND`` and ``PET_STANDALONE`` (torchrun's own defaults). A spelling
-torchrun also accepts by abbreviation (``--rdzv-b``) is not recognised; nor is a
-launcher that sets the backend in its own configuration file. The README and
-``nvrx-seghealth doctor`` say how to avoid those routes.
-
-Standard library only: imported while torch imports its own rendezvous package.
+Standard library only, but for torch's registry, which :func:`watch` imports when the
+backend is asked for (torch has loaded it by then).
 """
 
 from __future__ import annotations
 
-import atexit
 import enum
 import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .._logfmt import format_fields
 from .logs import ensure_visible
 
-__all__ = ["BypassCause", "asked_for", "created", "refused", "standalone_asked", "watch"]
+if TYPE_CHECKING:
+    from torch.distributed.elastic.rendezvous import (
+        RendezvousHandler,
+        RendezvousHandlerRegistry,
+        RendezvousParameters,
+    )
+
+__all__ = [
+    "BypassCause",
+    "asked_for",
+    "command_line",
+    "created",
+    "launcher_options",
+    "standalone_asked",
+    "watch",
+]
 
 log = logging.getLogger(__name__)
 
 _BACKEND_OPTIONS = ("--rdzv-backend", "--rdzv_backend")
 _STANDALONE_OPTION = "--standalone"
-#: Imported by every launcher built on torch's launcher API (torchrun, accelerate, ...).
-_LAUNCHER_MODULE = "torch.distributed.launcher.api"
+#: torchrun's options that take no value (its parser's, checked by the tests).
+_FLAGS = frozenset(
+    {
+        "-h",
+        "--help",
+        _STANDALONE_OPTION,
+        "-m",
+        "--module",
+        "--no-python",
+        "--no_python",
+        "--run-path",
+        "--run_path",
+        "--virtual-local-rank",
+        "--virtual_local_rank",
+    }
+)
+#: Launchers whose torchrun-like options follow a subcommand word: program, subcommand.
+_SUBCOMMANDS = {"accelerate": "launch", "nvrx-seghealth": "run"}
 
 
 class BypassCause(str, enum.Enum):
@@ -58,47 +96,63 @@ class BypassCause(str, enum.Enum):
     LAUNCHER_FALLBACK = "launcher-fallback"
 
 
-_created = False
-_refused = False
+_created = 0
 
 
 def created() -> None:
     """Note that torch called the backend's creator in this process."""
     global _created
-    _created = True
+    _created += 1
 
 
-def refused() -> None:
-    """The launcher refused its command line before launching anything: no run can have
-    trained without the check, and the exit says nothing about it."""
-    global _refused
-    _refused = True
+def command_line(argv: Sequence[str]) -> list[str]:
+    """The launcher's command line in ``argv`` (``sys.argv``): without the program, and
+    without the subcommand word of ``accelerate launch`` or ``nvrx-seghealth run``
+    (also as ``python -m nvrx_seghealth run``)."""
+    if not argv:
+        return []
+    head, program = os.path.split(argv[0])
+    if program == "__main__.py":  # python -m PACKAGE
+        program = os.path.basename(head).replace("_", "-")
+    skip = 2 if list(argv[1:2]) == [_SUBCOMMANDS.get(program)] else 1
+    return list(argv[skip:])
 
 
-def _option_value(argv: Sequence[str], names: Sequence[str]) -> str | None:
-    """The value of the last of ``names`` in ``argv`` (``--name V`` or ``--name=V``)."""
-    value = None
-    for index, token in enumerate(argv):
-        name, equals, given = token.partition("=")
-        if name not in names:
-            continue
+def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
+    """The launcher's options in its command line ``argv``, as ``(name, value)`` pairs
+    (``None``: no value), up to the training script or ``--`` (see the module doc)."""
+    options: list[tuple[str, str | None]] = []
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--" or not token.startswith("-") or token == "-":
+            break  # the training script, the module or the program: the rest is its own
+        name, equals, value = token.partition("=")
         if equals:
-            value = given
-        elif index + 1 < len(argv):
-            value = argv[index + 1]
-    return value
+            options.append((name, value))
+        elif token in _FLAGS:
+            options.append((token, None))
+        elif not token.startswith("--") and len(token) > 2:  # -r3: the value attached
+            options.append((token[:2], token[2:]))
+        else:
+            options.append((token, next(tokens, None)))
+    return options
 
 
 def asked_for(argv: Sequence[str], environ: Mapping[str, str], backend: str) -> bool:
-    """Whether ``argv`` (without the program), or else ``PET_RDZV_BACKEND``, names ``backend``."""
-    given = _option_value(argv, _BACKEND_OPTIONS)
+    """Whether the launcher's options in ``argv`` (its :func:`command_line`), or else
+    ``PET_RDZV_BACKEND``, name ``backend``; the last such option counts, as in argparse."""
+    given = None
+    for name, value in launcher_options(argv):
+        if name in _BACKEND_OPTIONS and value is not None:
+            given = value
     return (given if given is not None else environ.get("PET_RDZV_BACKEND")) == backend
 
 
 def standalone_asked(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
-    """Whether ``argv`` has ``--standalone``, or ``PET_STANDALONE`` is a non-zero integer
-    (torchrun's rule for its flags' environment defaults)."""
-    if _STANDALONE_OPTION in argv:
+    """Whether the launcher's options in ``argv`` have ``--standalone``, or
+    ``PET_STANDALONE`` is a non-zero integer (torchrun's rule for its flags' environment
+    defaults)."""
+    if any(name == _STANDALONE_OPTION for name, _ in launcher_options(argv)):
         return True
     try:
         return int(environ.get("PET_STANDALONE", "0")) != 0
@@ -106,44 +160,64 @@ def standalone_asked(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
         return False
 
 
-def _warn(cause: BypassCause) -> None:
+def _warn(cause: BypassCause, backend: str) -> None:
     ensure_visible()
-    fields = format_fields({"check": "off", "cause": cause.value})
+    fields = format_fields({"check": "off", "cause": cause.value, "backend": backend})
     if cause is BypassCause.STANDALONE:
         log.warning(
-            "Segment health check is OFF: --standalone makes torch replace the "
-            "segment-health rendezvous backend with c10d, so no decision file is looked at; "
-            "drop --standalone and give --rdzv-endpoint (and --rdzv-id); %s",
+            "Segment health check is OFF: --standalone made torch replace the segment-health "
+            "rendezvous backend with %s, so no decision file is looked at; drop --standalone "
+            "and give --rdzv-endpoint (and --rdzv-id); %s",
+            backend,
             fields,
         )
     else:
         log.warning(
-            "Segment health check was OFF for this launcher: segment-health was asked for, "
-            "but the launcher rendezvoused with another backend (a standalone fallback, such "
-            "as accelerate's when its --main_process_port is in use), so no decision file was "
+            "Segment health check is OFF for this launcher: segment-health was asked for, but "
+            "the launcher created a %s rendezvous instead (a standalone fallback, such as "
+            "accelerate's when its --main_process_port is in use), so no decision file is "
             "looked at; give the launcher a free port or its standalone-free options; %s",
+            backend,
             fields,
         )
-
-
-def _at_exit() -> None:
-    if not _created and not _refused and _LAUNCHER_MODULE in sys.modules:
-        _warn(BypassCause.LAUNCHER_FALLBACK)
 
 
 def watch(
-    backend: str, argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+    backend: str,
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    registry: RendezvousHandlerRegistry | None = None,
 ) -> None:
-    """Warn when ``backend`` is asked for and torch will not, or did not, create it.
+    """If ``backend`` is asked for, warn once when ``registry`` creates a handler without
+    its creator (see the module doc).
 
-    ``argv`` defaults to ``sys.argv[1:]`` and ``environ`` to ``os.environ``. Call it once,
-    when torch loads the entry point (see the module doc).
+    ``argv`` defaults to ``sys.argv`` (the program first), ``environ`` to ``os.environ``
+    and ``registry`` to torch's global one. Call it once, when torch loads the entry
+    point.
     """
-    argv = sys.argv[1:] if argv is None else argv
+    options = command_line(sys.argv if argv is None else argv)
     environ = os.environ if environ is None else environ
-    if not asked_for(argv, environ, backend):
+    if not asked_for(options, environ, backend):
         return
-    if standalone_asked(argv, environ):
-        _warn(BypassCause.STANDALONE)
-    else:
-        atexit.register(_at_exit)
+    cause = (
+        BypassCause.STANDALONE
+        if standalone_asked(options, environ)
+        else BypassCause.LAUNCHER_FALLBACK
+    )
+    if registry is None:
+        from torch.distributed.elastic.rendezvous.api import rendezvous_handler_registry
+
+        registry = rendezvous_handler_registry
+    create = registry.create_handler
+    warned = False
+
+    def create_handler(params: RendezvousParameters) -> RendezvousHandler:
+        nonlocal warned
+        before = _created
+        handler = create(params)
+        if _created == before and not warned:
+            warned = True
+            _warn(cause, params.backend)
+        return handler
+
+    registry.create_handler = create_handler  # type: ignore[method-assign]

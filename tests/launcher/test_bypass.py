@@ -1,21 +1,36 @@
-"""What counts as asking for the backend, or for standalone, and the exit-time warning.
+"""What counts as asking for the backend, or for standalone, and when the launcher says the
+check is off: when torch creates the rendezvous of another backend.
 
 The real launchers' cases (torchrun ``--standalone``, ``PET_STANDALONE``, accelerate's
-fallback) are in ``integration/launchers/test_standalone_bypass.py``.
+fallback, the training script's own arguments, torchrun's early exits) are in
+``integration/launchers/test_standalone_bypass.py``.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
+import logging
+import os
 
 import pytest
+from torch.distributed.elastic.rendezvous import (
+    RendezvousHandlerRegistry,
+    RendezvousParameters,
+)
+from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+from torch.distributed.run import get_args_parser
 
+from nvrx_seghealth import register
+from nvrx_seghealth._launcher import bypass
 from nvrx_seghealth._launcher.bypass import asked_for, standalone_asked
 from nvrx_seghealth._logfmt import parse_fields
 
+from ..support import free_port
+
+pytestmark = pytest.mark.usefixtures("release_handlers")
+
 BACKEND = "segment-health"
+SCRIPT_SAYS_STANDALONE = ["train.py", "--standalone", "--rdzv-backend", BACKEND]
 
 
 @pytest.mark.parametrize(
@@ -28,6 +43,7 @@ BACKEND = "segment-health"
         (["--rdzv-backend=c10d", "--rdzv-backend=segment-health"], {}, True),  # the last wins
         (["--rdzv-backend"], {}, False),
         (["train.py"], {}, False),
+        (["--rdzv-backend=c10d", "train.py", "--rdzv-backend=segment-health"], {}, False),
     ],
 )
 def test_the_backend_is_asked_for_on_the_command_line_or_else_in_the_environment(
@@ -44,37 +60,133 @@ def test_the_backend_is_asked_for_on_the_command_line_or_else_in_the_environment
         ([], {"PET_STANDALONE": "0"}, False),
         ([], {"PET_STANDALONE": "yes"}, False),  # torchrun itself refuses it
         ([], {}, False),
+        (["--rdzv-backend=segment-health", "train.py", "--standalone"], {}, False),
     ],
 )
 def test_standalone_is_the_flag_or_a_non_zero_pet_standalone(argv, environ, expected) -> None:
     assert standalone_asked(argv, environ) is expected
 
 
-_LAUNCHER = textwrap.dedent(
-    """
-    import sys
-    import torch.distributed.launcher.api  # a launcher ran
-    from nvrx_seghealth._launcher import bypass
-    bypass.watch("segment-health", ["--rdzv-backend=segment-health", "train.py"], {})
-    if sys.argv[1] == "created":
-        bypass.created()
-    """
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--rdzv-backend=segment-health", *SCRIPT_SAYS_STANDALONE],
+        ["--rdzv-backend=c10d", *SCRIPT_SAYS_STANDALONE],
+        ["--standalone", "--rdzv-backend", BACKEND, *SCRIPT_SAYS_STANDALONE],
+        ["--nnodes", "2", "--rdzv-conf", "a=b", "--rdzv-backend", "c10d", *SCRIPT_SAYS_STANDALONE],
+        ["--rdzv-backend=segment-health", "-m", "pkg.train", "--standalone"],
+        ["--standalone", "--module", "pkg.train", "--rdzv-backend=segment-health"],
+        ["--rdzv-backend=segment-health", "--no-python", "prog", "--standalone"],
+        ["--no_python", "--rdzv_backend", BACKEND, "prog", "--standalone"],
+        ["--run-path", "--rdzv-backend=segment-health", *SCRIPT_SAYS_STANDALONE],
+        ["-r3", "--rdzv-backend=segment-health", *SCRIPT_SAYS_STANDALONE],
+        ["-r", "3", "-t", "0", "--rdzv-backend=segment-health", *SCRIPT_SAYS_STANDALONE],
+        ["--rdzv-backend=c10d", "--", *SCRIPT_SAYS_STANDALONE],
+        ["--virtual-local-rank", "--standalone", "train.py"],
+        SCRIPT_SAYS_STANDALONE,
+    ],
 )
+def test_the_command_line_is_read_as_torchruns_parser_reads_it(argv, monkeypatch) -> None:
+    """Only torchrun's own options count: the training script's arguments do not."""
+    for name in [name for name in os.environ if name.startswith("PET_")]:
+        monkeypatch.delenv(name)
+    parsed, _ = get_args_parser().parse_known_args(argv)
+    assert asked_for(argv, {}, BACKEND) is (parsed.rdzv_backend == BACKEND)
+    assert standalone_asked(argv, {}) is parsed.standalone
 
 
-@pytest.mark.parametrize(("how", "causes"), [("created", []), ("bypassed", ["launcher-fallback"])])
-def test_a_launcher_that_never_created_the_backend_says_so_at_exit(how, causes) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", _LAUNCHER, how],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    found = [
-        fields["cause"]
-        for fields in map(parse_fields, done.stderr.splitlines())
+def test_the_options_taking_no_value_are_torchruns() -> None:
+    """The scan knows which options take no value; torchrun's parser is the reference."""
+    flags = {
+        option
+        for action in get_args_parser()._actions  # no public listing of the actions
+        if action.nargs == 0
+        for option in action.option_strings
+    }
+    assert flags == bypass._FLAGS
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["/venv/bin/torchrun", "--nnodes=2", "t.py"], ["--nnodes=2", "t.py"]),
+        (["/venv/lib/torch/distributed/run.py", "--nnodes=2"], ["--nnodes=2"]),
+        (["/venv/bin/nvrx-seghealth", "run", "--nnodes=2"], ["--nnodes=2"]),
+        (["/src/nvrx_seghealth/__main__.py", "run", "--nnodes=2"], ["--nnodes=2"]),
+        (["/venv/bin/accelerate", "launch", "--num_processes=2"], ["--num_processes=2"]),
+        (["/venv/bin/torchrun", "run", "--nnodes=2"], ["run", "--nnodes=2"]),  # a script
+        (["/venv/bin/accelerate", "env", "--rdzv_backend=x"], ["env", "--rdzv_backend=x"]),
+        ([], []),
+    ],
+)
+def test_a_wrappers_subcommand_comes_before_its_launcher_options(argv, expected) -> None:
+    """``accelerate launch`` and ``nvrx-seghealth run`` take torchrun-like options after
+    their subcommand word."""
+    assert bypass.command_line(argv) == expected
+
+
+def _c10d(params: RendezvousParameters):
+    backend, store = create_backend(params)
+    return create_handler(store, backend, params)
+
+
+@pytest.fixture
+def registry() -> RendezvousHandlerRegistry:
+    """A registry like torch's: c10d and this backend."""
+    registry = RendezvousHandlerRegistry()
+    registry.register("c10d", _c10d)
+    register(registry)
+    return registry
+
+
+def params(backend: str, **conf: str) -> RendezvousParameters:
+    return RendezvousParameters(backend, f"127.0.0.1:{free_port()}", "run", 1, 1, **conf)
+
+
+def check_off(caplog) -> list[dict[str, str]]:
+    """The fields of every record that says the check is off."""
+    return [
+        fields
+        for fields in (parse_fields(record.getMessage()) for record in caplog.records)
         if fields.get("check") == "off"
     ]
-    assert found == causes, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "cause"),
+    [
+        (["torchrun", "--rdzv-backend=segment-health", "train.py"], "launcher-fallback"),
+        (["torchrun", "--standalone", "--rdzv-backend=segment-health", "train.py"], "standalone"),
+    ],
+)
+def test_a_rendezvous_of_another_backend_says_once_that_the_check_is_off(
+    registry, caplog, argv, cause
+) -> None:
+    caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
+    bypass.watch(BACKEND, argv, {}, registry)
+    assert check_off(caplog) == []  # asking says nothing yet: torch may never create one
+    registry.create_handler(params("c10d", is_host="true"))
+    registry.create_handler(params("c10d", is_host="true"))
+    assert check_off(caplog) == [{"check": "off", "cause": cause, "backend": "c10d"}]
+
+
+def test_the_backend_created_or_nothing_created_says_nothing(registry, caplog, shc) -> None:
+    caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
+    bypass.watch(BACKEND, ["torchrun", "--rdzv-backend=segment-health", "train.py"], {}, registry)
+    registry.create_handler(params(BACKEND, is_host="true", segment_health_check_dir=shc))
+    with pytest.raises(ValueError, match="not registered"):
+        registry.create_handler(params("etcd-v2"))
+    with pytest.raises(ValueError):  # c10d refuses the setting: nothing created
+        registry.create_handler(params("c10d", is_host="maybe"))
+    assert check_off(caplog) == []
+
+
+def test_a_launcher_that_did_not_ask_for_the_backend_is_left_alone(registry, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
+    create = registry.create_handler
+    bypass.watch(
+        BACKEND, ["torchrun", "--rdzv-backend=c10d", *SCRIPT_SAYS_STANDALONE], {}, registry
+    )
+    assert registry.create_handler == create  # not wrapped
+    registry.create_handler(params("c10d", is_host="true"))
+    assert check_off(caplog) == []
