@@ -15,8 +15,8 @@ setting                   range (s)       default
 ========================  ==============  ============================================
 ``stat_timeout``          [0.1, 600]      10
 ``handoff_timeout``       [0, 3600]       ``stat_timeout`` + 20; ``0``: no hand-off
-``watch_interval``        [0, 3600]       ``0``: no watch (process 0 stats only before
-                                          joining)
+``watch_interval``        0, or           ``0``: no watch (process 0 stats only before
+                          [0.5, 3600]     joining)
 ``--fs-timeout``          [0.1, 600]      10 (the operator commands' calls)
 ========================  ==============  ============================================
 """
@@ -34,6 +34,7 @@ __all__ = [
     "HANDOFF_MARGIN",
     "HANDOFF_TIMEOUT",
     "MINIMUM_STAT_TIMEOUT",
+    "MINIMUM_WATCH_INTERVAL",
     "STAT_TIMEOUT",
     "WATCH_INTERVAL",
     "DurationSetting",
@@ -64,6 +65,8 @@ class DurationSetting:
         maximum: the largest accepted value in seconds.
         example: a value to suggest in messages.
         minimum_reason: why a positive minimum is the smallest that works.
+        zero_is_off: ``0`` is accepted too, below a positive ``minimum``: it turns off
+            what the setting times.
     """
 
     name: str
@@ -72,11 +75,17 @@ class DurationSetting:
     maximum: float
     example: float
     minimum_reason: str = ""
+    zero_is_off: bool = False
 
     @property
     def range_text(self) -> str:
-        """The accepted range, e.g. ``0.1 <= s <= 600``."""
-        return f"{self.minimum:g} <= s <= {self.maximum:g}"
+        """The accepted range, e.g. ``0.1 <= s <= 600`` or ``0, or 0.5 <= s <= 3600``."""
+        span = f"{self.minimum:g} <= s <= {self.maximum:g}"
+        return f"0, or {span}" if self.zero_is_off and self.minimum > 0 else span
+
+    def accepts(self, seconds: float) -> bool:
+        """Whether ``seconds`` is in the range."""
+        return (self.zero_is_off and seconds == 0) or self.minimum <= seconds <= self.maximum
 
 
 #: The smallest stat bound: a ready stat helper answers a live filesystem in well under
@@ -111,14 +120,20 @@ HANDOFF_TIMEOUT = DurationSetting(
     30.0,
 )
 
-#: Any positive interval is a watch: each look is one bounded stat, and the next look
-#: starts ``watch_interval`` seconds after the last one ended.
+#: The shortest watch: each look is one bounded stat on the shared filesystem, from
+#: process 0 of every unit (1,000 units at 0.5 s: 2,000 stats a second on one metadata
+#: server), and the next look starts ``watch_interval`` seconds after the last one ended.
+MINIMUM_WATCH_INTERVAL = 0.5
+
 WATCH_INTERVAL = DurationSetting(
     "watch_interval",
     "how often process 0 re-checks its decision file while its workers run (0 turns the watch off)",
-    0.0,
+    MINIMUM_WATCH_INTERVAL,
     3600.0,
     5.0,
+    "each look is a stat on the shared filesystem from every unit's process 0; a shorter "
+    "interval loads its metadata server for no gain (0 turns the watch off)",
+    zero_is_off=True,
 )
 
 
@@ -140,7 +155,7 @@ def validate_seconds(setting: DurationSetting, value: object, *, given_as: str =
             seconds = float(value)
         except ValueError:
             pass
-    if not (math.isfinite(seconds) and setting.minimum <= seconds <= setting.maximum):
+    if not (math.isfinite(seconds) and setting.accepts(seconds)):
         why = (
             f" ({setting.minimum:g} s is the smallest that works: {setting.minimum_reason})"
             if setting.minimum_reason and 0 < seconds < setting.minimum

@@ -14,7 +14,7 @@ key                                       meaning                               
                                           hand-off off
 ``segment_health_check_watch_interval``   seconds between process 0's looks at its  0 (off)
                                           decision file while the workers run, in
-                                          [0, 3600]; ``0`` turns the watch off
+                                          [0.5, 3600]; ``0`` turns the watch off
 ``inner_backend``                         the rendezvous that does the work         ``c10d``
 ========================================  ========================================  ==========
 

@@ -11,6 +11,7 @@ from nvrx_seghealth._settings.durations import (
     FS_TIMEOUT,
     HANDOFF_TIMEOUT,
     MINIMUM_STAT_TIMEOUT,
+    MINIMUM_WATCH_INTERVAL,
     STAT_TIMEOUT,
     WATCH_INTERVAL,
     default_handoff_timeout,
@@ -81,14 +82,34 @@ def test_zero_turns_the_handoff_off_and_the_default_follows_the_stat_bound():
     assert default_handoff_timeout(10.0) == 30.0
 
 
-def test_any_positive_watch_interval_up_to_the_maximum_is_a_watch_and_zero_is_none():
+def test_a_watch_interval_from_the_floor_to_the_maximum_is_a_watch_and_zero_is_none():
     assert validate_seconds(WATCH_INTERVAL, 0) == 0.0
-    assert validate_seconds(WATCH_INTERVAL, "0.5") == 0.5
+    assert validate_seconds(WATCH_INTERVAL, "0") == 0.0
+    assert validate_seconds(WATCH_INTERVAL, "0.5") == MINIMUM_WATCH_INTERVAL == 0.5
     assert validate_seconds(WATCH_INTERVAL, 3600) == 3600.0
     for value in (-1, 3600.5, float("inf"), float("nan"), True, "five"):
         with pytest.raises(ConfigurationError) as refused:
             validate_seconds(WATCH_INTERVAL, value)
         assert refused.value.setting == "watch_interval"
+
+
+@pytest.mark.parametrize("value", [1e-9, 0.001, "0.1", 0.4999])
+def test_a_watch_interval_below_the_floor_is_refused_with_the_range(value):
+    """Each look is a stat on the shared filesystem from every unit's process 0: a
+    tiny interval would load its metadata server; 0, not a tiny value, turns it off."""
+    given_as = "rdzv-conf segment_health_check_watch_interval"
+    with pytest.raises(ConfigurationError) as refused:
+        validate_seconds(WATCH_INTERVAL, value, given_as=given_as)
+    assert refused.value.setting == given_as
+    message = str(refused.value)
+    assert given_as in message and WATCH_INTERVAL.range_text in message
+    assert WATCH_INTERVAL.range_text == "0, or 0.5 <= s <= 3600"
+    with pytest.raises(ConfigurationError) as refused:
+        BackendSettings.from_rdzv_config(
+            {"segment_health_check_dir": "/shc", "segment_health_check_watch_interval": str(value)},
+            {},
+        )
+    assert refused.value.setting == given_as
 
 
 @pytest.mark.parametrize("value", REFUSED_STAT)
