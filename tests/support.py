@@ -6,6 +6,7 @@ import datetime
 import socket
 import threading
 import time
+from collections import Counter
 
 
 def slurm_env(
@@ -129,3 +130,20 @@ def require_root(reason: str) -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI=true runs as root: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+class CountingStore:
+    """Forwards to a real store and counts the calls by method (``calls``)."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name):
+        method = getattr(self._store, name)
+
+        def counted(*args, **kwargs):
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
