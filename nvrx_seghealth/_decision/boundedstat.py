@@ -75,22 +75,32 @@ class StatTimeoutError(TimeoutError):
     """A ``stat`` of ``path`` did not return within the bound.
 
     Attributes:
-        path: the path whose stat is still pending.
+        path: the path whose stat is still pending, or was not sent.
         waited: seconds the pending stat has been running so far.
+        earlier: the stat of ``path`` was not sent: an earlier one in its directory is
+            still stuck, for ``waited`` seconds.
     """
 
-    def __init__(self, path: str, waited: float) -> None:
-        super().__init__(f"stat({path!r}) has not returned after {waited:.1f} s")
+    def __init__(self, path: str, waited: float, *, earlier: bool = False) -> None:
+        super().__init__(
+            f"stat({path!r}) not sent: an earlier stat in its directory has not returned "
+            f"after {waited:.1f} s"
+            if earlier
+            else f"stat({path!r}) has not returned after {waited:.1f} s"
+        )
         self.path = path
         self.waited = waited
+        self.earlier = earlier
 
 
 #: The helper process could not be started: no stat was made.
 StatHelperError = HelperStartError
 
 
-def _timeout_error(path: str, waited: float, _earlier: bool) -> StatTimeoutError:
-    return StatTimeoutError(path, waited)
+def _timeout_error(directory: str, waited: float, earlier: bool) -> StatTimeoutError:
+    """The client's error names the call's key, the directory; :func:`stat_within`
+    names the path."""
+    return StatTimeoutError(directory, waited, earlier=earlier)
 
 
 _client = HelperClient("stat", ["-c", _HELPER_CODE], HELPER_TAG, _timeout_error)
@@ -150,4 +160,8 @@ def stat_within(path: str, timeout: float) -> os.stat_result:
     encoded = os.fsencode(path)
     if b"\0" in encoded:
         raise ValueError(f"embedded null byte in path {path!r}")
-    return _parse(path, _client.call(_key(path), encoded + b"\0", timeout))
+    try:
+        reply = _client.call(_key(path), encoded + b"\0", timeout)
+    except StatTimeoutError as error:
+        raise StatTimeoutError(path, error.waited, earlier=error.earlier) from None
+    return _parse(path, reply)
