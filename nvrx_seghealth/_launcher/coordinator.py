@@ -12,7 +12,9 @@ its own module:
   answers its siblings' verdict requests (:mod:`.handoff`): at once while it stands
   in the rendezvous, and between its attempts from a thread that looks for requests
   every :data:`~.process_zero.RESPONDER_INTERVAL` seconds, so a sibling that restarts alone is
-  answered while process 0's workers run.
+  answered while process 0's workers run. With the watch on (:mod:`.watch`) it stats again
+  right after joining, before its workers start, and then every ``watch_interval`` seconds
+  while they run.
 * :class:`~.sibling.Sibling` (the other launchers of an array task): asks process 0 for a
   verdict and waits, at most ``handoff_timeout`` seconds, for one that covers its
   request. ``excluded``: it refuses without joining. No verdict (no hand-off, or none
@@ -150,12 +152,13 @@ class Coordinator(abc.ABC):
             log.error(
                 "Segment health check: %s; %s", message, format_fields(self.exclusion.fields())
             )
+            # process 0's stat before joining needs no ``when``: it is the only one
             when = (
                 "during-training"
                 if during_training
-                else None
-                if path is not None
                 else _when(after_joining)
+                if after_joining or path is None
+                else None
             )
             self._events.excluded(reason, path=path, size=size, when=when, marker=marker)
         return self.exclusion

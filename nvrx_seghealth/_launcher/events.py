@@ -84,8 +84,9 @@ class EventName(str, enum.Enum):
     #: The launcher leaves (once per launcher). Fields: ``by`` (an
     #: :class:`~.._errors.ExclusionReason`),
     #: ``path`` and ``size`` (decision file), ``when`` (``before-joining`` or
-    #: ``after-joining``, marker and verdict; ``during-training``, the watch's
-    #: decision file), ``marker`` (the marker's text).
+    #: ``after-joining``, marker and verdict, and ``after-joining`` for the decision
+    #: file read right after joining with the watch on; ``during-training``, the
+    #: watch's decision file), ``marker`` (the marker's text).
     EXCLUDED = "nvrx_seghealth.excluded"
     #: Process 0 marked its replacement group unhealthy. Fields: ``group``.
     MARKER_PUBLISHED = "nvrx_seghealth.marker_published"
@@ -131,7 +132,7 @@ class MetricName(str, enum.Enum):
 #: How the stat that led to a decision came about (``trigger``).
 ATTEMPT = "attempt"  # process 0 about to join a round
 REQUEST = "request"  # a sibling's request, between process 0's rounds
-WATCH = "watch"  # the watch's look while the workers run
+WATCH = "watch"  # the watch's looks: right after joining, then while the workers run
 
 
 class DecisionRecorder:

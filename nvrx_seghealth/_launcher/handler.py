@@ -112,6 +112,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ
             )
             self._watch = _watch(settings, self._coordinator, events)
+            if isinstance(self._coordinator, ProcessZero):
+                self._coordinator.warn_if_the_world_cannot_shrink(inner)
         self._world: WorldSignal | None = None  # the joined round, when watched
         self._joined = False  # a round of the inner rendezvous was joined
         self._left = False

@@ -12,6 +12,9 @@ import socket
 import threading
 import time
 
+from torch.distributed.elastic.rendezvous import RendezvousHandler
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
 from .._decision.artifact import Decision
 from .._decision.unit import AllocationUnit
 from .._errors import ExclusionReason
@@ -43,7 +46,9 @@ class ProcessZero(Coordinator):
     """Process 0 of a unit: judges the decision file and answers its siblings.
 
     A lock orders the stat, the marker and the verdict between the agent's thread and
-    the responder thread.
+    the responder thread. The watch's looks stat without it and take it only to act on
+    what they found: a look waiting for a hung mount holds neither the agent's next
+    ``next_rendezvous()`` nor the launcher's exit.
     """
 
     def __init__(
@@ -97,15 +102,56 @@ class ProcessZero(Coordinator):
                 self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
     def after_joining(self, rank: int, world: WorldSignal | None) -> None:
-        """Start the watch, when it is on: a look every ``watch_interval`` seconds."""
+        """With the watch on: look once now, before the workers start; then start the
+        watch, a look every ``watch_interval`` seconds.
+
+        The stat this launcher joined on may be old: a spare waits in the rendezvous,
+        beyond the maximum, for hours, and is admitted on the stat it made before it
+        began to wait. So it judges again now, as a sibling looks at its marker here.
+
+        Raises:
+            UnhealthyNodeException: the unit is excluded by this look, or was since
+                the inner rendezvous returned (a fresh stat for a sibling's request):
+                the handler then leaves ``world``, which restarts the other members
+                before their workers have trained.
+        """
         super().after_joining(rank, world)
         if world is None or not self._settings.watch_enabled or self._stopped:
             return
+        self._look(None)
         with self._lock:
-            self._watched = world
-            self._watch = PeriodicThread(
-                self._watch_look, self._settings.watch_interval, name="nvrx-seghealth-watch"
-            )
+            if self.exclusion is None and not self._stopped:
+                self._watched = world
+                self._watch = PeriodicThread(
+                    self._watch_look, self._settings.watch_interval, name="nvrx-seghealth-watch"
+                )
+        if self.exclusion is not None:
+            raise self.exclusion
+
+    def warn_if_the_world_cannot_shrink(self, inner: RendezvousHandler) -> None:
+        """With the watch on and a rendezvous whose smallest world is its largest (torch's
+        dynamic handler, ``min_nodes == max_nodes``), warn once: an exclusion during
+        training re-forms the job only with a spare launcher waiting in the rendezvous;
+        without one, the others wait for a replacement until the join timeout."""
+        if not self._settings.watch_enabled or not isinstance(inner, DynamicRendezvousHandler):
+            return
+        settings = inner.settings
+        if settings.min_nodes != settings.max_nodes:
+            return
+        log.warning(
+            "Segment health check's watch is on and the world cannot shrink (its minimum "
+            "number of nodes is its maximum): a unit excluded during training re-forms the "
+            "job only with a spare launcher waiting in the rendezvous; without one, the "
+            "others wait for a replacement until the join timeout, then the job fails. Give "
+            "--nnodes a smaller minimum, or start spare tasks; %s",
+            format_fields(
+                {
+                    "min_nodes": settings.min_nodes,
+                    "max_nodes": settings.max_nodes,
+                    "join_timeout_s": f"{settings.timeout.join.total_seconds():g}",
+                }
+            ),
+        )
 
     def stop(self) -> None:
         super().stop()
@@ -123,25 +169,38 @@ class ProcessZero(Coordinator):
         self._watched = None
 
     def _watch_look(self) -> bool:
-        """While the workers run (watch thread): stat once; exclude the unit now.
+        """While the workers run (watch thread): look once (:meth:`_look`)."""
+        world = self._watched
+        if world is not None:
+            self._look(world)
+        return True
+
+    def _look(self, world: WorldSignal | None) -> None:
+        """Stat once, without the lock; exclude the unit now if the decision says so.
+
+        ``world``: the round the watch looks for; ``None``: the look right after joining,
+        before the watch starts. What the stat found is acted on under the lock, and
+        only while that is still so: a look that returns after the agent restarted the
+        launcher, or after it stopped, is dropped (the next stat decides).
 
         A look that finds nothing is not a decision: nothing is recorded or logged. A
         run of looks that fail open is warned once, and its end once.
         """
+        if self.exclusion is not None:
+            return
+        started = time.monotonic()
+        decision = self.fail_open(
+            "evaluate",
+            "evaluate the decision file (the watch's look)",
+            lambda: self.check.evaluate(warn=False),
+            streak="the watch's decision file readable",
+        )
+        if decision is None:
+            return
+        seconds = time.monotonic() - started
         with self._lock:
-            world = self._watched
-            if world is None or self.exclusion is not None:
-                return True
-            started = time.monotonic()
-            decision = self.fail_open(
-                "evaluate",
-                "evaluate the decision file during training",
-                lambda: self.check.evaluate(warn=False),
-                streak="the watch's decision file readable",
-            )
-            if decision is None:
-                return True
-            seconds = time.monotonic() - started
+            if self._watched is not world or self.exclusion is not None or self._stopped:
+                return
             if decision.failed_open:
                 if not self._watch_failing:
                     self._watch_failing = True
@@ -152,15 +211,14 @@ class ProcessZero(Coordinator):
                         decision.path,
                         decision.reason,
                     )
-                return True
+                return
             if self._watch_failing:
                 self._watch_failing = False
                 log.info("Segment health check's watch judges %s again", decision.path)
             if decision.proceed:
-                return True
+                return
             self._events.judged(decision, seconds, WATCH)
-            self._exclude_now(decision, WATCH)
-            return True
+            self._exclude_now(decision, WATCH, joined=True)
 
     def _answer_requests(self) -> bool:
         """Between attempts (responder thread): answer new requests.
@@ -202,15 +260,19 @@ class ProcessZero(Coordinator):
             return Verdict.EXCLUDED
         return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
 
-    def _exclude_now(self, decision: Decision, trigger: str) -> None:
+    def _exclude_now(self, decision: Decision, trigger: str, *, joined: bool = False) -> None:
         """Exclude the unit, publish its marker and the final answer (lock held).
 
         While the watch runs, the unit is a member of the current world: the world is
         told too, whichever look found the decision (the watch's, or a fresh stat for a
-        sibling's request).
+        sibling's request). ``joined``: the unit is in a round (the watch's looks),
+        even before the watch starts (the look right after joining; the handler then
+        tells the round as it leaves it).
         """
         world = self._watched
-        self._exclude_by_decision(decision, during_training=world is not None)
+        self._exclude_by_decision(
+            decision, after_joining=joined or world is not None, during_training=world is not None
+        )
         self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
         if world is not None:
             unit = self.unit
@@ -245,16 +307,24 @@ class ProcessZero(Coordinator):
                 answer.verdict.value, self._covered, answer.standing, trigger
             )
 
-    def _exclude_by_decision(self, decision: Decision, *, during_training: bool) -> None:
+    def _exclude_by_decision(
+        self, decision: Decision, *, after_joining: bool, during_training: bool
+    ) -> None:
         unit = self.unit
+        when = (
+            " during training"
+            if during_training
+            else " right after joining, before its workers start"
+            if after_joining
+            else ""
+        )
         # Logged before the marker goes out: once siblings see it, srun may end this
         # launcher at any moment.
         self._exclude(
             f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded"
-            f"{' during training' if during_training else ''}: decision file "
-            f"{decision.path} is non-empty ({decision.size} bytes)",
+            f"{when}: decision file {decision.path} is non-empty ({decision.size} bytes)",
             ExclusionReason.DECISION_FILE,
-            after_joining=during_training,
+            after_joining=after_joining,
             during_training=during_training,
             path=decision.path,
             size=decision.size,
