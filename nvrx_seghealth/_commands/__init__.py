@@ -10,17 +10,28 @@ raises :class:`~nvrx_seghealth.ConfigurationError` (naming the setting and the f
 :func:`main` prints it as ``nvrx-seghealth COMMAND: error: MESSAGE`` on stderr and
 returns ``2`` (:data:`~.output.EXIT_USAGE`), as argparse does for a malformed option.
 
+Output whose reader went away (``nvrx-seghealth status | head -1``) ends the command
+quietly: no ``BrokenPipeError`` traceback, and exit ``141``
+(:data:`~.output.EXIT_BROKEN_PIPE`, 128 + SIGPIPE), the status a shell reports for a
+tool such as ``grep`` killed by SIGPIPE in the same place. Whatever the command did
+before stands (a ``mark`` whose confirmation line could not be printed is written).
+141 is neither the command's verdict nor a usage error: the output was cut, and under
+``set -o pipefail`` the pipeline says so. A ``BrokenPipeError`` from anything else
+(a socket of ``run``) is not hidden. argparse's own exits (``--help``, a malformed
+option) keep their status: argparse drops what it cannot write.
+
 Importing this package does not import torch: ``run`` imports it when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from .._errors import ConfigurationError
 from . import check, demo, doctor, mark, publish_drained, run, status, store_host
-from .output import usage_error
+from .output import EXIT_BROKEN_PIPE, quiet_gone_readers, usage_error
 
 __all__ = ["build_parser", "main"]
 
@@ -41,9 +52,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand and return
-    its exit code; ``2`` when it raises :class:`~nvrx_seghealth.ConfigurationError`."""
+    its exit code; ``2`` when it raises :class:`~nvrx_seghealth.ConfigurationError`;
+    ``141`` when stdout's or stderr's reader went away (see the module doc)."""
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:
+        if not quiet_gone_readers():
+            raise
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
     except ConfigurationError as error:
-        return usage_error(args.command, str(error))
+        code = usage_error(args.command, str(error))
+    sys.stdout.flush()  # a reader that went away shows here, not at the interpreter's exit
+    return code

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILURE",
     "EXIT_OK",
     "EXIT_STATUSES",
@@ -29,6 +32,7 @@ __all__ = [
     "format_age",
     "paint",
     "print_json",
+    "quiet_gone_readers",
     "render_table",
     "usage_error",
 ]
@@ -36,6 +40,9 @@ __all__ = [
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+#: Every command's exit when its output's reader went away (``... | head -1``): 128 + SIGPIPE,
+#: the status a shell gives a command killed by SIGPIPE there.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 #: One exit status of a command: (code, what it means).
 ExitStatus = tuple[int, str]
@@ -178,3 +185,31 @@ def usage_error(command: str, message: str) -> int:
     """Print ``nvrx-seghealth COMMAND: error: MESSAGE`` to stderr; return ``EXIT_USAGE``."""
     print(f"nvrx-seghealth {command}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _reader_gone(fd: int) -> bool:
+    """Whether ``fd`` writes to a pipe or socket whose reader went away (POLLERR/POLLHUP)."""
+    poller = select.poll()
+    poller.register(fd, 0)  # errors and hang-ups are always reported
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def quiet_gone_readers() -> bool:
+    """Point stdout and stderr, each whose reader went away, at ``/dev/null``; return
+    whether any had (a ``BrokenPipeError`` was theirs).
+
+    What is still buffered for them is then dropped at the interpreter's exit, instead
+    of failing again there with an "Exception ignored" message.
+    """
+    gone = False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # replaced by one without a file
+            continue
+        if _reader_gone(fd):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+            gone = True
+    return gone

@@ -6,9 +6,12 @@ Every operator command raises its usage errors; the dispatcher prints each as on
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from nvrx_seghealth._commands import build_parser, main
+from nvrx_seghealth._commands.output import EXIT_BROKEN_PIPE
 from nvrx_seghealth._settings.durations import DEFAULT_STAT_TIMEOUT, FS_TIMEOUT
 
 from .runner import nvrx_seghealth
@@ -55,3 +58,41 @@ def test_fs_timeout_keeps_its_default_and_takes_its_range_ends():
     assert parser.parse_args(["status"]).fs_timeout == DEFAULT_STAT_TIMEOUT
     for value in (FS_TIMEOUT.minimum, FS_TIMEOUT.maximum):
         assert parser.parse_args(["status", "--fs-timeout", f"{value:g}"]).fs_timeout == value
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", *UNIT],
+        ["check", *UNIT, "--json"],
+        ["status"],
+        ["check", "--job-id", "1"],  # a usage error: its line goes to a closed stderr too
+    ],
+)
+def test_output_to_a_reader_that_went_away_ends_quietly_with_141(tmp_path, argv):
+    """``nvrx-seghealth check ... | head -1``: the pipe's reader is gone (here before the
+    command writes at all); the command ends with 141, as one killed by SIGPIPE, and no
+    traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = nvrx_seghealth(
+            *argv, "--dir", str(tmp_path), stdout=write_end, stderr=write_end, env={}
+        )
+    finally:
+        os.close(write_end)
+    assert done.returncode == EXIT_BROKEN_PIPE == 141
+
+
+@pytest.mark.parametrize(
+    ("argv", "returncode"), [(["status"], EXIT_BROKEN_PIPE), (["status", "--help"], 0)]
+)
+def test_a_closed_stdout_leaves_stderr_alone(tmp_path, argv, returncode):
+    """Only stdout is gone: stderr has no traceback; argparse's ``--help`` keeps its 0."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = nvrx_seghealth(*argv, "--dir", str(tmp_path), stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (returncode, "")
