@@ -18,17 +18,111 @@
 # the job still runs on fires it when the job leaves the node, not before. Signal the
 # producer yourself after such a drain (the first form above).
 #
-# Exit status: 0 when the signal was sent; 1 when PIDFILE is missing or names no process.
+# It signals nothing but a live producer. A running producer holds an exclusive flock on
+# its pid file for its whole life (the kernel drops it when the producer dies, even by
+# SIGKILL), and the file holds that producer's pid from the moment it has its name. So
+# this script opens PIDFILE without following a symlink or waiting on a FIFO, and sends
+# SIGUSR1 only if
+#   - PIDFILE is a regular file and its flock is held (free: the producer has ended, and
+#     its pid may be another process's by now),
+#   - the pid read from that same open file is a positive decimal number, and
+#   - that process runs `publish-drained`, as the account that owns PIDFILE, and still
+#     does when the signal goes (a pidfd pins it, where the kernel has pidfd_open).
+# Otherwise it signals nothing and says why on stderr. It needs python3 (3.6 or later;
+# NVRX_SEGHEALTH_PYTHON names another interpreter); the producer's host has one.
+#
+# Exit status:
+#   0  the signal was sent
+#   1  no producer runs: PIDFILE is missing, or no process holds its lock (a stale file)
+#   2  usage: no PIDFILE given
+#   3  refused: PIDFILE is not a regular file, cannot be read or locked, holds no pid, or
+#      names a process that is not a publish-drained of PIDFILE's owner; or the signal
+#      was not permitted (run this as root or as the producer's account)
+#   127  no python3 on PATH
 set -eu
 if [ $# -lt 1 ]; then
     echo "usage: $0 PIDFILE [NODES...]" >&2
     exit 2
 fi
-pid=$(cat "$1") || exit 1
-case $pid in
-'' | *[!0-9]*)
-    echo "$0: $1 holds no pid" >&2
-    exit 1
-    ;;
-esac
-exec kill -USR1 "$pid"
+exec "${NVRX_SEGHEALTH_PYTHON:-python3}" -I -S -c '
+import errno, fcntl, os, re, signal, stat, sys
+
+NO_PRODUCER, REFUSED = 1, 3
+script, path = sys.argv[1:3]
+
+
+def stop(code, why):
+    sys.stderr.write("%s: %s %s; nothing signalled\n" % (script, path, why))
+    sys.exit(code)
+
+
+try:
+    seen = os.lstat(path)
+except FileNotFoundError:
+    stop(NO_PRODUCER, "does not exist: no producer runs with this pid file")
+except OSError as error:
+    stop(REFUSED, "cannot be examined (%s)" % error.strerror)
+if not stat.S_ISREG(seen.st_mode):
+    kinds = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+             (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket")]
+    kind = next((name for test, name in kinds if test(seen.st_mode)), "a device")
+    stop(REFUSED, "is %s, not a pid file" % kind)
+flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+try:
+    fd = os.open(path, flags)
+    st = os.fstat(fd)
+except FileNotFoundError:
+    stop(NO_PRODUCER, "was removed meanwhile: no producer runs with this pid file")
+except OSError as error:
+    stop(REFUSED, "cannot be opened (%s)" % error.strerror)
+if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+    stop(REFUSED, "was replaced while it was opened: try again")
+
+
+def held():
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError as error:
+        stop(REFUSED, "cannot be locked (%s): keep it on a local filesystem" % error.strerror)
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+if not held():
+    stop(NO_PRODUCER, "is stale: no process holds its lock (its producer has ended)")
+content = os.read(fd, 32)
+if not re.fullmatch(b"[1-9][0-9]{0,9}\n", content):
+    stop(REFUSED, "is locked but holds no pid (%r)" % content[:32])
+pid = int(content)
+try:
+    handle = os.pidfd_open(pid)
+except ProcessLookupError:
+    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+except (AttributeError, OSError):
+    handle = None  # Python before 3.9 or Linux before 5.3: plain kill below
+if not held():  # ended since: its pid may be another process already
+    stop(NO_PRODUCER, "is stale now: its producer (pid %d) has ended" % pid)
+try:
+    with open("/proc/%d/cmdline" % pid, "rb") as stream:
+        argv = stream.read().split(b"\0")
+    owner = os.stat("/proc/%d" % pid).st_uid
+except FileNotFoundError:
+    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+except OSError as error:
+    stop(REFUSED, "names process %d, which cannot be examined (%s)" % (pid, error.strerror))
+if b"publish-drained" not in argv:
+    stop(REFUSED, "names process %d, which is not nvrx-seghealth publish-drained" % pid)
+if owner != st.st_uid:
+    stop(REFUSED, "names process %d of uid %d, not of the file owner (uid %d)" % (pid, owner, st.st_uid))
+try:
+    if handle is None:
+        os.kill(pid, signal.SIGUSR1)
+    else:
+        signal.pidfd_send_signal(handle, signal.SIGUSR1)
+except ProcessLookupError:
+    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+except PermissionError:
+    stop(REFUSED, "names process %d, which this account may not signal" % pid)
+' "$0" "$1"

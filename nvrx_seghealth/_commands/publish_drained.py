@@ -2,8 +2,10 @@
 every ``--interval`` seconds until SIGTERM or SIGINT), the audit log and the report.
 
 With ``--interval``, SIGUSR1 runs a pass now (coalesced: a burst during a pass runs one
-more; :mod:`~.._producer.schedule`), and ``--pid-file`` tells whom to signal
-(:mod:`~.._producer.pidfile`). With ``--once``, SIGUSR1 is ignored: the one pass runs
+more; :mod:`~.._producer.schedule`), and ``--pid-file`` tells whom to signal, locked while
+the producer runs (:mod:`~.._producer.pidfile`): it is claimed once the signal handlers
+are in place and released before they are restored, and a file removed or replaced
+meanwhile is reported once. With ``--once``, SIGUSR1 is ignored: the one pass runs
 anyway, and a signal meant for a long-running producer does not kill it halfway.
 
 What a pass does and guarantees: :mod:`nvrx_seghealth._producer.publisher`.
@@ -100,7 +102,7 @@ def register(subparsers: Any) -> None:
         nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 300 \\
             --pid-file /run/nvrx-seghealth/123.pid &
         scontrol update nodename=gpu017 state=drain reason="bad dimm"
-        kill -USR1 "$(cat /run/nvrx-seghealth/123.pid)"    # a pass now, not in 300 s
+        examples/publish-drained-now.sh /run/nvrx-seghealth/123.pid   # a pass now, not in 300 s
         """,
     )
     add_directory_option(parser)
@@ -146,8 +148,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--pid-file",
         metavar="PATH",
-        help="with --interval: write this producer's pid to PATH (a local file), so that "
-        'kill -USR1 "$(cat PATH)" runs a pass now; refused if a running process holds it',
+        help="with --interval: keep this producer's pid in PATH, locked while it runs, for "
+        "a wake-up by SIGUSR1 (examples/publish-drained-now.sh signals only a live "
+        "producer); a local file in a folder only this account can write; refused while "
+        "another producer holds it",
     )
     parser.add_argument(
         "--slurm-timeout",
@@ -291,6 +295,15 @@ def _warn_state(publisher: DrainedPublisher) -> None:
         print(f"{iso_time(time.time())} warning: {warning}", file=sys.stderr)
 
 
+def _warn_pid_file(pid_file: PidFile | None, warned: str | None) -> str | None:
+    """Warn when the pid file no longer finds this producer (:meth:`PidFile.problem`),
+    unless ``warned`` already said so; return what is wrong now (``None``: nothing)."""
+    problem = pid_file.problem() if pid_file is not None else None
+    if problem is not None and problem != warned:
+        print(f"{iso_time(time.time())} warning: {problem}", file=sys.stderr)
+    return problem
+
+
 def _directory_problem(directory: str, timeout: float) -> str | None:
     """Why the producer must not start on ``directory``: it does not exist, is not a
     directory, or cannot be examined within ``timeout`` (a pass there could only fail).
@@ -325,35 +338,46 @@ def publish_drained_command(args: argparse.Namespace) -> int:
         clear_after_failing=args.clear_after_failing,
         interval=args.interval,
     )
+    # Ignored outside the schedule: with --once the pass runs anyway; with --interval a
+    # wake-up that lands after the schedule restored its handlers, at exit, kills nothing.
+    signal.signal(WAKE_SIGNAL, signal.SIG_IGN)
     if args.interval is None:
         if args.pid_file is not None:
             return usage_error(NAME, "--pid-file needs --interval: one pass has no one to signal")
-        signal.signal(WAKE_SIGNAL, signal.SIG_IGN)  # the pass runs anyway
         _warn_state(publisher)
         result = publisher.run_pass()
         _audit(args.audit_log, result.events, args.fs_timeout)
         _report(result, publisher)
         return EXIT_OK if result.ok else EXIT_FAILURE
     pid_file = PidFile(args.pid_file) if args.pid_file is not None else None
+    during = "start-up"  # the stable token of the stop line until a pass starts
+    pid_file_problem = None
     try:
         with PassSchedule(args.interval) as schedule:
-            if pid_file is not None:
-                pid_file.claim()  # after the handlers: a SIGUSR1 from now on runs a pass
-            _warn_state(publisher)
-            for wake in schedule.passes():
-                if wake is Wake.SIGNAL:
-                    print(f"{iso_time(time.time())} pass asked for by {WAKE_SIGNAL.name}")
-                result = publisher.run_pass()
-                _audit(args.audit_log, result.events, args.fs_timeout)
-                _report(result, publisher)
-                sys.stdout.flush()
+            try:
+                if pid_file is not None:
+                    pid_file.claim()  # after the handlers: a SIGUSR1 from now on runs a pass
+                _warn_state(publisher)
+                for wake in schedule.passes():
+                    during = "a pass"
+                    if wake is Wake.SIGNAL:
+                        print(f"{iso_time(time.time())} pass asked for by {WAKE_SIGNAL.name}")
+                    result = publisher.run_pass()
+                    _audit(args.audit_log, result.events, args.fs_timeout)
+                    _report(result, publisher)
+                    pid_file_problem = _warn_pid_file(pid_file, pid_file_problem)
+                    sys.stdout.flush()
+            finally:
+                if pid_file is not None:
+                    pid_file.release()  # before the handlers go: a late SIGUSR1 kills nothing
     except Stopped as stopped:
         print(
-            f"{iso_time(time.time())} stopped by {stopped.signal.name} during a pass; "
-            "the decisions written before it stand",
+            f"{iso_time(time.time())} stopped by {stopped.signal.name} during {during}; "
+            + (
+                "the decisions written before it stand"
+                if during == "a pass"
+                else "no pass ran, nothing was written"
+            ),
             file=sys.stderr,
         )
-    finally:
-        if pid_file is not None:
-            pid_file.release()
     return EXIT_OK

@@ -1,112 +1,257 @@
-"""``publish-drained --pid-file``: where an operator, or a Slurm trigger's program, finds
-the producer to signal (``kill -USR1 "$(cat PATH)"`` runs a pass now).
+"""``publish-drained --pid-file``: where a Slurm trigger's program, or an operator, finds
+the producer to wake with SIGUSR1, and how it can tell that the pid is the producer's.
 
 The contract (:class:`PidFile`):
 
-* claimed at start, atomically: the file appears complete (``<pid>\\n``) or not at all,
-  and two producers that start together cannot both hold it (``os.link`` of a finished
-  temporary file, which fails if the name exists);
-* a file naming a live process, or holding no pid (not a pid file), is refused with
-  :class:`~.._errors.ConfigurationError` (``publish-drained`` then exits 2); one naming a
-  process that no longer runs (a producer that was killed) is taken over;
-* released at exit only if it still names this process, so a file that another producer
-  took over, or an operator rewrote, is left alone.
+* **The lock vouches for the pid.** From :meth:`PidFile.claim` until the process ends,
+  the producer holds an exclusive ``flock`` on the file, taken before the file has its
+  name: the file appears complete (``<pid>\\n``) and locked, or not at all, and its
+  content never changes. The kernel drops the lock when the process ends, however it
+  ends (SIGKILL, the OOM killer). So while the lock is held the pid in the file is its
+  holder's, and a file whose lock is free is stale, whatever process its pid names now.
+  A sender (``examples/publish-drained-now.sh``) opens the file, signals only while its
+  own ``flock(LOCK_SH | LOCK_NB)`` fails, and reads the pid from the file it opened.
+* **Claim.** The file's folder must belong to this account (or root) and be writable by
+  no other (group, others): whoever can write there can plant or replace the file that a
+  root-run trigger trusts. An existing file is looked at without following a symlink or
+  opening anything but a regular file (no FIFO can make the claim wait), and refused at
+  once (:class:`~.._errors.ConfigurationError`: ``publish-drained`` exits 2, and the
+  message says what to do) when it is not a regular file, belongs to another account,
+  holds no pid, or is locked (a running producer's). A stale one (its lock is free: a
+  producer that was killed) is replaced atomically, whatever process its pid names now;
+  claimers taking over the same stale file are serialised by a POSIX record lock on it,
+  which no sender looks at, so a stale file never looks alive.
+* **Release** at exit: the name is removed only while it still holds the very file this
+  process claimed (same device and inode); the file is never read again.
+* :meth:`PidFile.problem` says when the name no longer holds that file (removed or
+  replaced), so a wake-up can no longer find this producer.
 
-The file belongs on a local filesystem (``/run/...``, ``/tmp/...``): its calls are not
-bounded in time as those on the shared decision directory are.
+The file belongs on a local filesystem, in a folder only the producer's account can
+write (e.g. ``/run/nvrx-seghealth``, made by ``install -d -m 0755 -o ACCOUNT``): its
+calls are not bounded in time as those on the shared decision directory are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import re
+import stat
+import tempfile
 
+from .._decision.files import NotRegularError, open_regular
 from .._errors import ConfigurationError
 
 __all__ = ["PidFile"]
 
+#: What a pid file holds: a positive decimal pid without leading zeros, and a newline.
+PID_LINE = re.compile(rb"[1-9][0-9]{0,9}\n")
+#: Claims of a file that was replaced between the look at it and its take-over.
+_ATTEMPTS = 3
+
 
 class PidFile:
-    """This process's pid in ``path`` from :meth:`claim` until :meth:`release`."""
+    """This process's pid in ``path``, locked, from :meth:`claim` until :meth:`release`."""
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
-        self._pid = os.getpid()
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
 
     def claim(self) -> None:
-        """Write this process's pid to the file; see the module doc.
+        """Publish this process's pid at :attr:`path`, locked; see the module doc.
 
         Raises:
-            ConfigurationError: a live process holds the file, or it cannot be written
-                (the message names the file and the fix).
+            ConfigurationError: the folder or an existing file is refused, a running
+                producer holds the file, or it cannot be written (the message names the
+                file and the fix).
         """
-        temporary = f"{self.path}.{self._pid}.tmp"
+        self._check_folder()
         try:
-            with open(temporary, "x", encoding="ascii") as stream:
-                stream.write(f"{self._pid}\n")
-            for _attempt in range(2):
-                try:
-                    os.link(temporary, self.path)
-                    return
-                except FileExistsError:
-                    self._remove_stale()
-            raise ConfigurationError(
-                f"--pid-file {self.path}: another producer claimed it while this one started",
-                setting="--pid-file",
-            )
+            fd, temporary = _locked_pid_file(self.path)
         except OSError as error:
-            raise ConfigurationError(
-                f"--pid-file {self.path} cannot be written ({error}): give a path in a "
-                "writable local directory",
-                setting="--pid-file",
+            raise self._refused(
+                f"cannot be written ({error.strerror or error}): give a path in a local "
+                "folder this account can write"
             ) from None
+        try:
+            self._publish(temporary)
+            st = os.fstat(fd)
+        except OSError as error:
+            os.close(fd)
+            raise self._refused(f"cannot be written ({error.strerror or error})") from None
+        except BaseException:
+            os.close(fd)
+            raise
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
+                os.unlink(temporary)  # linked, or left after an error; renamed: gone
+        self._fd, self._identity = fd, (st.st_dev, st.st_ino)
+
+    def problem(self) -> str | None:
+        """Why :attr:`path` no longer finds this producer (the file was removed or
+        replaced since :meth:`claim`); ``None`` while it does, or when nothing was claimed."""
+        if self._identity is None:
+            return None
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            what = "was removed"
+        except OSError as error:
+            what = f"cannot be examined ({error.strerror})"
+        else:
+            if (st.st_dev, st.st_ino) == self._identity:
+                return None
+            what = "now holds another file"
+        return (
+            f"--pid-file {self.path} {what}: a wake-up through it (SIGUSR1, a Slurm trigger) "
+            "no longer reaches this producer; restart the producer, and keep the file's "
+            "folder writable by its account only"
+        )
 
     def release(self) -> None:
-        """Remove the file if it still names this process; never raises for a file that
-        is gone or unreadable."""
-        with contextlib.suppress(OSError):
-            if _read_pid(self.path) == self._pid:
-                os.unlink(self.path)
-
-    def _remove_stale(self) -> None:
-        """Remove the existing file if the process it names no longer runs; else refuse."""
+        """Remove the file if its name still holds the file :meth:`claim` made, and drop
+        the lock; never reads the file, never raises for a name that is gone."""
+        if self._fd is None:
+            return
         try:
-            holder = _read_pid(self.path)
+            if self.problem() is None:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)
+            self._fd = self._identity = None
+
+    def _refused(self, problem: str) -> ConfigurationError:
+        return ConfigurationError(f"--pid-file {self.path} {problem}", setting="--pid-file")
+
+    def _foreign(self, uid: int) -> ConfigurationError:
+        return self._refused(
+            f"belongs to another account (uid {uid}): remove it (as its owner or root), or "
+            "give another --pid-file"
+        )
+
+    def _check_folder(self) -> None:
+        """Refuse a folder that another account can write, or that does not exist."""
+        folder = os.path.dirname(self.path)
+        try:
+            st = os.stat(folder)
+        except OSError as error:
+            raise self._refused(
+                f"cannot be written: its folder {folder} cannot be used ({error.strerror}); "
+                f"create it, writable by this account only (install -d -m 0755 {folder})"
+            ) from None
+        writers = [
+            who for who, bit in (("its group", 0o020), ("everyone", 0o002)) if st.st_mode & bit
+        ]
+        if st.st_uid not in (os.geteuid(), 0):
+            writers.insert(0, f"its owner (uid {st.st_uid})")
+        if writers:
+            who = " and ".join(writers)
+            raise self._refused(
+                f"is in {folder} (mode {stat.S_IMODE(st.st_mode):04o}), which {who} can "
+                "write: another account could plant or replace the file that a Slurm trigger "
+                "trusts; use a folder that only this account can write (e.g. "
+                "install -d -m 0755 -o ACCOUNT /run/nvrx-seghealth)"
+            )
+
+    def _publish(self, temporary: str) -> None:
+        """Give ``temporary`` the name :attr:`path`: a new name, or a stale file's."""
+        for _attempt in range(_ATTEMPTS):
+            try:
+                os.link(temporary, self.path)
+                return
+            except FileExistsError:
+                if self._take_over(temporary):
+                    return
+        raise self._refused(
+            f"was replaced at each of {_ATTEMPTS} attempts to take it over: another producer "
+            "is starting with it; give each producer its own --pid-file"
+        )
+
+    def _take_over(self, temporary: str) -> bool:
+        """Replace the existing file by ``temporary`` if it is a stale pid file of this
+        account; ``False`` when the name changed meanwhile (look again).
+
+        Raises:
+            ConfigurationError: the existing file is refused (see the module doc).
+        """
+        try:
+            fd, st = open_regular(self.path, os.O_RDWR)
         except FileNotFoundError:
-            return  # removed meanwhile: link again
-        if holder is None:
-            raise ConfigurationError(
-                f"--pid-file {self.path} exists and holds no pid: it is not a pid file; "
-                "give another path, or remove it if it is left over",
-                setting="--pid-file",
-            )
-        if _alive(holder):
-            raise ConfigurationError(
-                f"--pid-file {self.path} names process {holder}, which is running: another "
-                "producer uses this file; stop it first, or give another --pid-file",
-                setting="--pid-file",
-            )
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+            return False
+        except NotRegularError as error:
+            raise self._refused(
+                f"is a {error.kind}, not a pid file: remove it, or give another --pid-file"
+            ) from None
+        except OSError as error:
+            owner = _owner(self.path)
+            if owner is not None and owner != os.geteuid():
+                raise self._foreign(owner) from None
+            raise self._refused(f"cannot be opened ({error.strerror})") from None
+        try:
+            if st.st_uid != os.geteuid():
+                raise self._foreign(st.st_uid)
+            content = os.pread(fd, 32, 0)
+            if _locked(fd):
+                pid = f" (pid {int(content)})" if PID_LINE.fullmatch(content) else ""
+                raise self._refused(
+                    f"is held by a running producer{pid}: stop it first, or give another --pid-file"
+                )
+            if not PID_LINE.fullmatch(content):
+                raise self._refused(
+                    "exists and holds no pid: it is not a pid file; give another path, or "
+                    "remove it if it is left over"
+                )
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise self._refused(
+                    "is being taken over by another producer that starts now; give each "
+                    "producer its own --pid-file"
+                ) from None
+            now = os.lstat(self.path)
+            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+                return False
+            os.rename(temporary, self.path)
+            return True
+        finally:
+            os.close(fd)  # drops the record lock
 
 
-def _read_pid(path: str) -> int | None:
-    """The pid in ``path``, or ``None`` if it holds no pid (empty, or not a number)."""
-    with open(path, encoding="ascii", errors="replace") as stream:
-        text = stream.read(32).strip()
-    return int(text) if text.isdigit() and int(text) > 0 else None
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
+def _locked_pid_file(path: str) -> tuple[int, str]:
+    """A new file beside ``path`` holding this process's pid, mode 0644 (a sender of
+    another account reads it), exclusively ``flock``-ed: its descriptor and name."""
+    fd, temporary = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path)
+    )
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stream:
-            state = stream.read().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
+        os.fchmod(fd, 0o644)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BaseException:
+        os.close(fd)
+        os.unlink(temporary)
+        raise
+    return fd, temporary
+
+
+def _locked(fd: int) -> bool:
+    """Whether a process holds an exclusive ``flock`` on ``fd``'s file: the test a sender
+    makes, shared, so that it never makes the file look locked to another."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+
+
+def _owner(path: str) -> int | None:
+    """The uid that owns ``path`` itself (a symlink is not followed); ``None``: unknown."""
+    try:
+        return os.lstat(path).st_uid
     except OSError:
-        return True  # it exists, whatever keeps it from being read
-    return state not in ("Z", "X")
+        return None

@@ -547,6 +547,61 @@ def test_a_running_producer_keeps_its_pid_file_and_a_second_one_is_refused(slurm
     assert not pid_file.exists()
 
 
+def test_a_fifo_planted_as_the_pid_file_is_refused_at_once(slurm):
+    """Opening a FIFO for reading waits for a writer: the claim never opens one."""
+    pid_file = slurm.root / "producer.pid"
+    os.mkfifo(pid_file)
+    done = slurm.run("--interval", "600", "--pid-file", str(pid_file), timeout=30)
+    assert done.returncode == 2
+    assert f"--pid-file {pid_file} is a FIFO, not a pid file: remove it" in done.stderr
+    assert _calls(slurm, "squeue") == 0 and pid_file.is_fifo()
+
+
+def test_a_killed_producers_file_is_taken_over_though_its_pid_runs_another_program(slurm):
+    """SIGKILL (or the OOM killer) leaves the pid file, and the pid is reused: a restarted
+    producer (systemd's Restart=) takes the file over; the other process is left be."""
+    pid_file = slurm.root / "producer.pid"
+    first = _producer(slurm, "--interval", "600", "--pid-file", str(pid_file))
+    _next_pass(first)
+    first.kill()
+    first.communicate()
+    other = subprocess.Popen(["sleep", "600"])
+    try:
+        pid_file.write_text(f"{other.pid}\n")  # the reuse, as the file sees it
+        second = _producer(slurm, "--interval", "600", "--pid-file", str(pid_file))
+        try:
+            _next_pass(second)
+            assert pid_file.read_text() == f"{second.pid}\n"
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=15) == 0
+        finally:
+            second.kill()
+            second.communicate()
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+    assert not pid_file.exists()
+
+
+def test_a_pid_file_removed_while_running_is_reported_once(slurm):
+    """The producer checks after each pass that its pid file still finds it."""
+    pid_file = slurm.root / "producer.pid"
+    process = _producer(slurm, "--interval", "600", "--pid-file", str(pid_file))
+    try:
+        _next_pass(process)
+        pid_file.unlink()  # a cleaner of old files, an operator
+        for _ in range(2):
+            process.send_signal(signal.SIGUSR1)
+            _next_pass(process)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        process.kill()
+        _out, err = process.communicate()
+    assert err.count(f"warning: --pid-file {pid_file} was removed") == 1, err
+
+
 def test_once_ignores_sigusr1(slurm):
     """A signal meant for a long-running producer does not kill a single pass."""
     started, go = _block_call(slurm, 1)

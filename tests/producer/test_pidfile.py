@@ -1,15 +1,72 @@
-"""``publish-drained --pid-file``: claimed atomically, refused while its holder runs, taken
-over from a dead one, released only while it still names this process."""
+"""``publish-drained --pid-file``: claimed complete and locked, held by its lock for the
+claimer's life, refused while a live producer holds it, taken over when stale (whatever
+process its pid names now), never trusted when it is not a regular file of this account
+in a folder only this account can write, and released only while it is the file claimed.
+
+Every other process here is real: a lock holder is a Python child that ``flock``s the
+file, a victim a ``sleep``, the lock test util-linux ``flock(1)`` (as a sender makes it).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
+import stat
 import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from nvrx_seghealth import ConfigurationError
 from nvrx_seghealth._producer.pidfile import PidFile
+
+from ..support import require_root
+
+NOBODY = pwd.getpwnam("nobody").pw_uid
+
+_HOLD = (
+    "import fcntl, os, sys, time\n"
+    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "print('locked', flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+@contextlib.contextmanager
+def lock_held(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """A process that holds an exclusive ``flock`` on ``path`` until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@contextlib.contextmanager
+def victim() -> Iterator[subprocess.Popen[bytes]]:
+    """An unrelated running process (a ``sleep``) that nothing may signal."""
+    process = subprocess.Popen(["sleep", "600"])
+    try:
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def is_locked(path: Path) -> bool:
+    """Whether a process holds an exclusive lock on ``path``: ``flock -n -s`` fails."""
+    done = subprocess.run(
+        ["flock", "--nonblock", "--shared", str(path), "true"], timeout=30, check=False
+    )
+    return done.returncode != 0
 
 
 def _dead_pid() -> int:
@@ -19,58 +76,146 @@ def _dead_pid() -> int:
     return child.pid
 
 
-def test_claim_writes_this_pid_and_release_removes_it(tmp_path):
-    path = tmp_path / "p.pid"
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A folder only this account can write (pytest's own is 0700 already)."""
+    path = tmp_path / "run"
+    path.mkdir(mode=0o755)
+    return path
+
+
+def test_claim_writes_this_pid_locked_and_release_removes_it(folder):
+    path = folder / "p.pid"
     pid_file = PidFile(str(path))
     pid_file.claim()
     assert path.read_text() == f"{os.getpid()}\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.pid"]  # no temporary left
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # a sender of another account reads it
+    assert is_locked(path)
+    assert sorted(p.name for p in folder.iterdir()) == ["p.pid"]  # no temporary left
+    assert pid_file.problem() is None
     pid_file.release()
-    assert list(tmp_path.iterdir()) == []
+    assert list(folder.iterdir()) == []
 
 
-def test_a_live_holder_is_refused_and_its_file_kept(tmp_path):
-    path = tmp_path / "p.pid"
-    holder = subprocess.Popen(["sleep", "600"])
-    try:
-        path.write_text(f"{holder.pid}\n")
-        with pytest.raises(ConfigurationError, match="which is running") as refused:
+def test_a_locked_file_is_a_running_producers_and_is_refused_and_kept(folder):
+    path = folder / "p.pid"
+    path.write_text("4242\n")
+    with lock_held(path):
+        with pytest.raises(
+            ConfigurationError, match=r"held by a running producer \(pid 4242\)"
+        ) as refused:
             PidFile(str(path)).claim()
         assert refused.value.setting == "--pid-file"
-        assert path.read_text() == f"{holder.pid}\n"
-    finally:
-        holder.kill()
-        holder.wait()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.pid"]
+        assert path.read_text() == "4242\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["p.pid"]
 
 
-def test_a_dead_holder_is_taken_over(tmp_path):
-    path = tmp_path / "p.pid"
+def test_a_stale_file_is_taken_over_whatever_process_its_pid_names_now(folder):
+    """A producer killed by SIGKILL leaves its file; its pid now belongs to an unrelated
+    process. The lock is free, so the file is stale: taken over, and the process left be."""
+    path = folder / "p.pid"
+    with victim() as other:
+        path.write_text(f"{other.pid}\n")
+        pid_file = PidFile(str(path))
+        pid_file.claim()
+        assert path.read_text() == f"{os.getpid()}\n" and is_locked(path)
+        assert other.poll() is None
+        pid_file.release()
+
+
+def test_a_dead_holder_is_taken_over(folder):
+    path = folder / "p.pid"
     path.write_text(f"{_dead_pid()}\n")
     PidFile(str(path)).claim()
     assert path.read_text() == f"{os.getpid()}\n"
 
 
-@pytest.mark.parametrize("content", ["", "not a pid\n", "0\n"])
-def test_a_file_without_a_pid_is_not_a_pid_file_and_is_left_alone(tmp_path, content):
-    path = tmp_path / "notes.txt"
+@pytest.mark.parametrize("content", ["", "not a pid\n", "0\n", "-5\n", "007\n"])
+def test_a_file_without_a_pid_is_not_a_pid_file_and_is_left_alone(folder, content):
+    path = folder / "notes.txt"
     path.write_text(content)
     with pytest.raises(ConfigurationError, match="holds no pid"):
         PidFile(str(path)).claim()
     assert path.read_text() == content
 
 
-def test_release_leaves_a_file_that_names_another_process(tmp_path):
-    path = tmp_path / "p.pid"
+@pytest.mark.parametrize("kind", ["symbolic link", "FIFO", "character device", "directory"])
+def test_what_is_not_a_regular_file_is_refused_at_once_and_left(folder, tmp_path, kind):
+    """Nothing is followed, opened or waited on: a FIFO would block an open for ever."""
+    path = folder / "p.pid"
+    target = tmp_path / "target"
+    target.write_text(f"{_dead_pid()}\n")
+    if kind == "symbolic link":
+        path.symlink_to(target)
+    elif kind == "FIFO":
+        os.mkfifo(path)
+    elif kind == "character device":
+        require_root("mknod of a device node needs root")
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # as /dev/null
+    else:
+        path.mkdir()
+    with pytest.raises(ConfigurationError, match=f"is a {kind}, not a pid file: remove it"):
+        PidFile(str(path)).claim()
+    assert os.path.lexists(path) and target.read_text().endswith("\n")
+    assert sorted(p.name for p in folder.iterdir()) == ["p.pid"]
+
+
+def test_another_accounts_file_is_refused_even_when_stale(folder):
+    require_root("chown to user nobody needs root")
+    path = folder / "p.pid"
+    path.write_text(f"{_dead_pid()}\n")
+    os.chown(path, NOBODY, -1)
+    with pytest.raises(ConfigurationError, match=f"belongs to another account \\(uid {NOBODY}\\)"):
+        PidFile(str(path)).claim()
+    assert path.stat().st_uid == NOBODY
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o775])
+def test_a_folder_others_can_write_is_refused(tmp_path, mode):
+    """Whoever can write in the folder can plant the file a root-run trigger trusts."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with pytest.raises(ConfigurationError, match="use a folder that only this account can write"):
+        PidFile(str(shared / "p.pid")).claim()
+    assert list(shared.iterdir()) == []
+
+
+def test_a_folder_of_another_account_is_refused(tmp_path):
+    require_root("chown to user nobody needs root")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, NOBODY, -1)
+    with pytest.raises(ConfigurationError, match=f"its owner \\(uid {NOBODY}\\)"):
+        PidFile(str(theirs / "p.pid")).claim()
+
+
+def test_release_leaves_a_file_that_is_not_the_one_claimed(folder):
+    """The file is compared by inode, never read: one rewritten in its place, even with
+    this very pid, is someone else's now and stays."""
+    path = folder / "p.pid"
     pid_file = PidFile(str(path))
     pid_file.claim()
-    path.write_text("12345\n")  # taken over meanwhile
-    pid_file.release()
-    assert path.read_text() == "12345\n"
     path.unlink()
-    pid_file.release()  # gone: nothing to do, no error
+    path.write_text(f"{os.getpid()}\n")  # a new file, as an operator would write it
+    assert "now holds another file" in (pid_file.problem() or "")
+    pid_file.release()
+    assert path.read_text() == f"{os.getpid()}\n"
+    assert not is_locked(path)  # the claimed file's lock went with the release
+    path.unlink()
+    pid_file.release()  # released: nothing to do, no error
+
+
+def test_a_removed_file_is_a_problem_and_release_is_quiet(folder):
+    path = folder / "p.pid"
+    pid_file = PidFile(str(path))
+    pid_file.claim()
+    path.unlink()
+    assert "was removed" in (pid_file.problem() or "")
+    pid_file.release()
+    assert list(folder.iterdir()) == []
 
 
 def test_a_path_that_cannot_be_written_says_so(tmp_path):
-    with pytest.raises(ConfigurationError, match="cannot be written"):
+    with pytest.raises(ConfigurationError, match="cannot be written: its folder .* create it"):
         PidFile(str(tmp_path / "no" / "p.pid")).claim()
