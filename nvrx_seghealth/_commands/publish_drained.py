@@ -8,6 +8,9 @@ are in place and released before they are restored, and a file removed or replac
 meanwhile is reported once. With ``--once``, SIGUSR1 is ignored: the one pass runs
 anyway, and a signal meant for a long-running producer does not kill it halfway.
 
+A producer that is not root refuses to start when its state file's name holds anything
+but its own file (:func:`_state_file_problem`): it could not keep its counts there.
+
 What a pass does and guarantees: :mod:`nvrx_seghealth._producer.publisher`.
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``publish-drained``). Standard library plus
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import re
 import signal
 import stat
@@ -321,6 +325,32 @@ def _directory_problem(directory: str, timeout: float) -> str | None:
     return None
 
 
+def _state_file_problem(path: str, timeout: float) -> str | None:
+    """Why this producer, unless it is root, must not start with its state file ``path``:
+    the name holds anything but a regular file of this account (planted by another: the
+    default producer id is predictable). It could not replace that in a sticky directory,
+    so every pass would count anew, and a state that must hold for several passes would
+    never count. ``None`` when the name is free or this account's, when the filesystem
+    does not answer within ``timeout`` (the load says so), and for root, who replaces
+    what is there at its first save (:func:`~.._producer.state.read_state_file` trusts
+    none of it)."""
+    uid = os.geteuid()
+    if uid == 0:
+        return None
+    try:
+        current = boundedfs.read_current(path, timeout)
+    except OSError:  # FilesystemTimeout, or the helper failed
+        return None
+    if current.kind == "absent" or (current.kind == "content" and current.uid == uid):
+        return None
+    what = f"it belongs to uid {current.uid}" if current.kind == "content" else current.error
+    return (
+        f"the state file {path} is not this account's ({what}): this producer could not "
+        "keep its counts there. Remove it (as its owner or root); a decision directory "
+        "writable only by the producer's account, or by a group, keeps others from planting it"
+    )
+
+
 def publish_drained_command(args: argparse.Namespace) -> int:
     """Run one pass (``--once``) or passes every ``--interval`` seconds; see the module doc."""
     directory = directory_of(args)
@@ -338,6 +368,9 @@ def publish_drained_command(args: argparse.Namespace) -> int:
         clear_after_failing=args.clear_after_failing,
         interval=args.interval,
     )
+    problem = _state_file_problem(publisher.state_path, args.fs_timeout)
+    if problem is not None:
+        return usage_error(NAME, problem)
     # Ignored outside the schedule: with --once the pass runs anyway; with --interval a
     # wake-up that lands after the schedule restored its handlers, at exit, kills nothing.
     signal.signal(WAKE_SIGNAL, signal.SIG_IGN)

@@ -4,9 +4,9 @@
   that lands between the producer's read of a decision and its write survives;
 * a decision the producer cannot read, for real: the producer runs as user ``nobody``
   and the decision belongs to root, mode 0600. It is never overwritten nor cleared;
-* a state file that another account planted (root's for a producer running as
-  ``nobody``, and ``nobody``'s for one running as root) is not trusted: its counts
-  publish nothing.
+* a state file that another account planted is not trusted: a producer running as
+  root ignores its counts and replaces it; one running as ``nobody``, who could not
+  replace it in a sticky directory, refuses to start and says why.
 
 Slurm is the fake of ``test_publish_drained.py`` (shell scripts on PATH).
 """
@@ -245,26 +245,40 @@ def test_a_state_file_planted_by_another_account_is_not_trusted_by_root(public):
     assert os.stat(state).st_uid == 0  # replaced by root's own state
 
 
-def test_a_state_file_planted_by_root_is_not_trusted_by_a_producer_running_as_nobody(public):
-    """The default producer id is predictable: root plants its state file in a sticky
-    directory before the first pass of a producer running as nobody."""
+@pytest.mark.parametrize("planted", ["root's counts", "daemon's {}", "a FIFO"])
+def test_a_producer_running_as_nobody_refuses_a_state_file_name_another_account_took(
+    public, planted
+):
+    """The default producer id is predictable: another account takes the name of the
+    state file in a sticky directory before the first pass of a producer running as
+    nobody. Its counts could never be kept (each --once pass would count anew, and a
+    ``down`` node, 2 passes, would never count): it refuses to start and says why."""
     lib = _public_copy(public)
     root = Path(public) / "slurm"
     root.mkdir()
     fake = FakeSlurm(root)
-    fake.answer("sinfo", ALL_FINE)
+    fake.answer("sinfo", NODES.replace("n3|drng|", "n3|down|"))  # task 1's node is down
     os.chmod(root, 0o777)  # the fake Slurm's argument records
     os.chmod(fake.shc, 0o1777)
     producer_id = "nobody-drain+down+fail+no_respond"
     state = fake.shc / f".publish-drained.{producer_id}.500.json"
-    _planted_state(state, producer_id, 0)
+    if planted == "root's counts":
+        _planted_state(state, producer_id, 0)
+    elif planted == "daemon's {}":
+        state.write_text("{}")
+        os.chown(state, pwd.getpwnam("daemon").pw_uid, -1)
+    else:
+        os.mkfifo(state)
+    before = state.lstat()
     args = ["publish-drained", "--dir", str(fake.shc), "--job-id", "500"]
     env = {"PATH": fake.env["PATH"], "LANG": "C.UTF-8"}
-    for _ in range(2):  # also the next pass: the planted file still stands
-        done = as_nobody(lib, *args, env=env)
-        assert done.returncode == 0, done.stderr
-        assert "Traceback" not in done.stderr
-        warnings = [line for line in done.stderr.splitlines() if " warning: " in line]
-        assert any(str(state) in line and "uid 0" in line for line in warnings), done.stderr
-        assert fake.files() == {}  # nothing published from the planted counts
-    assert os.stat(state).st_uid == 0
+    for extra in (["--once"], ["--interval", "600"]):
+        done = as_nobody(lib, *args, *extra, env=env)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(
+            f"nvrx-seghealth publish-drained: error: the state file {state} is not this account's ("
+        )
+        assert "decision directory writable only by the producer's account" in done.stderr
+        assert not (root / "squeue.args").exists()  # no pass ran
+        assert fake.files() == {}
+    assert (state.lstat().st_ino, state.lstat().st_uid) == (before.st_ino, before.st_uid)
