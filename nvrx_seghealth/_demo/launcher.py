@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 # Inherited variables that would give a launcher a second identity: the harness may
 # itself run under Slurm or torchrun, or with the segment-health directory set.
 _FOREIGN_PREFIXES = ("SLURM", "TORCHELASTIC_", DIRECTORY_ENV)
+#: torch's switch between sharing the agent's store with the workers or not; set as
+#: :attr:`JobSpec.disable_shared_store` says, never inherited.
+SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 def rendezvous_config(
@@ -131,15 +134,18 @@ class Launcher:
             f"--compute-rounds={spec.compute_rounds}",
             f"--timeout={spec.worker_timeout}",
         ]  # fmt: skip
-        env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(_FOREIGN_PREFIXES) and k != SHARED_STORE_ENV
+        }
+        if spec.disable_shared_store is not None:
+            env[SHARED_STORE_ENV] = spec.disable_shared_store
         self.env = (
             env
             | slurm_environment(spec, unit, procid)
             | {
                 LAUNCHER_ENV: self.label,
-                # Restarted workers otherwise read stale gloo addresses from the shared
-                # agent store (pytorch#135712).
-                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
                 # torch's agent logs its rendezvous steps at INFO; scenarios read them.
                 "LOGLEVEL": "INFO",
                 # gloo talks over loopback only.

@@ -87,6 +87,10 @@ class JobSpec:
         never_started: launchers that never start (a node whose launcher never comes up).
         no_kill_on_bad_exit: units launched with ``srun --kill-on-bad-exit=0``.
         agent_env: extra environment for every launcher (and so its workers).
+        disable_shared_store: ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` in every launcher's
+            environment: ``"1"`` (workers host their own bootstrap store; restarted
+            workers otherwise read stale addresses, pytorch#135712); ``None``: unset, as
+            in a launcher whose user never heard of it (the backend then decides).
         rdzv_conf: extra ``--rdzv-conf`` entries for every launcher; they override
             the harness's defaults (see :func:`.launcher.rendezvous_config`).
         watch_interval: ``segment_health_check_watch_interval`` of every launcher, in
@@ -122,6 +126,7 @@ class JobSpec:
     never_started: frozenset[str] = frozenset()
     no_kill_on_bad_exit: frozenset[int] = frozenset()
     agent_env: Mapping[str, str] = field(default_factory=dict)
+    disable_shared_store: str | None = "1"
     rdzv_conf: Mapping[str, str] = field(default_factory=dict)
     watch_interval: float = 0.0
     record_telemetry: bool = False

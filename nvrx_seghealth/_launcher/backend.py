@@ -8,6 +8,10 @@ or ``etcd-v2``) from the same parameters, shares that backend's store for the
 replacement-group markers, and wraps it in a :class:`SegmentHealthRendezvousHandler`
 that reports the name it was registered under.
 
+In a checked job the workers never bootstrap from a launcher's store (:mod:`.agentstore`,
+seen to by the handler); with the check off the backend still sees to it for a store
+outside the launchers (``is_host=false``), where a restart alone needs it.
+
 Launchers that keep their own registry call :func:`register`.
 
 This module imports torch only inside its functions: torch loads the entry point
@@ -18,7 +22,6 @@ would be circular.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +29,7 @@ from .._errors import ConfigurationError
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
 from . import bypass
+from .agentstore import OUTSIDE_STORE, keep_workers_off_the_agent_store
 from .logs import ensure_visible
 
 if TYPE_CHECKING:
@@ -42,9 +46,6 @@ if TYPE_CHECKING:
 __all__ = ["BACKEND_NAME", "create_segment_health_handler", "entry_point", "register"]
 
 BACKEND_NAME = "segment-health"
-#: torch's switch between sharing the agent's store with the workers (unset, ``0``) or not.
-SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-
 log = logging.getLogger(__name__)
 
 
@@ -70,44 +71,20 @@ def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Stor
     else:
         from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
 
-        if not params.get_as_bool("is_host", True):
+        if _store_outside(params):
             # torch waits for the store without a word until its timeout (minutes)
             log.info(
                 "Connecting to the rendezvous store at %s; with is_host=false it must already "
                 "be served there (e.g. by nvrx-seghealth store-host)",
                 params.endpoint,
             )
-            _keep_workers_off_the_shared_store()
         backend, store = c10d_rendezvous_backend.create_backend(params)
     return create_handler(store, backend, params), store
 
 
-def _keep_workers_off_the_shared_store() -> None:
-    """Set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in this launcher unless it is set.
-
-    With a store outside the launchers, torch's default of sharing the agent's store with
-    the workers makes restarted workers read the previous attempt's addresses and fail to
-    connect, or wait out their timeout (pytorch#135712); workers that host their own
-    bootstrap store do not. torch reads the variable at each round and when it starts the
-    workers, after this creator returns. A value the user set is kept (with a WARNING when
-    it turns sharing on).
-    """
-    value = os.environ.get(SHARED_STORE_ENV)
-    if value is None:
-        os.environ[SHARED_STORE_ENV] = "1"
-        log.info(
-            "With the store outside the launchers (is_host=false) the workers host their own "
-            "bootstrap store: %s=1 (a restart otherwise fails, pytorch#135712)",
-            SHARED_STORE_ENV,
-        )
-    elif value != "1":
-        log.warning(
-            "%s=%s shares the rendezvous store with the workers, with the store outside the "
-            "launchers (is_host=false): restarted workers may fail to connect "
-            "(pytorch#135712); unset it, or set it to 1",
-            SHARED_STORE_ENV,
-            value,
-        )
+def _store_outside(params: RendezvousParameters) -> bool:
+    """Whether the c10d store is served outside this launcher (``is_host=false``)."""
+    return params.backend == "c10d" and not params.get_as_bool("is_host", True)
 
 
 def create_segment_health_handler(
@@ -138,6 +115,9 @@ def create_segment_health_handler(
     )
     inner, store = _create_inner(inner_params)
     check = settings.check  # valid values pass the constructor's checks unchanged
+    if check is None and _store_outside(inner_params):
+        # With the check on, the handler keeps the workers off the agent store itself.
+        keep_workers_off_the_agent_store(OUTSIDE_STORE)
     return SegmentHealthRendezvousHandler(
         inner,
         store=store,

@@ -40,6 +40,7 @@ from .._errors import UnhealthyNodeException
 from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
+from .agentstore import EXCLUSIONS, keep_workers_off_the_agent_store
 from .check import SegmentHealthCheck
 from .coordinator import Coordinator
 from .events import DecisionRecorder
@@ -65,7 +66,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             markers. ``None``: markers can be neither published nor read (one WARNING);
             process 0 still excludes itself.
         directory: absolute path (``str`` or ``pathlib.Path``) of the decision directory; ``None`` or empty disables
-            the segment health check, and the wrapper only delegates.
+            the segment health check, and the wrapper only delegates. With a directory,
+            the workers host their own bootstrap store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
+            in this process unless set, :mod:`.agentstore`): an excluded unit may hold rank 0.
         environ: where to read Slurm's variables (default ``os.environ``).
         stat_timeout: seconds one ``stat`` of the artifact may take (see
             :mod:`.._settings.durations` for the range).
@@ -107,6 +110,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._coordinator: Coordinator | None = None
         self._watch: tuple[FailOpen, DecisionRecorder] | None = None
         if settings is not None:
+            keep_workers_off_the_agent_store(EXCLUSIONS)
             events = DecisionRecorder(inner)
             self._coordinator = coordinator_for(
                 settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ

@@ -13,8 +13,14 @@ import time
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
-from nvrx_seghealth import BACKEND_NAME, publish_decision, register
+from nvrx_seghealth import (
+    BACKEND_NAME,
+    SegmentHealthRendezvousHandler,
+    publish_decision,
+    register,
+)
 from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._launcher.agentstore import SHARED_STORE_ENV
 from nvrx_seghealth._launcher.backend import create_segment_health_handler
 
 from ..support import exclusion_tokens, free_port, slurm_env, wait_until
@@ -143,16 +149,12 @@ def test_with_the_store_outside_the_workers_do_not_share_it_unless_the_user_said
 ):
     """A restart with an outside store and torch's shared agent store fails
     (integration/launchers/test_external_store_restart.py): the backend turns sharing off
-    in its launcher, and keeps a value the user set, warning when it turns sharing on."""
+    in its launcher, also with the check off, and keeps a value the user set, warning
+    when it turns sharing on."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-    from nvrx_seghealth._launcher.backend import SHARED_STORE_ENV
-
-    if given is None:
-        monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
-    else:
-        monkeypatch.setenv(SHARED_STORE_ENV, given)
-    caplog.set_level(logging.INFO, logger="nvrx_seghealth._launcher.backend")
+    _given(monkeypatch, given)
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     handler = create_segment_health_handler(
         RendezvousParameters(
             BACKEND_NAME, f"127.0.0.1:{tcp_store.port}", "run", 1, 1, is_host="false"
@@ -165,10 +167,9 @@ def test_with_the_store_outside_the_workers_do_not_share_it_unless_the_user_said
     handler.shutdown()
 
 
-def test_a_hosting_launcher_keeps_torchs_shared_store(tcp_store, monkeypatch):
+def test_a_hosting_launcher_without_the_check_keeps_torchs_shared_store(monkeypatch):
+    """No directory: a pure pass-through around a launcher that hosts the store."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
-
-    from nvrx_seghealth._launcher.backend import SHARED_STORE_ENV
 
     monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
     handler = create_segment_health_handler(
@@ -176,6 +177,81 @@ def test_a_hosting_launcher_keeps_torchs_shared_store(tcp_store, monkeypatch):
     )
     assert SHARED_STORE_ENV not in os.environ and handler.use_agent_store
     handler.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("given", "kept", "warned"),
+    [(None, "1", False), ("1", "1", False), ("0", "0", True)],
+)
+@pytest.mark.parametrize("is_host", ["true", "false"])
+def test_with_the_check_on_the_workers_never_share_a_launchers_store(
+    tcp_store, shc, caplog, monkeypatch, is_host, given, kept, warned
+):
+    """An excluded unit may hold rank 0, and a spare may join a later round: workers
+    that bootstrap from the store of the launcher holding rank 0 then never form the
+    new world (integration/etcd/test_scenario_etcd.py, integration/test_config_matrix.py).
+    So with the check on the workers host their own bootstrap store wherever the
+    rendezvous store lives, also when a launcher hosts it (``is_host=true``): which
+    launcher holds rank 0 does not depend on which one hosts. A value the user set is
+    kept; one that turns sharing on is one WARNING naming the risk."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    _given(monkeypatch, given)
+    for key, value in slurm_env(task=3).items():
+        monkeypatch.setenv(key, value)
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
+    port = tcp_store.port if is_host == "false" else free_port()
+    handler = create_segment_health_handler(
+        RendezvousParameters(
+            BACKEND_NAME,
+            f"127.0.0.1:{port}",
+            "run",
+            1,
+            1,
+            is_host=is_host,
+            segment_health_check_dir=shc,
+        )
+    )
+    assert os.environ[SHARED_STORE_ENV] == kept
+    assert handler.use_agent_store is (kept != "1")
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == int(warned), [r.getMessage() for r in warnings]
+    if warned:
+        assert f"{SHARED_STORE_ENV}=0" in warnings[0].getMessage()
+        assert warnings[0].name == "nvrx_seghealth._launcher.agentstore"
+    handler.shutdown()
+
+
+@pytest.mark.parametrize(("directory", "kept"), [(True, "1"), (False, None)])
+def test_a_composed_handler_with_the_check_on_keeps_the_workers_off_the_agent_store(
+    tcp_store, shc, monkeypatch, directory, kept
+):
+    """Composition (README, "Compose it in your own launcher") takes the same path as the
+    registered backend: the handler itself sets the variable when it has a directory."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    params = RendezvousParameters("c10d", f"127.0.0.1:{free_port()}", "run", 1, 1)
+    backend, store = create_backend(params)
+    handler = SegmentHealthRendezvousHandler(
+        create_handler(store, backend, params),
+        store=store,
+        directory=shc if directory else None,
+        environ=slurm_env(task=3),
+    )
+    assert os.environ.get(SHARED_STORE_ENV) == kept
+    assert handler.use_agent_store is (kept is None)
+    handler.shutdown()
+
+
+def _given(monkeypatch, value: str | None) -> None:
+    """The user's ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``: ``None`` leaves it unset."""
+    if value is None:
+        monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SHARED_STORE_ENV, value)
 
 
 def torchrun(tmp_path, env, conf: str, *, nproc: int = 1):
