@@ -46,3 +46,38 @@ def test_importing_the_package_does_not_import_torch():
     code = "import sys, nvrx_seghealth; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_every_public_name_is_listed_by_dir():
+    assert set(nvrx_seghealth.__all__) <= set(dir(nvrx_seghealth))
+
+
+def test_an_exception_is_named_by_the_public_package_also_when_only_a_function_was_imported(
+    tmp_path,
+):
+    """The names load when first used; a call's exception is named by the package even
+    when the exception's own name was never asked for."""
+    code = (
+        "from nvrx_seghealth import publish_decision\n"
+        "try:\n"
+        f"    publish_decision({str(tmp_path)!r}, '1x', '1', 'reason')\n"
+        "except Exception as error:\n"
+        "    print(type(error).__module__, type(error).__name__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["nvrx_seghealth", "InvalidIdentityError"]
+
+
+def test_torchs_entry_point_loads_the_backend_without_the_rest_of_the_api():
+    """Every process that imports torch's rendezvous package loads the backend's entry
+    point: the decision files' code and the handler's are loaded only when used."""
+    code = (
+        "import sys, torch.distributed.elastic.rendezvous\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('nvrx_seghealth')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(done.stdout.split())
+    assert "nvrx_seghealth._launcher.backend" in loaded, loaded
+    assert {m for m in loaded if m.startswith("nvrx_seghealth._decision")} == set(), loaded
+    unused = {"check", "handler", "markers", "coordinator", "process_zero"}
+    assert {f"nvrx_seghealth._launcher.{name}" for name in unused} & loaded == set(), loaded
