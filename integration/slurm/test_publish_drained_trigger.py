@@ -13,6 +13,9 @@ at all). The trigger test therefore drains the job's node together with an idle 
 operator draining a rack or a switch's nodes does: the idle node fires the trigger, and
 the producer's pass publishes the job's decision. Every node is resumed and the trigger
 cleared in a ``finally``; the job is cancelled afterwards.
+
+The same permanent trigger, run by root, must signal nothing once its producer is gone:
+after a SIGKILL the pid file stays, and its pid may be another process's by then.
 """
 
 from __future__ import annotations
@@ -176,3 +179,45 @@ def test_a_drained_trigger_signals_the_producer(producer: Producer) -> None:
     ):
         wait_until(producer.decision().exists, timeout=TRIGGER_BOUND)
         assert producer.decision().read_text() == _expected(node, "switch swap")
+
+
+def test_a_trigger_after_its_producer_was_killed_signals_no_one(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """The producer is SIGKILLed (the OOM killer); its pid file names, by then, an
+    unrelated process. The trigger fires as root: the program finds the file's lock free,
+    signals nothing and exits 1 (no producer runs)."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    pid_file = tmp_path / "publish-drained.pid"
+    command = [
+        *COMMAND, "publish-drained", "--dir", str(shc), "--job-id", "999999",
+        "--interval", "600", "--pid-file", str(pid_file), "--slurm-timeout", "10",
+    ]  # fmt: skip
+    producer = subprocess.Popen(
+        command, env=slurm_cluster.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL
+    )
+    try:
+        wait_until(pid_file.exists, timeout=SIGNAL_BOUND)  # claimed (no job: its passes fail)
+    finally:
+        producer.kill()
+        producer.wait()
+    wrapper, exits, errors = tmp_path / "now.sh", tmp_path / "exits", tmp_path / "errors"
+    wrapper.write_text(f'#!/bin/sh\n{PROGRAM} "$@" 2>>{errors}\necho $? >>{exits}\n')
+    wrapper.chmod(0o755)
+    victim = subprocess.Popen(["sleep", "600"])
+    try:
+        pid_file.write_text(f"{victim.pid}\n")  # the pid's reuse, as the file sees it
+        idle = [n for n in slurm_cluster.nodes if _node_state(slurm_cluster, n) == "idle"][:1]
+        assert idle, "no idle node to drain"
+        with (
+            trigger(slurm_cluster, "drained", f"{wrapper} {pid_file}"),
+            drained(slurm_cluster, idle, "switch swap"),
+        ):
+            wait_until(exits.exists, timeout=TRIGGER_BOUND)
+        assert set(exits.read_text().split()) == {"1"}, errors.read_text()
+        assert "is stale: no process holds its lock" in errors.read_text()
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
