@@ -10,7 +10,8 @@ units healthy, and all 313 units excluded at once (313 concurrent marker publish
 none may be lost). A third healthy round runs with the watch on: its launchers' agents
 then ask ``num_nodes_waiting()`` every 0.1 s (torchrun's default ``--monitor-interval``)
 for :data:`WATCH_SECONDS`, and the store calls of the watch's job-wide signal in the
-round's store are counted.
+round's store are counted. The rows of :mod:`.etcd_scale` follow: the same watch and
+hand-off on a real etcd-v2, whose store directory keeps every run's keys.
 
 Launcher ``P`` of task ``T`` runs in process ``(T + P) mod 8``: the 313 processes 0
 are spread over all eight processes, so markers are published from eight processes at
@@ -30,6 +31,7 @@ import tempfile
 import threading
 import time
 
+from . import etcd_scale
 from .common import Row
 
 TASKS, NODES, PROCESSES = 313, 16, 8
@@ -311,7 +313,7 @@ def _inner_side_by_side() -> dict[str, float]:
 
 
 def rows(quick: bool) -> list[Row]:
-    del quick  # one round of each kind is already the measurement
+    # One round of each kind is already the measurement; quick shortens only etcd's rows.
     launchers = TASKS * NODES
     result = []
     with tempfile.TemporaryDirectory() as directory:
@@ -390,4 +392,5 @@ def rows(quick: bool) -> list[Row]:
             f"{excluded['marked']} of {TASKS} groups listed afterwards",
         )
     )
+    result.extend(etcd_scale.rows(quick))  # the watch and the hand-off on etcd-v2
     return result

@@ -1,14 +1,17 @@
-"""A real etcd server on 127.0.0.1 with its v2 API on: :func:`running_etcd`.
+"""A real etcd server on 127.0.0.1 with its v2 API on (:func:`running_etcd`), and what a
+client asked of it (:class:`Traffic`).
 
-Used by the etcd tests (``integration/etcd/conftest.py``) and benchmark row 4. Each
-server has a private data directory and free ports, and is stopped by its PID.
+Used by the etcd tests (``integration/etcd/``) and benchmark row 4. Each server has a
+private data directory and free ports, and is stopped by its PID.
 """
 
 from __future__ import annotations
 
+import base64
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,10 +20,21 @@ from pathlib import Path
 
 from tests.support import free_port
 
-__all__ = ["START_TIMEOUT", "EtcdServer", "EtcdUnavailable", "running_etcd"]
+__all__ = [
+    "START_TIMEOUT",
+    "STORE",
+    "EtcdServer",
+    "EtcdUnavailable",
+    "Request",
+    "Traffic",
+    "plant_old_keys",
+    "running_etcd",
+]
 
 #: Seconds a new etcd has to answer its first write.
 START_TIMEOUT = 30.0
+#: torch's etcd-v2 store directory.
+STORE = "/torch/elastic/store"
 
 
 class EtcdUnavailable(Exception):
@@ -43,6 +57,17 @@ class EtcdServer:
         import etcd
 
         return etcd.Client(host=self.host, port=self.port, protocol="http")
+
+    def proposals(self) -> int:
+        """Raft proposals etcd has committed so far (every write, and every failed
+        compare-and-swap), from its ``/metrics``."""
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=30) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith("etcd_server_proposals_committed_total "):
+                    return int(float(line.split()[1]))
+        raise RuntimeError("etcd's /metrics has no etcd_server_proposals_committed_total")
 
     def raw(self, prefix: str) -> dict[str, str]:
         """Every key under ``prefix`` as etcd itself holds it (leaves only)."""
@@ -119,3 +144,84 @@ def running_etcd(name: str = "nvrx") -> Iterator[EtcdServer]:
             process.kill()
             process.wait(timeout=10)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def plant_old_keys(server: EtcdServer, keys: range) -> None:
+    """Fill torch's store directory with keys as earlier runs leave them (one key per
+    number in ``keys``, 60-byte values), from 8 clients at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def plant(numbers: range) -> None:
+        client = server.client()
+        for key in numbers:
+            name = f"torch.rendezvous.old-{key // 20}.{key % 20}/torchelastic/role_info/{key}"
+            client.set(f"{STORE}/{base64.b64encode(name.encode()).decode()}", "x" * 60)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(plant, [keys[i::8] for i in range(8)]))
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a client: its HTTP method, what it asked for, the answer's size.
+
+    ``key`` is the store key as torch encodes it (base64 under :data:`STORE`), decoded;
+    ``None`` for the store directory itself; the etcd path for anything else (torch's
+    rendezvous state).
+    """
+
+    method: str
+    key: str | None
+    size: int
+
+    @property
+    def in_store(self) -> bool:
+        """Whether it asked for the store directory or one of its keys."""
+        return self.key is None or not self.key.startswith("/v2/keys/")
+
+
+class Traffic:
+    """Records every request one python-etcd client makes from now on (:class:`Request`)."""
+
+    def __init__(self, client) -> None:
+        self._requests: list[Request] = []
+        self._lock = threading.Lock()
+        answered = threading.local()  # the size of the answer to this thread's request
+        execute, handle = client.api_execute, client._handle_server_response
+
+        def handled(response):  # every answer, also the errors it raises for
+            answered.size = len(response.data)
+            return handle(response)
+
+        def recorded(path, method, *args, **kwargs):
+            answered.size = 0  # no answer: the connection failed
+            try:
+                return execute(path, method, *args, **kwargs)
+            finally:
+                with self._lock:
+                    self._requests.append(Request(method, _store_key(path), answered.size))
+
+        client._handle_server_response = handled
+        client.api_execute = recorded
+
+    def since(self, start: int = 0) -> list[Request]:
+        """The requests from number ``start`` on."""
+        with self._lock:
+            return self._requests[start:]
+
+    def reads(self, suffix: str) -> int:
+        """How many ``GET`` s read the store key ending with ``suffix``."""
+        return sum(
+            1
+            for request in self.since()
+            if request.method == "GET" and request.key is not None and request.key.endswith(suffix)
+        )
+
+
+def _store_key(path: str) -> str | None:
+    head, found, rest = path.partition(f"/v2/keys{STORE}")
+    if not found or head:
+        return path
+    if not rest.strip("/"):
+        return None
+    return base64.b64decode(rest.lstrip("/")).decode()

@@ -13,11 +13,11 @@ import base64
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from harness.etcd import STORE, Traffic, plant_old_keys
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._launcher import backend, watch
 from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
@@ -27,7 +27,6 @@ from tests.support import join_all, slurm_env, wait_until
 
 pytestmark = pytest.mark.etcd
 
-STORE = "/torch/elastic/store"  # torch's etcd-v2 store directory
 #: Keys earlier runs left in the store directory (60-byte values, as rounds leave them).
 OLD_KEYS = 3000
 #: The largest answer to a read of one key: the whole directory is over 100 times more.
@@ -38,57 +37,8 @@ WATCH = 0.5  # seconds between process 0's looks at its decision file (the least
 @pytest.fixture(scope="module")
 def crowded_etcd(module_etcd_server):
     """This module's etcd, its store directory holding :data:`OLD_KEYS` old keys."""
-
-    def plant(keys: range) -> None:
-        client = module_etcd_server.client()
-        for key in keys:
-            name = f"torch.rendezvous.old-{key // 20}.{key % 20}/torchelastic/role_info/{key}"
-            client.set(f"{STORE}/{base64.b64encode(name.encode()).decode()}", "x" * 60)
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(plant, [range(i, OLD_KEYS, 8) for i in range(8)]))
+    plant_old_keys(module_etcd_server, range(OLD_KEYS))
     return module_etcd_server
-
-
-class Traffic:
-    """Records every request of one etcd client: ``(method, store key, answer bytes)``.
-
-    The store key is decoded as torch encodes it (base64 under :data:`STORE`); ``None``
-    for the store directory itself, the path for anything outside it.
-    """
-
-    def __init__(self, client) -> None:
-        self.requests: list[tuple[str, str | None, int]] = []
-        self._lock = threading.Lock()
-        execute = client.api_execute
-
-        def recorded(path, method, *args, **kwargs):
-            response = execute(path, method, *args, **kwargs)
-            with self._lock:
-                self.requests.append((method, _store_key(path), len(response.data)))
-            return response
-
-        client.api_execute = recorded
-
-    def reads(self, suffix: str) -> int:
-        """How many ``GET`` s read the store key ending with ``suffix``."""
-        with self._lock:
-            return sum(
-                1
-                for method, key, _ in self.requests
-                if method == "GET" and key is not None and key.endswith(suffix)
-            )
-
-    def since(self, start: int) -> list[tuple[str, str | None, int]]:
-        with self._lock:
-            return self.requests[start:]
-
-
-def _store_key(path: str) -> str | None:
-    _, _, rest = path.partition(f"/v2/keys{STORE}")
-    if not rest.strip("/"):
-        return None if path.rstrip("/").endswith(STORE) else path
-    return base64.b64decode(rest.lstrip("/")).decode()
 
 
 @pytest.fixture
@@ -159,7 +109,7 @@ def test_a_watch_look_and_a_barrier_poll_read_one_key_each(crowded_etcd, launche
     built = [launcher(crowded_etcd, run, str(tmp_path), task, (2, 2)) for task in (0, 1)]
     handlers = [handler for handler, _ in built]
     assert [join.error for join in join_all(handlers, timeout=120)] == [None, None]
-    marks = [traffic.since(0) for _, traffic in built]
+    marks = [len(traffic.since()) for _, traffic in built]
     # Task 1's agent looks rarely: task 0 reaches the barrier first and polls it.
     monitors = [Monitor(handlers[0], 0.1), Monitor(handlers[1], 1.5)]
     publish_decision(str(tmp_path), "700", "1", "drained during training")
@@ -167,13 +117,13 @@ def test_a_watch_look_and_a_barrier_poll_read_one_key_each(crowded_etcd, launche
         monitor.thread.join(90)
         assert monitor.answers and monitor.answers[-1] == 1
     assert handlers[1].excluded
-    watched = [traffic.since(len(mark)) for (_, traffic), mark in zip(built, marks)]
+    watched = [traffic.since(mark) for (_, traffic), mark in zip(built, marks)]
     looks = sum(traffic.reads(watch.EXCLUDED_KEY) for _, traffic in built)
     polls = sum(traffic.reads(watch.RESTART_KEY) for _, traffic in built)
     assert looks >= 2 and polls >= 1
     for requests in watched:
-        assert [r for r in requests if r[1] is None] == []  # never the directory
-        assert max(size for _, _, size in requests) < ONE_KEY_BYTES
+        assert [r for r in requests if r.key is None] == []  # never the directory
+        assert max(r.size for r in requests) < ONE_KEY_BYTES
 
 
 def test_the_responder_looks_for_requests_without_writing(crowded_etcd, launcher, tmp_path):

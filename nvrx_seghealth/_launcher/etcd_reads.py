@@ -3,9 +3,9 @@
 torch's ``EtcdStore`` answers ``check`` and ``get`` by reading its whole store directory
 (``/torch/elastic/store``) and picking the keys out. That directory holds every key of
 every round of every run that used the etcd, and nothing in it expires, so the cost of
-one ``check`` grows with everything the etcd has ever kept: about 15 ms and 250 kB at
-1,000 keys, 110 ms and 1.2 MB at 5,000. The watch looks once a second per launcher
-(:mod:`.watch`), from inside the agent's ``num_nodes_waiting()``.
+one ``check`` grows with everything the etcd has ever kept: 210 kB answered at 1,000
+keys, 1.1 MB at 5,000 (BENCHMARKS.md, row 4). The watch looks once a second per
+launcher (:mod:`.watch`), from inside the agent's ``num_nodes_waiting()``.
 
 :class:`OneKeyEtcdStore` is torch's store with ``check`` and ``get`` made of one etcd
 ``GET`` of each key asked for (the key as torch encodes it: the store's prefix and the
@@ -17,8 +17,8 @@ markers'. A key not yet set is waited for as torch waits (``get``), or reported 
 (``check``). Writes are torch's own.
 
 :meth:`OneKeyEtcdStore.read_counter` reads an ``add`` counter without writing it:
-torch's ``add(key, 0)`` is a compare-and-swap on etcd, one raft write per call
-(:mod:`.handoff` reads its counter with this).
+torch's ``add(key, 0)`` is a create that fails and a compare-and-swap, two raft
+proposals per call (:mod:`.handoff` reads its counter with this).
 
 Reads are etcd's default reads, as torch's own are: served by the etcd member the
 client talks to, never behind a write made through that member, possibly behind one

@@ -9,8 +9,9 @@ for every round of torch's c10d and etcd-v2 handlers):
 
 * the launcher that excludes its unit during training sets :data:`EXCLUDED_KEY`;
 * every launcher's ``num_nodes_waiting()`` looks for that key at most once every
-  :data:`LOOK_INTERVAL` seconds (one store ``check``), so the whole job learns of the
-  exclusion within about that plus one ``--monitor-interval``;
+  :data:`LOOK_INTERVAL` seconds (one store ``check``: on etcd-v2 one read of that key,
+  :mod:`.etcd_reads`), so the whole job learns of the exclusion within about that plus
+  one ``--monitor-interval``;
 * a launcher that finds it aligns the restart before answering its agent: it counts
   itself in :data:`ARRIVED_KEY` and waits, at most :data:`ALIGN_TIMEOUT` seconds, until
   every member of the round has (the last one sets :data:`RESTART_KEY`); then it
