@@ -37,8 +37,15 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
   of the caller's output through a pipe, is not held by it. Both stay in the caller's
   process group (and Slurm step); a stuck record ignores SIGINT and SIGHUP.
 * Waiting for a reply sleeps interruptibly, so a signal handler that raises ends it.
+* At the interpreter's exit, :func:`close_calls` ends every pending call at once and
+  refuses every later one (:class:`CallsClosed`), so that a thread waiting for a hung
+  filesystem does not hold the exit.
 
 Calls are serialised: one at a time per client, across threads.
+
+One module of about 450 lines, over the package's 400: a call's path, from the client's
+lock through its helper to an abandonment, its stuck record and its end at exit, keeps
+every rule above, and is read whole here.
 """
 
 from __future__ import annotations
@@ -54,7 +61,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-__all__ = ["READY", "STARTUP_TIMEOUT", "STUCK_TAG", "HelperClient", "HelperStartError", "stuck_for"]
+__all__ = [
+    "READY",
+    "STARTUP_TIMEOUT",
+    "STUCK_TAG",
+    "CallsClosed",
+    "HelperClient",
+    "HelperStartError",
+    "close_calls",
+    "stuck_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +97,42 @@ class HelperStartError(OSError):
     """No helper process could be started: the call was not made."""
 
 
+class CallsClosed(BaseException):
+    """The calls are closed (:func:`close_calls`: the interpreter exits), in a call that
+    was pending then or is made later. A ``BaseException``, as ``SystemExit``: the
+    catch-alls that fail open let it pass, so what made the call ends, without a warning."""
+
+
+# close_calls() sets _closed and closes the write end of _wake (a pipe made with the
+# first helper), whose read end every waiting call polls.
+_closed = threading.Event()
+_closing_lock = threading.Lock()
+_wake: list[int] = []
+
+
+def close_calls() -> None:
+    """End every pending call and refuse every later one, for good (:class:`CallsClosed`),
+    for the interpreter's exit. A pending call abandons its helper as on a timeout."""
+    with _closing_lock:
+        if _wake and not _closed.is_set():
+            os.close(_wake[1])
+        _closed.set()
+
+
+def _wake_fd() -> int:
+    with _closing_lock:
+        if not _wake:
+            _wake.extend(os.pipe())
+            if _closed.is_set():
+                os.close(_wake[1])
+        return _wake[0]
+
+
+def _refuse_when_closed() -> None:
+    if _closed.is_set():
+        raise CallsClosed("the calls into helper processes are closed: the interpreter exits")
+
+
 def _interpreters() -> list[str]:
     """Pythons to run a helper with, best first: this one, then any ``python3``.
 
@@ -101,6 +153,7 @@ class _Pipe:
         self.fd = process.stdout.fileno()
         self.poller = select.poll()
         self.poller.register(self.fd, select.POLLIN)
+        self.poller.register(_wake_fd(), select.POLLIN)
         self.unread = b""
 
     def line(self, deadline: float) -> bytes | None:
@@ -108,10 +161,13 @@ class _Pipe:
 
         Raises:
             OSError: the helper exited (its stdout reached end of file).
+            CallsClosed: :func:`close_calls` was called.
         """
         while b"\n" not in self.unread:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not self.poller.poll(max(1, int(remaining * 1000) + 1)):
+            ready = remaining > 0 and self.poller.poll(max(1, int(remaining * 1000) + 1))
+            _refuse_when_closed()
+            if not ready:
                 if time.monotonic() >= deadline:
                     return None
                 continue
@@ -188,9 +244,7 @@ class _Helper:
         """Kill a helper that never became ready; reap it on a daemon thread."""
         self.process.kill()
         self.close()
-        threading.Thread(
-            target=self.process.wait, name="nvrx-seghealth-reaper", daemon=True
-        ).start()
+        _reap(self.process.wait)
 
 
 class _Stuck:
@@ -289,12 +343,14 @@ def _record(key: str, helper: _Helper, started: float) -> None:
     entry = _Stuck(started, helper)
     with _registry_lock:
         _stuck[key] = entry
-    threading.Thread(
-        target=_reap_when_done,
-        args=(key, entry, record),
-        name="nvrx-seghealth-reaper",
-        daemon=True,
-    ).start()
+    _reap(_reap_when_done, key, entry, record)
+
+
+def _reap(wait: Callable[..., object], *args: object) -> None:
+    """Run ``wait(*args)`` on a daemon thread, unless the calls are closed: the
+    interpreter exits, and nothing need be reaped (nor a thread started) then."""
+    if not _closed.is_set():
+        threading.Thread(target=wait, args=args, name="nvrx-seghealth-reaper", daemon=True).start()
 
 
 def _reap_when_done(key: str, entry: _Stuck, record: subprocess.Popen[bytes] | None) -> None:
@@ -374,11 +430,13 @@ class HelperClient:
             OSError: the helper died, or its pipe broke, during the call.
             Exception: from ``timeout_error``: no answer within ``timeout``, or an
                 earlier call with ``key`` is still stuck (this one was not sent).
+            CallsClosed: the calls are closed (:func:`close_calls`).
         """
         queued = time.monotonic()
         if not self._lock.acquire(timeout=max(timeout, 0.0)):
             raise self._timeout_error(key, time.monotonic() - queued, False)
         try:
+            _refuse_when_closed()
             waited = stuck_for(key)
             if waited is not None:
                 raise self._timeout_error(key, waited, True)

@@ -215,3 +215,55 @@ def test_many_processes_abandoning_one_key_leave_one_stuck_helper():
         for record in records(key):
             os.kill(int(record[-2]), signal.SIGKILL)
     wait_until(lambda: records(key) == [])
+
+
+# Closes the calls while one waits for a helper that received its request (it touched
+# argv[2]) and never answers; prints what each call raised and the key's stuck record.
+CLOSING = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    from nvrx_seghealth._decision import helperprocess
+    from nvrx_seghealth._decision.helperprocess import CallsClosed, HelperClient
+    SILENT = '''
+    import os, sys
+    os.write(1, b"nvrx-seghealth-helper-ready\\\\n")
+    os.read(0, 65536)
+    open(sys.argv[-2], "w").close()
+    while os.read(0, 65536):
+        pass
+    '''
+    key, received = sys.argv[1:]
+    client = HelperClient("silent", ["-c", SILENT, received], "nvrx-seghealth-test", TimeoutError)
+    raised = []
+    def pending():
+        try:
+            client.call(key, b"request\\\\n", 600)
+        except BaseException as error:
+            raised.append(type(error).__name__)
+    thread = threading.Thread(target=pending)
+    thread.start()
+    while not os.path.exists(received):
+        time.sleep(0.01)
+    helperprocess.close_calls()
+    thread.join(60)
+    try:
+        client.call("elsewhere", b"request\\\\n", 600)
+    except BaseException as error:
+        raised.append(type(error).__name__)
+    print(*raised, helperprocess.stuck_for(key) is not None, flush=True)
+    """
+)
+
+
+def test_closing_the_calls_ends_a_pending_call_and_refuses_every_later_one(tmp_path):
+    """At the interpreter's exit (``close_calls()``): a call waiting up to 600 s for a
+    helper that does not answer ends at once by ``CallsClosed``, its helper is abandoned
+    with its stuck record (another process sends no call there), and a later call is
+    refused the same way. In a fresh interpreter: closing is for good."""
+    key = f"dir-{uuid.uuid4()}"
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSING, key, str(tmp_path / "received")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.stdout.split() == ["CallsClosed", "CallsClosed", "True"], done.stderr[-2000:]
+    wait_until(lambda: records(key) == [])  # the helper saw its stdin close: both exited
