@@ -13,6 +13,11 @@ Do no harm: only an exclusion leaves the wrapper as an exception. Any failure of
 own work is one WARNING and the launcher goes on as plain torchrun would (fail
 open); the inner handler's own errors pass through unchanged.
 
+At the interpreter's exit, the handler keeps the inner handler's keep-alive out of store
+calls (:mod:`.exiting`): torch's agent leaves on SIGTERM without ``shutdown()``, and a
+heartbeat's store call returning while the interpreter finalizes would end the launcher
+by SIGABRT.
+
 Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
 again. On the way out it stops the coordinator's responder and the inner handler's
 keep-alive and, for torch's dynamic handler, leaves the round it was a participant of
@@ -44,6 +49,7 @@ from .agentstore import EXCLUSIONS, keep_workers_off_the_agent_store
 from .check import SegmentHealthCheck
 from .coordinator import Coordinator
 from .events import DecisionRecorder
+from .exiting import quiet_at_exit, shut_at_exit
 from .failopen import FailOpen
 from .handoff import VerdictHandoff
 from .markers import ReplacementGroupMarkers
@@ -121,6 +127,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._world: WorldSignal | None = None  # the joined round, when watched
         self._joined = False  # a round of the inner rendezvous was joined
         self._left = False
+        self._heartbeats_held = False  # at exit (:meth:`_quiet_at_exit`)
+        quiet_at_exit(self._quiet_at_exit)
+        shut_at_exit(store)
 
     @property
     def inner(self) -> RendezvousHandler:
@@ -192,6 +201,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         if self._watch is None:
             return None
         fail_open, events = self._watch
+        shut_at_exit(info.store)  # the watch's looks call it
         return WorldSignal(info.store, info.world_size, fail_open, events)
 
     def _join(self) -> RendezvousInfo:
@@ -251,6 +261,13 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             coordinator.stop()
         return self._inner.shutdown()
 
+    def _quiet_at_exit(self, timeout: float) -> bool:
+        """At the interpreter's exit: keep the inner keep-alive out of store calls from
+        now on, waiting at most ``timeout`` s for its call in progress (:mod:`.exiting`)."""
+        if not self._heartbeats_held:
+            self._heartbeats_held = _hold_heartbeats(self._inner, timeout)
+        return self._heartbeats_held
+
     def _leave(self, coordinator: Coordinator) -> None:
         """Once excluded: stop the coordinator, stop the inner keep-alive, leave the round."""
         if self._left:
@@ -301,3 +318,20 @@ def _leave_dynamic_rendezvous(inner: RendezvousHandler) -> None:
     inner._stop_heartbeats()
     deadline = inner._get_deadline(inner._settings.timeout.close)
     inner._op_executor.run(_RendezvousExitOp(), deadline)
+
+
+def _hold_heartbeats(inner: RendezvousHandler, timeout: float) -> bool:
+    """Take a dynamic handler's heartbeat lock for good, waiting at most ``timeout``
+    seconds for a heartbeat in progress; whether it is held (``True`` too for a handler
+    that has none). Held, no keep-alive makes a store call any more (it waits for the
+    lock, a wait the interpreter's finalization ends safely).
+
+    torch's ``DynamicRendezvousHandler`` takes that lock around each keep-alive; it has
+    no public way to stop one in progress.
+    """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    lock = getattr(inner, "_heartbeat_lock", None)
+    if not isinstance(inner, DynamicRendezvousHandler) or lock is None:
+        return True
+    return bool(lock.acquire(timeout=timeout))

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import atexit
 import threading
-import time
 import weakref
 from collections.abc import Callable
 
-__all__ = ["EXIT_WAIT", "PeriodicThread"]
+from .._decision.helperprocess import CallsClosed
+from .exiting import forget, join_at_exit
 
-#: Seconds the interpreter's exit waits, in all, for the looks still in progress.
-EXIT_WAIT = 2.0
-
-# The threads whose loop runs, with their stop events: stopped and joined at exit.
-_running: dict[threading.Thread, threading.Event] = {}
+__all__ = ["PeriodicThread"]
 
 
 class PeriodicThread:
@@ -28,13 +23,11 @@ class PeriodicThread:
     object that is no longer used stops its thread with it.
 
     At the interpreter's exit (also the one torch's agent takes on SIGTERM, which never
-    calls the handler's ``shutdown()``), every thread is stopped and joined, for at most
-    :data:`EXIT_WAIT` seconds in all. A look may be in a store call, which runs in C++
-    without the GIL: a daemon thread that returns from one while the interpreter
-    finalizes ends the process with SIGABRT (``terminate called without an active
-    exception``) instead of the launcher's own exit code. A store that answers ends its
-    call in milliseconds; the bound keeps a look waiting for a hung stat from holding
-    the launcher's exit.
+    calls the handler's ``shutdown()``), the thread is stopped and its look waited for,
+    so that no store call of a look returns while the interpreter finalizes
+    (:mod:`.exiting`); a look that then raises
+    :class:`~.._decision.helperprocess.CallsClosed` (a stat it waited for was ended) ends
+    the thread.
     """
 
     def __init__(
@@ -50,8 +43,12 @@ class PeriodicThread:
         self._interval = interval
         self._backoff_limit = interval if backoff_limit is None else backoff_limit
         thread = threading.Thread(target=self._run, name=name, daemon=True)
-        _running[thread] = self._stopped
-        thread.start()
+        join_at_exit(thread, self._stopped)
+        try:
+            thread.start()
+        except BaseException:
+            forget(thread)
+            raise
 
     def _run(self) -> None:
         try:
@@ -63,20 +60,11 @@ class PeriodicThread:
                 looked = look()
                 del look
                 pause = self._interval if looked else min(2 * pause, self._backoff_limit)
+        except CallsClosed:
+            pass  # the interpreter exits
         finally:
-            _running.pop(threading.current_thread(), None)
+            forget(threading.current_thread())
 
     def stop(self) -> None:
         """No look starts after this returns (one in progress ends on its own)."""
         self._stopped.set()
-
-
-@atexit.register
-def _stop_at_exit() -> None:
-    """Stop every running thread and wait for its look, up to :data:`EXIT_WAIT` in all."""
-    running = list(_running.items())
-    for _, stopped in running:
-        stopped.set()
-    deadline = time.monotonic() + EXIT_WAIT
-    for thread, _ in running:
-        thread.join(max(0.0, deadline - time.monotonic()))
