@@ -25,7 +25,8 @@ Glossary:
   clear, absent, unreadable, not a regular file.
 
 The public API is what this module exports: the rendezvous handler and its backend, the
-consumer's check, the producer's calls and the exceptions. Every other module is
+consumer's check, the producer's calls and the exceptions, which all derive from
+:class:`SegmentHealthError` (the tree is drawn in ``_errors``). Every other module is
 internal. ``import nvrx_seghealth`` does not import torch: the handler is imported when
 first used, and the backend imports torch only when it builds a handler.
 
@@ -44,7 +45,12 @@ import importlib
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
+from ._errors import (
+    ConfigurationError,
+    ExclusionReason,
+    SegmentHealthError,
+    UnhealthyNodeException,
+)
 from ._logfmt import parse_fields
 
 if TYPE_CHECKING:
@@ -76,6 +82,7 @@ __all__ = [
     "Outcome",
     "ReplacementGroupMarkers",
     "SegmentHealthCheck",
+    "SegmentHealthError",
     "SegmentHealthRendezvousHandler",
     "UnhealthyNodeException",
     "artifact_path",
@@ -116,7 +123,7 @@ def _public(value: Any) -> Any:
     return value
 
 
-for _exception in (ConfigurationError, UnhealthyNodeException):
+for _exception in (SegmentHealthError, ConfigurationError, UnhealthyNodeException):
     _public(_exception)
 del _exception
 

@@ -1,4 +1,39 @@
-"""The package's exceptions: an exclusion, and a setting that cannot be used.
+"""The package's exceptions: one public base, an exclusion, a setting that cannot be used.
+
+Every exception class of the package derives from :class:`SegmentHealthError` (so
+``except nvrx_seghealth.SegmentHealthError`` catches what the package raised on purpose),
+and keeps the builtin base a caller may already catch. The hierarchy, with where each
+class lives (one raised by a single module lives beside its code; ``*``: exported by
+``nvrx_seghealth``)::
+
+    SegmentHealthError *                   here
+    ├── ConfigurationError(ValueError) *   here: a setting cannot be used
+    ├── UnhealthyNodeException *           here: the unit is excluded (the spec's name)
+    ├── InvalidIdentityError(ValueError) * _decision/unit.py: a Slurm id is unusable
+    ├── DecisionConflict(RuntimeError) *   _decision/artifact.py: a conditional write
+    │                                      found another decision; nothing written
+    ├── HelperStartError(OSError)          _decision/helperprocess.py: no helper process
+    ├── HelperTimeout(TimeoutError)        _decision/helperprocess.py: a bounded call into
+    │                                      a hung filesystem did not answer, or was not sent
+    ├── SlurmError(RuntimeError)           _producer/slurm.py: a Slurm command failed
+    ├── StateFileError(ValueError)         _producer/state.py: a producer's state file
+    └── HostlistError(ValueError)          _producer/hostlist.py: a Slurm host list
+
+Outside the tree, on purpose:
+
+* ``StepError(OSError)``, ``NotRegularError(OSError)`` and ``LockBusyError(TimeoutError)``
+  of ``_decision/files.py``, raised by a decision write (and by the operators' filesystem
+  helper, which raises them again in the caller): the helper runs that file by path under
+  ``python -I -S``, so it imports nothing from the package and cannot derive from the base.
+  All three are ``OSError`` s.
+* ``CallsClosed`` (``_decision/helperprocess.py``) and ``Stopped`` (``_producer/schedule.py``)
+  are ``BaseException`` s, as ``SystemExit`` is: the interpreter exits, or the producer was
+  told to stop; the fail-open catch-alls let them pass. The producer engine's private
+  ``_Hung`` (``_producer/publisher.py``) never leaves it.
+* Python's own exceptions, for a call that the calling code gets wrong (a ``TypeError``
+  for an id that is neither ``str`` nor ``int``, a ``ValueError`` for an empty decision
+  text), and inside the launcher for a failure that the fail-open funnel
+  (``_launcher/failopen.py``) turns into one WARNING.
 
 Standard library only.
 """
@@ -11,10 +46,16 @@ from typing import Any
 
 from ._logfmt import FieldValue
 
-__all__ = ["ConfigurationError", "ExclusionReason", "UnhealthyNodeException"]
+__all__ = ["ConfigurationError", "ExclusionReason", "SegmentHealthError", "UnhealthyNodeException"]
 
 
-class ConfigurationError(ValueError):
+class SegmentHealthError(Exception):
+    """The base of every exception this package raises on purpose (the tree is in the
+    module documentation); each keeps its builtin base too, e.g. a
+    :class:`ConfigurationError` is a ``ValueError``."""
+
+
+class ConfigurationError(ValueError, SegmentHealthError):
     """A segment-health setting is invalid; the message names the setting and the fix.
 
     Attributes:
@@ -44,7 +85,7 @@ class ExclusionReason(str, enum.Enum):
     VERDICT = "verdict"
 
 
-class UnhealthyNodeException(Exception):
+class UnhealthyNodeException(SegmentHealthError):
     """This launcher's allocation unit is excluded and must not join the rendezvous.
 
     Raised from ``next_rendezvous()``. It is deliberately *not* a

@@ -1,15 +1,20 @@
-"""The package's exceptions keep their tokens across processes and copies."""
+"""The package's exceptions: one tree under a public base, and their tokens kept across
+processes and copies."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import copy
+import importlib
 import multiprocessing
 import pickle
+import pkgutil
 
 import pytest
 
+import nvrx_seghealth
 from nvrx_seghealth import ConfigurationError, ExclusionReason, UnhealthyNodeException
+from nvrx_seghealth._errors import SegmentHealthError
 
 
 def exclusion() -> UnhealthyNodeException:
@@ -62,3 +67,61 @@ def test_a_configuration_error_keeps_its_setting_when_pickled():
     error = ConfigurationError("bad", setting="rdzv-conf segment_health_check_dir")
     again = pickle.loads(pickle.dumps(error))
     assert (again.args, again.setting) == (error.args, error.setting)
+
+
+def _exception_classes() -> set[type[BaseException]]:
+    """Every exception class a module of the package defines (``__main__`` aside: it runs)."""
+    found: set[type[BaseException]] = set()
+    for info in pkgutil.walk_packages(nvrx_seghealth.__path__, "nvrx_seghealth."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__.split(".")[0] == "nvrx_seghealth"
+            ):
+                found.add(value)
+    return found
+
+
+#: Raised on purpose, yet outside the tree (the tree in ``_errors.py`` says why).
+OUTSIDE_THE_TREE = {
+    "StepError",  # _decision/files.py imports nothing from the package
+    "NotRegularError",
+    "LockBusyError",
+    "CallsClosed",  # a BaseException, as SystemExit: the interpreter exits
+    "Stopped",  # a BaseException: the producer was told to stop
+    "_Hung",  # the producer's pass stops touching a hung directory; never leaves it
+}
+
+
+def test_every_exception_the_package_defines_derives_from_the_public_base():
+    classes = _exception_classes()
+    assert len(classes) > 10  # the walk found them
+    outside = {cls.__name__ for cls in classes if not issubclass(cls, SegmentHealthError)}
+    assert outside == OUTSIDE_THE_TREE
+
+
+def test_every_exported_exception_derives_from_the_exported_base_and_keeps_its_builtin_one():
+    exported = [getattr(nvrx_seghealth, name) for name in nvrx_seghealth.__all__]
+    exceptions = {cls for cls in exported if isinstance(cls, type) and issubclass(cls, Exception)}
+    assert {cls.__name__ for cls in exceptions} == {
+        "SegmentHealthError",
+        "ConfigurationError",
+        "UnhealthyNodeException",
+        "InvalidIdentityError",
+        "DecisionConflict",
+    }
+    assert all(issubclass(cls, nvrx_seghealth.SegmentHealthError) for cls in exceptions)
+    assert issubclass(nvrx_seghealth.ConfigurationError, ValueError)
+    assert issubclass(nvrx_seghealth.InvalidIdentityError, ValueError)
+    assert issubclass(nvrx_seghealth.DecisionConflict, RuntimeError)
+
+
+def test_one_except_catches_what_a_call_of_the_package_raised_on_purpose(tmp_path):
+    with pytest.raises(SegmentHealthError):
+        nvrx_seghealth.publish_decision(str(tmp_path), "1x", "1", "reason")  # a bad id
+    with pytest.raises(SegmentHealthError):
+        nvrx_seghealth.artifact_path("relative", "1", "1")  # a bad directory

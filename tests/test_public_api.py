@@ -23,7 +23,7 @@ def readme_api() -> set[str]:
 
 def test_the_package_exports_what_the_readme_lists_and_every_name_resolves():
     assert set(nvrx_seghealth.__all__) == readme_api()
-    assert len(nvrx_seghealth.__all__) == 20  # a change of the public API is deliberate
+    assert len(nvrx_seghealth.__all__) == 21  # a change of the public API is deliberate
     for name in nvrx_seghealth.__all__:
         assert getattr(nvrx_seghealth, name) is not None, name
 
@@ -37,7 +37,12 @@ def test_every_other_module_is_private():
 
 def test_the_exceptions_are_named_by_the_public_package():
     """Tracebacks say ``nvrx_seghealth.UnhealthyNodeException``, not a private module."""
-    for name in ("UnhealthyNodeException", "ConfigurationError", "InvalidIdentityError"):
+    for name in (
+        "SegmentHealthError",
+        "UnhealthyNodeException",
+        "ConfigurationError",
+        "InvalidIdentityError",
+    ):
         assert getattr(nvrx_seghealth, name).__module__ == "nvrx_seghealth"
     assert nvrx_seghealth.DecisionConflict.__module__ == "nvrx_seghealth"
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from conftest import LISTED
 from test_hung_mount import _kill_session, _pipe_holders, run_bounded
 
+from conftest import LISTED
 from nvrx_seghealth._decision.helperprocess import STUCK_TAG
 from tests.commands.test_publish_drained import FakeSlurm
 
@@ -240,10 +240,11 @@ def test_one_shot_commands_on_a_hung_directory_leave_one_stuck_helper_between_th
 STATS_AFTER_ABANDONING = """
 import sys
 from nvrx_seghealth._decision.artifact import judge
-from nvrx_seghealth._decision.boundedstat import StatTimeoutError, stat_within
+from nvrx_seghealth._decision.boundedstat import stat_within
+from nvrx_seghealth._decision.helperprocess import HelperTimeout
 try:
     stat_within(sys.argv[1], 0.5)
-except StatTimeoutError:
+except HelperTimeout:
     print("abandoned")
 print(" ".join(judge(sys.argv[2], 0.05).outcome.value for _ in range(6)))
 """

@@ -26,7 +26,8 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._decision.artifact import DEFAULT_STAT_TIMEOUT, Decision, Outcome, artifact_path, evaluate
-from .._decision.boundedstat import StatTimeoutError, stat_within
+from .._decision.boundedstat import stat_within
+from .._decision.helperprocess import HelperTimeout
 from .._decision.problems import permission_problems
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
@@ -82,7 +83,7 @@ def _directory_finding(directory: str) -> Finding:
                 f"every launcher mounts (mkdir -p {directory})"
             ),
         )
-    except StatTimeoutError as error:
+    except HelperTimeout as error:
         return ("FAIL", f"directory {directory}: {error}; the shared filesystem may hang")
     except OSError as error:
         return ("FAIL", f"directory {directory} cannot be examined: {error}")
@@ -113,7 +114,7 @@ def _planted(path: str, decision: Decision) -> str | None:
         return None
     try:
         current = boundedfs.read_current(path, DEFAULT_STAT_TIMEOUT)
-    except OSError:  # FilesystemTimeout too: the stat above answered, this did not
+    except OSError:  # HelperTimeout too: the stat above answered, this did not
         return None
     if current.kind == "unreadable" and current.error.startswith("not a regular file"):
         return current.error

@@ -19,7 +19,7 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._decision.artifact import artifact_path
-from .._decision.files import LockBusyError, Result
+from .._decision.files import Result
 from .._decision.problems import write_problem
 from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
@@ -134,7 +134,7 @@ def _write(
     path = artifact_path(directory, args.job_id, args.task_id)
     try:
         result = boundedfs.replace(path, content, None, args.fs_timeout)
-    except (OSError, LockBusyError) as error:
+    except OSError as error:  # LockBusyError and HelperTimeout too
         print(
             f"nvrx-seghealth {command}: job_id={args.job_id} task_id={args.task_id} not "
             f"written: {write_problem(error, directory, path, args.fs_timeout)}",

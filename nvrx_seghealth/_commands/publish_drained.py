@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 from .._decision import boundedfs
-from .._decision.boundedfs import FilesystemTimeout
 from .._decision.boundedstat import stat_within
 from .._producer.audit import TRANSITIONS, AuditEvent, EventKind, PassResult, iso_time
 from .._producer.debounce import DEFAULT_PASSES
@@ -233,7 +232,7 @@ def _audit(path: str | None, events: list[AuditEvent], timeout: float) -> None:
     lines = "".join(event.to_json(stamp) for event in events)
     try:
         boundedfs.append_text(path, lines, timeout)
-    except (OSError, FilesystemTimeout) as error:
+    except OSError as error:  # HelperTimeout too
         print(
             f"nvrx-seghealth {NAME}: warning: cannot append to the audit log {path}: {error}",
             file=sys.stderr,
@@ -339,7 +338,7 @@ def _state_file_problem(path: str, timeout: float) -> str | None:
         return None
     try:
         current = boundedfs.read_current(path, timeout)
-    except OSError:  # FilesystemTimeout, or the helper failed
+    except OSError:  # HelperTimeout, or the helper failed
         return None
     if current.kind == "absent" or (current.kind == "content" and current.uid == uid):
         return None

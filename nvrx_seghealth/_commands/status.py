@@ -34,7 +34,6 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._decision.artifact import Decision, Outcome, judge
-from .._decision.boundedfs import FilesystemTimeout
 from .._decision.boundedstat import stat_within, stuck_for
 from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
 from .._decision.problems import permission_problems
@@ -207,7 +206,7 @@ def _describe(entry: DecisionFile, now: float, timeout: float) -> _DecisionRow:
         with contextlib.suppress(OSError):  # gone or hung since the evaluation: no age
             age = now - stat_within(entry.path, timeout).st_mtime
     if decision.outcome is Outcome.UNHEALTHY:
-        with contextlib.suppress(OSError, FilesystemTimeout):
+        with contextlib.suppress(OSError):  # HelperTimeout too
             current = boundedfs.read_current(entry.path, timeout)
             if current.kind == "content":
                 diagnostic = first_line(current.data)
@@ -291,7 +290,7 @@ def _producers(
             continue
         try:
             state = read_state_file(os.path.join(directory, name), timeout)
-        except (OSError, StateFileError) as error:  # FilesystemTimeout is an OSError
+        except (OSError, StateFileError) as error:  # HelperTimeout is an OSError
             problem = str(error) or type(error).__name__
             producers.append(
                 _ProducerRow(match["id"], match["job"], ProducerHealth.UNREADABLE, None, problem)
@@ -315,7 +314,7 @@ def status_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_FAILURE
-    except (OSError, FilesystemTimeout) as error:
+    except OSError as error:  # HelperTimeout too
         print(f"nvrx-seghealth {NAME}: cannot list {directory}: {error}", file=sys.stderr)
         return EXIT_FAILURE
     warnings = permission_problems(directory, args.fs_timeout)

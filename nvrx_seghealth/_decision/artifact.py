@@ -34,11 +34,13 @@ import os
 import stat
 from dataclasses import dataclass
 
+from .._errors import SegmentHealthError
 from .._settings.check_settings import require_absolute_directory
 from .._settings.durations import DEFAULT_STAT_TIMEOUT, STAT_TIMEOUT, validate_seconds
 from . import files as decisionfs
-from .boundedstat import StatHelperError, StatTimeoutError, stat_within
+from .boundedstat import stat_within
 from .files import Current, Result
+from .helperprocess import HelperStartError, HelperTimeout
 from .unit import validate_id
 
 __all__ = [
@@ -172,7 +174,7 @@ def judge(path: str, seconds: float) -> Decision:
         st = stat_within(path, seconds)
     except FileNotFoundError:
         return Decision(path, Outcome.ABSENT, "no decision file")
-    except (StatTimeoutError, StatHelperError) as error:
+    except (HelperTimeout, HelperStartError) as error:  # their own words; before OSError
         return Decision(path, Outcome.UNREADABLE, str(error))
     except OSError as error:
         code = errno.errorcode.get(error.errno or 0, "error")
@@ -276,7 +278,7 @@ def clear_decision(
     return path
 
 
-class DecisionConflict(RuntimeError):
+class DecisionConflict(RuntimeError, SegmentHealthError):
     """A conditional write found another decision than expected; nothing was written.
 
     Attributes:

@@ -1,24 +1,15 @@
 """The operators' filesystem calls with a time bound, for shared filesystems that hang.
 
 ``mark``, ``clear``, ``status`` and ``publish-drained`` read, list and write the decision
-directory. On a hung Lustre or NFS client any of those calls can block for good, in an
-uninterruptible sleep that no signal ends. So they run in a helper process
-(:mod:`nvrx_seghealth._decision.files` served by ``python -I -S``, tagged :data:`HELPER_TAG`;
-:mod:`nvrx_seghealth._decision.helperprocess`), as the consumer's stat does
-(:mod:`nvrx_seghealth._decision.boundedstat`):
-
-* one helper is started on first use and reused; its start-up is not part of any call's
-  bound;
-* a call that has not answered within its bound raises :class:`FilesystemTimeout`; the
-  helper is abandoned (it exits by itself once the filesystem answers) and the next call
-  starts a new one;
-* at most one abandoned helper per directory, across this account's processes and
-  shared with the bounded stat's: while a call is still stuck there, a new call for that
-  directory fails at once (``FilesystemTimeout(earlier=True)``) instead of sending one
-  more process into it;
-* the helper holds none of the caller's standard streams, so a caller that exits is not
-  held by it, and waiting for it is interruptible (a signal handler that raises ends the
-  wait, e.g. SIGTERM of ``publish-drained --interval``).
+directory. On a hung Lustre or NFS client any of those calls can block for good, so they
+run in a helper process (:mod:`nvrx_seghealth._decision.files` served by ``python -I -S``,
+tagged :data:`HELPER_TAG`) through :class:`~.helperprocess.HelperClient`, whose module
+tells why and how, as the consumer's stat does (:mod:`nvrx_seghealth._decision.boundedstat`):
+a call that has not answered within its bound raises :class:`~.helperprocess.HelperTimeout`
+naming the directory, and at most one abandoned helper per directory is left, across this
+account's processes and shared with the bounded stat's (a later call there is refused at
+once, ``earlier``). Waiting for a helper is interruptible: a signal handler that raises
+ends the wait, e.g. SIGTERM of ``publish-drained --interval``.
 """
 
 from __future__ import annotations
@@ -34,7 +25,6 @@ from .helperprocess import READY, HelperClient
 
 __all__ = [
     "HELPER_TAG",
-    "FilesystemTimeout",
     "append_text",
     "list_names",
     "read_current",
@@ -43,28 +33,6 @@ __all__ = [
 
 #: The helper's last command-line argument, to recognise it (``ps``, ``/proc``).
 HELPER_TAG = "nvrx-seghealth-fs-helper"
-
-
-class FilesystemTimeout(TimeoutError):
-    """A filesystem call in ``directory`` did not answer within its bound.
-
-    Attributes:
-        directory: where the call went.
-        waited: seconds the pending call has been running so far.
-        earlier: the call was not even sent: an earlier one in ``directory`` is still
-            stuck.
-    """
-
-    def __init__(self, directory: str, waited: float, *, earlier: bool = False) -> None:
-        what = "an earlier call there is still stuck after" if earlier else "no answer after"
-        super().__init__(f"{directory}: {what} {waited:.1f} s (a hung shared filesystem?)")
-        self.directory = directory
-        self.waited = waited
-        self.earlier = earlier
-
-
-def _timeout_error(directory: str, waited: float, earlier: bool) -> FilesystemTimeout:
-    return FilesystemTimeout(directory, waited, earlier=earlier)
 
 
 # The helper: load files.py by its path (not as __main__), say it is ready, serve.
@@ -76,9 +44,7 @@ os.write(1, {_READY_LINE!r})
 serve()
 """
 
-_client = HelperClient(
-    "filesystem", ["-c", _HELPER_CODE, decisionfs.__file__], HELPER_TAG, _timeout_error
-)
+_client = HelperClient("filesystem", ["-c", _HELPER_CODE, decisionfs.__file__], HELPER_TAG)
 
 
 def _call(op: str, directory: str, timeout: float, args: dict[str, Any]) -> Any:
@@ -104,7 +70,7 @@ def replace(
     """:func:`decisionfs.replace` within ``timeout`` seconds (half of it for the lock).
 
     Raises:
-        FilesystemTimeout: no answer in time; whether the write happened is unknown.
+        HelperTimeout: no answer in time; whether the write happened is unknown.
         LockBusyError, StepError, OSError: as :func:`decisionfs.replace`.
     """
     args = {

@@ -1,29 +1,15 @@
 """``os.stat`` with a time bound, run in a helper process, for shared filesystems that hang.
 
-A Lustre or NFS client can block a ``stat`` for minutes, or for ever, and the blocked
-thread sleeps uninterruptibly: no signal wakes it, and a process cannot finish exiting
-while one of its threads sleeps so. A bounded stat on a thread of the launcher would
-release the caller but keep the launcher from ever exiting. So the stat runs in a
-small helper process (a fresh ``python -I -S``, tagged :data:`HELPER_TAG` in its
-command line; :mod:`nvrx_seghealth._decision.helperprocess`):
-
-* The helper is started on first use, or ahead of time (:func:`prepare`), and reused: a
-  healthy call costs one request and one reply over two private pipes. Its start-up is
-  not part of any stat's bound.
-* When a stat has not answered within the bound, the helper is *abandoned*: its pipes
-  are closed and the next call starts a new helper. The abandoned helper exits on its
-  own as soon as its stat returns (its reply meets a closed pipe), and a daemon thread
-  waiting for it reaps it then; once the filesystem answers, nothing is left behind.
-* At most one stuck call per directory, across this account's processes: while an
-  abandoned helper still waits on a path, a new stat of any path in the same directory
-  (the key is ``os.path.dirname`` of the absolute path, shared with the operators'
-  reads and writes there, :mod:`nvrx_seghealth._decision.boundedfs`) is refused at once
-  (:class:`StatTimeoutError`) instead of sending one more process into the hung
-  filesystem; :func:`stuck_for` tells whether it would be.
-* A stuck helper holds none of the launcher's standard streams (its stdin and stdout
-  are the private pipes, its stderr is ``/dev/null``): srun, or any caller reading the
-  launcher's output through a pipe, is not held by it. It stays in the launcher's
-  process group and Slurm step, so Slurm still sees a node whose filesystem hangs.
+The stat runs in a helper process (a fresh ``python -I -S``, tagged :data:`HELPER_TAG` in
+its command line) through :class:`~.helperprocess.HelperClient`, whose module tells why and
+how: a stat that has not answered within its bound raises
+:class:`~.helperprocess.HelperTimeout` naming the path, and abandons its helper; while it
+is stuck, a new stat of any path in the same directory (the key is ``os.path.dirname`` of
+the absolute path, shared with the operators' reads and writes there,
+:mod:`nvrx_seghealth._decision.boundedfs`) is refused at once instead of sending one more
+process into the hung filesystem; :func:`stuck_for` tells whether it would be. A stuck
+helper stays in the launcher's process group and Slurm step, so Slurm still sees a node
+whose filesystem hangs.
 """
 
 from __future__ import annotations
@@ -31,16 +17,9 @@ from __future__ import annotations
 import os
 
 from . import helperprocess
-from .helperprocess import READY, HelperClient, HelperStartError
+from .helperprocess import READY, HelperClient
 
-__all__ = [
-    "HELPER_TAG",
-    "StatHelperError",
-    "StatTimeoutError",
-    "prepare",
-    "stat_within",
-    "stuck_for",
-]
+__all__ = ["HELPER_TAG", "prepare", "stat_within", "stuck_for"]
 
 #: The helper's last command-line argument, to recognise it (``ps``, ``/proc``).
 HELPER_TAG = "nvrx-seghealth-stat-helper"
@@ -71,39 +50,7 @@ while True:
 """
 
 
-class StatTimeoutError(TimeoutError):
-    """A ``stat`` of ``path`` did not return within the bound.
-
-    Attributes:
-        path: the path whose stat is still pending, or was not sent.
-        waited: seconds the pending stat has been running so far.
-        earlier: the stat of ``path`` was not sent: an earlier one in its directory is
-            still stuck, for ``waited`` seconds.
-    """
-
-    def __init__(self, path: str, waited: float, *, earlier: bool = False) -> None:
-        super().__init__(
-            f"stat({path!r}) not sent: an earlier stat in its directory has not returned "
-            f"after {waited:.1f} s"
-            if earlier
-            else f"stat({path!r}) has not returned after {waited:.1f} s"
-        )
-        self.path = path
-        self.waited = waited
-        self.earlier = earlier
-
-
-#: The helper process could not be started: no stat was made.
-StatHelperError = HelperStartError
-
-
-def _timeout_error(directory: str, waited: float, earlier: bool) -> StatTimeoutError:
-    """The client's error names the call's key, the directory; :func:`stat_within`
-    names the path."""
-    return StatTimeoutError(directory, waited, earlier=earlier)
-
-
-_client = HelperClient("stat", ["-c", _HELPER_CODE], HELPER_TAG, _timeout_error)
+_client = HelperClient("stat", ["-c", _HELPER_CODE], HELPER_TAG)
 
 
 def _parse(path: str, reply: bytes) -> os.stat_result:
@@ -129,7 +76,7 @@ def prepare() -> None:
     tried; a no-op while a live helper is ready. Call it once when the check is set up.
 
     Raises:
-        StatHelperError: no helper process could be started (a later stat tries again).
+        HelperStartError: no helper process could be started (a later stat tries again).
     """
     _client.start()
 
@@ -150,18 +97,15 @@ def stat_within(path: str, timeout: float) -> os.stat_result:
 
     Raises:
         ValueError: ``path`` contains a NUL byte, or ``timeout`` is not positive.
-        StatHelperError: the helper process could not be started.
+        HelperStartError: the helper process could not be started.
         OSError: whatever ``os.stat`` raised in the helper, or the helper died.
-        StatTimeoutError: the stat did not return in time, or an earlier call in the
-            same directory is still stuck (:func:`stuck_for`).
+        HelperTimeout: the stat did not return in time, or an earlier call in the same
+            directory is still stuck (:func:`stuck_for`); its ``subject`` names the path.
     """
     if not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     encoded = os.fsencode(path)
     if b"\0" in encoded:
         raise ValueError(f"embedded null byte in path {path!r}")
-    try:
-        reply = _client.call(_key(path), encoded + b"\0", timeout)
-    except StatTimeoutError as error:
-        raise StatTimeoutError(path, error.waited, earlier=error.earlier) from None
+    reply = _client.call(_key(path), encoded + b"\0", timeout, subject=f"stat({path!r})")
     return _parse(path, reply)

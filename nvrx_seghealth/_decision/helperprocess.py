@@ -13,14 +13,14 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
   :data:`READY` on its stdout, and the client waits for that line up to
   :data:`STARTUP_TIMEOUT` seconds (else :class:`HelperStartError`) before the call's
   own bound begins. So a short bound is not used up by an interpreter's start-up.
-* A call that has not answered within its bound, or that failed once sent (the helper
-  died, or a signal handler raised and ended the wait), *abandons* its helper: the next
-  call starts a new one. The abandoned helper exits on its own as soon as its call
-  returns (its stdin is closed), and a daemon thread waiting for it reaps it then:
-  once the filesystem answers, nothing is left behind.
+* A call that has not answered within its bound (:class:`HelperTimeout`), or that failed
+  once sent (the helper died, or a signal handler raised and ended the wait), *abandons*
+  its helper: the next call starts a new one. The abandoned helper exits on its own as
+  soon as its call returns (its stdin is closed), and a daemon thread waiting for it
+  reaps it then: once the filesystem answers, nothing is left behind.
 * A key names what a call may hang on (a directory). **At most one abandoned helper per
   key, across the processes of one account**: while one is still inside its call, a new
-  call with that key is refused at once (``timeout_error(key, waited, True)``) instead
+  call with that key is refused at once (``HelperTimeout``, ``earlier``) instead
   of sending one more process into the hung filesystem. In this process that holds for
   every client (a stat and a read in one directory share the key). For other processes,
   abandonment is recorded explicitly: the client starts a *stuck record*, a small
@@ -43,7 +43,7 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
 
 Calls are serialised: one at a time per client, across threads.
 
-One module of about 450 lines, over the package's 400: a call's path, from the client's
+One module of about 480 lines, over the package's 400: a call's path, from the client's
 lock through its helper to an abandonment, its stuck record and its end at exit, keeps
 every rule above, and is read whole here.
 """
@@ -61,6 +61,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from .._errors import SegmentHealthError
+
 __all__ = [
     "READY",
     "STARTUP_TIMEOUT",
@@ -68,6 +70,7 @@ __all__ = [
     "CallsClosed",
     "HelperClient",
     "HelperStartError",
+    "HelperTimeout",
     "close_calls",
     "stuck_for",
 ]
@@ -93,8 +96,34 @@ while os.read(0, 65536):
 """
 
 
-class HelperStartError(OSError):
+class HelperStartError(OSError, SegmentHealthError):
     """No helper process could be started: the call was not made."""
+
+
+class HelperTimeout(TimeoutError, SegmentHealthError):
+    """A call with ``key`` did not answer within its bound, or was not sent.
+
+    Attributes:
+        subject: what the call was about, as its message names it (the stat of a path,
+            ``stat('/shared/shc/segment_health_check.7.3')``; else the key).
+        key: what the call may hang on: the directory it went to.
+        waited: seconds the pending call has been running so far; ``earlier``: seconds
+            the earlier call has been stuck.
+        earlier: the call was not sent: an earlier call with ``key`` is still stuck
+            (:func:`stuck_for`).
+    """
+
+    def __init__(self, subject: str, key: str, waited: float, *, earlier: bool = False) -> None:
+        what = (
+            f"not sent, an earlier call in {key} is still stuck after"
+            if earlier
+            else "no answer after"
+        )
+        super().__init__(f"{subject}: {what} {waited:.1f} s (a hung shared filesystem?)")
+        self.subject = subject
+        self.key = key
+        self.waited = waited
+        self.earlier = earlier
 
 
 class CallsClosed(BaseException):
@@ -378,22 +407,11 @@ class HelperClient:
             it can serve, then reads requests on stdin and answers each with one line on
             stdout; at end of file on stdin it exits.
         tag: the helper's last command-line argument, to recognise it.
-        timeout_error: ``timeout_error(key, waited, earlier)`` makes the exception
-            raised for a call with ``key`` that has been pending ``waited`` seconds
-            without an answer; ``earlier``: it was not sent, because an earlier call
-            with ``key`` is still stuck (:func:`stuck_for`).
     """
 
-    def __init__(
-        self,
-        name: str,
-        argv: Sequence[str],
-        tag: str,
-        timeout_error: Callable[[str, float, bool], Exception],
-    ) -> None:
+    def __init__(self, name: str, argv: Sequence[str], tag: str) -> None:
         self._name = name
         self._argv = [*argv, tag]
-        self._timeout_error = timeout_error
         self._lock = threading.Lock()
         self._helper: _Helper | None = None
 
@@ -417,9 +435,10 @@ class HelperClient:
             self._helper = _Helper(self._name, self._argv)
         return self._helper
 
-    def call(self, key: str, request: bytes, timeout: float) -> bytes:
+    def call(self, key: str, request: bytes, timeout: float, *, subject: str = "") -> bytes:
         """Send ``request`` (bytes the helper reads as one request) and return the
         reply line, without its newline, waiting at most ``timeout`` seconds for it.
+        ``subject`` names the call in a :class:`HelperTimeout` (default: ``key``).
 
         The bound covers waiting for another thread's call and for the reply; starting
         a helper, when one must be started, comes before it (bounded by
@@ -428,18 +447,19 @@ class HelperClient:
         Raises:
             HelperStartError: no helper process could be started.
             OSError: the helper died, or its pipe broke, during the call.
-            Exception: from ``timeout_error``: no answer within ``timeout``, or an
-                earlier call with ``key`` is still stuck (this one was not sent).
+            HelperTimeout: no answer within ``timeout``, or an earlier call with ``key``
+                is still stuck (this one was not sent).
             CallsClosed: the calls are closed (:func:`close_calls`).
         """
+        subject = subject or key
         queued = time.monotonic()
         if not self._lock.acquire(timeout=max(timeout, 0.0)):
-            raise self._timeout_error(key, time.monotonic() - queued, False)
+            raise HelperTimeout(subject, key, time.monotonic() - queued)
         try:
             _refuse_when_closed()
             waited = stuck_for(key)
             if waited is not None:
-                raise self._timeout_error(key, waited, True)
+                raise HelperTimeout(subject, key, waited, earlier=True)
             queued_for = time.monotonic() - queued
             helper = self._ready_helper()
             started, sent = time.monotonic(), time.time()
@@ -450,7 +470,7 @@ class HelperClient:
                 raise
             if reply is None:
                 self._abandon(key, helper, sent)
-                raise self._timeout_error(key, time.monotonic() - started, False)
+                raise HelperTimeout(subject, key, time.monotonic() - started)
             return reply
         finally:
             self._lock.release()

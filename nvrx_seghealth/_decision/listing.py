@@ -50,7 +50,8 @@ def list_directory(directory: str, timeout: float) -> list[str]:
     """The names in ``directory`` within ``timeout`` seconds.
 
     Raises:
-        OSError, FilesystemTimeout: as :func:`nvrx_seghealth._decision.boundedfs.list_names`.
+        OSError: as :func:`nvrx_seghealth._decision.boundedfs.list_names` (a
+            :class:`~.helperprocess.HelperTimeout` too).
     """
     return boundedfs.list_names(directory, timeout)
 

@@ -16,9 +16,9 @@ import os
 import pwd
 import stat
 
-from .boundedfs import FilesystemTimeout
 from .boundedstat import stat_within
 from .files import LockBusyError, StepError
+from .helperprocess import HelperTimeout
 
 __all__ = ["hung_problem", "permission_problems", "write_problem"]
 
@@ -38,7 +38,7 @@ def _owner_and_mode(path: str, timeout: float) -> str:
     return f" (owner {_account(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o})"
 
 
-def hung_problem(error: FilesystemTimeout, directory: str, timeout: float, *, wrote: bool) -> str:
+def hung_problem(error: HelperTimeout, directory: str, timeout: float, *, wrote: bool) -> str:
     """One sentence for a call into ``directory`` that did not answer; ``wrote``: the call
     was a write, whose outcome is then unknown."""
     if error.earlier:
@@ -60,7 +60,7 @@ def hung_problem(error: FilesystemTimeout, directory: str, timeout: float, *, wr
 
 def write_problem(error: BaseException, directory: str, path: str, timeout: float) -> str:
     """One sentence for a failed write of ``path`` in ``directory``: the problem, the fix."""
-    if isinstance(error, FilesystemTimeout):
+    if isinstance(error, HelperTimeout):
         return hung_problem(error, directory, timeout, wrote=True)
     if isinstance(error, LockBusyError):
         return (

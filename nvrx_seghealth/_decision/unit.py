@@ -15,10 +15,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .._errors import SegmentHealthError
+
 __all__ = ["AllocationUnit", "InvalidIdentityError", "SlurmId", "validate_id"]
 
 
-class InvalidIdentityError(ValueError):
+class InvalidIdentityError(ValueError, SegmentHealthError):
     """A Slurm identity value is unusable (not decimal digits, or inconsistent).
 
     Attributes:

@@ -33,8 +33,8 @@ from .._decision.artifact import (
     unit_artifact_path,
     unit_id,
 )
-from .._decision.boundedstat import StatHelperError
 from .._decision.boundedstat import prepare as prepare_stat_helper
+from .._decision.helperprocess import HelperStartError
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._settings.check_settings import CheckSettings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
@@ -148,7 +148,7 @@ def install_check(
     check = SegmentHealthCheck(
         settings.directory, unit.job_id, unit.task_id, stat_timeout=settings.stat_timeout
     )
-    with contextlib.suppress(StatHelperError):  # the first stat fails open and says why
+    with contextlib.suppress(HelperStartError):  # the first stat fails open and says why
         prepare_stat_helper()
     log.info(
         "Segment health check installed directory=%s job_id=%s task_id=%s",

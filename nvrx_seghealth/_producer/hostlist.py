@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 import re
 
+from .._errors import SegmentHealthError
+
 __all__ = ["MAX_HOSTS", "HostlistError", "expand"]
 
 #: Hosts one list may expand to; more is refused as a malformed answer.
@@ -29,7 +31,7 @@ _PLAIN = re.compile(r"[^\s\[\],]+")
 _RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
 
 
-class HostlistError(ValueError):
+class HostlistError(ValueError, SegmentHealthError):
     """A host list that is not in Slurm's syntax."""
 
 

@@ -58,8 +58,8 @@ from typing import Literal
 
 from .._decision import boundedfs
 from .._decision.artifact import ARTIFACT_PREFIX, artifact_path
-from .._decision.boundedfs import FilesystemTimeout
-from .._decision.files import Current, LockBusyError
+from .._decision.files import Current
+from .._decision.helperprocess import HelperTimeout
 from .._decision.listing import first_line
 from .._decision.problems import hung_problem, write_problem
 from .audit import READ, AuditEvent, EventKind, PassResult
@@ -174,7 +174,7 @@ class DrainedPublisher:
         """
         try:
             state = read_state_file(self.state_path, self.fs_timeout, owner=os.geteuid())
-        except FilesystemTimeout as error:
+        except HelperTimeout as error:
             return (
                 f"the state file is not read: "
                 f"{hung_problem(error, self.directory, self.fs_timeout, wrote=False)}; "
@@ -205,7 +205,7 @@ class DrainedPublisher:
         )
         try:
             boundedfs.replace(self.state_path, state.to_json(), None, self.fs_timeout, lock=False)
-        except (OSError, LockBusyError, FilesystemTimeout) as error:
+        except OSError as error:  # LockBusyError and HelperTimeout too
             problem = write_problem(error, self.directory, self.state_path, self.fs_timeout)
             result.warnings.append(f"state file not saved: {problem}")
 
@@ -250,12 +250,12 @@ class DrainedPublisher:
             self.before_write(path)
         try:
             written = boundedfs.replace(path, text.encode(), current, self.fs_timeout)
-        except (FilesystemTimeout, OSError, LockBusyError) as error:
+        except OSError as error:  # LockBusyError and HelperTimeout too
             problem = write_problem(error, self.directory, path, self.fs_timeout)
             result.events.append(
                 self._event(EventKind.WRITE_FAILED, task_id, path, intended=kind, error=problem)
             )
-            if isinstance(error, FilesystemTimeout):
+            if isinstance(error, HelperTimeout):
                 raise _Hung from None
             return
         result.warnings.extend(written.warnings)
@@ -272,15 +272,15 @@ class DrainedPublisher:
         path = artifact_path(self.directory, self.job_id, task_id)
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
-        except OSError as error:  # FilesystemTimeout too: the directory hangs
-            if isinstance(error, FilesystemTimeout):
+        except OSError as error:  # HelperTimeout too: the directory hangs
+            if isinstance(error, HelperTimeout):
                 problem = hung_problem(error, self.directory, self.fs_timeout, wrote=False)
             else:
                 problem = write_problem(error, self.directory, path, self.fs_timeout)
             result.events.append(
                 self._event(EventKind.WRITE_FAILED, task_id, path, intended=READ, error=problem)
             )
-            if isinstance(error, FilesystemTimeout):
+            if isinstance(error, HelperTimeout):
                 raise _Hung from None
             return
         if current.kind == "unreadable":
@@ -375,7 +375,7 @@ class DrainedPublisher:
         prefix = f"{ARTIFACT_PREFIX}.{self.job_id}."
         try:
             names = boundedfs.list_names(self.directory, self.fs_timeout)
-        except (OSError, FilesystemTimeout) as error:
+        except OSError as error:  # HelperTimeout too
             result.warnings.append(
                 f"cannot list {self.directory} to clear stale decisions: {error}"
             )
@@ -387,7 +387,7 @@ class DrainedPublisher:
             path = os.path.join(self.directory, name)
             try:
                 current = boundedfs.read_current(path, self.fs_timeout)
-            except (OSError, FilesystemTimeout):
+            except OSError:  # HelperTimeout too
                 continue
             if current.kind == "content" and current.data.startswith(self.tag):
                 try:

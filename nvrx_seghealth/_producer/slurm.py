@@ -29,6 +29,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .._errors import SegmentHealthError
 from .hostlist import HostlistError, expand
 
 __all__ = [
@@ -59,7 +60,7 @@ _TASK_LINE = re.compile(
 )
 
 
-class SlurmError(RuntimeError):
+class SlurmError(RuntimeError, SegmentHealthError):
     """A Slurm command failed, hung, or answered something this module cannot parse."""
 
 

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from .._decision import boundedfs
+from .._errors import SegmentHealthError
 from .debounce import NodeRecord
 from .slurm import NODE_STATES
 
@@ -69,7 +70,7 @@ def state_file_name(producer_id: str, job_id: str) -> str:
     return f".publish-drained.{producer_id}.{job_id}.json"
 
 
-class StateFileError(ValueError):
+class StateFileError(ValueError, SegmentHealthError):
     """A producer's state is not valid: nothing of it may be used.
 
     Attributes:
@@ -390,8 +391,8 @@ def read_state_file(path: str, timeout: float, *, owner: int | None = None) -> P
         StateFileError: the file cannot be read, is not ``owner``'s, or is not a valid
             state (:func:`parse_state`).
         OSError: the filesystem did not answer in time
-            (:class:`~nvrx_seghealth._decision.boundedfs.FilesystemTimeout`, ``TimeoutError``), or
-            the helper process failed.
+            (:class:`~nvrx_seghealth._decision.helperprocess.HelperTimeout`, a ``TimeoutError``),
+            or the helper process failed.
     """
     current = boundedfs.read_current(path, timeout)
     if current.kind == "absent":

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from nvrx_seghealth._decision import boundedfs
-from nvrx_seghealth._decision.boundedfs import FilesystemTimeout
 from nvrx_seghealth._decision.files import Current
+from nvrx_seghealth._decision.helperprocess import HelperTimeout
 
 
 def helper_pid():
@@ -45,11 +45,12 @@ def test_an_unanswered_call_times_out_and_the_next_one_there_is_refused_at_once(
     os.kill(stuck, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        with pytest.raises(FilesystemTimeout, match="no answer after 0.[5-9]"):
+        with pytest.raises(HelperTimeout, match="no answer after 0.[5-9]") as late:
             boundedfs.list_names(str(tmp_path), 0.5)
+        assert late.value.key == late.value.subject == str(tmp_path)
         assert 0.5 <= time.monotonic() - started < 3
         started = time.monotonic()
-        with pytest.raises(FilesystemTimeout) as refused:
+        with pytest.raises(HelperTimeout) as refused:
             boundedfs.read_current(str(tmp_path / "x"), 5)
         assert refused.value.earlier and time.monotonic() - started < 0.5
         other = tmp_path.parent  # another directory is not held up
@@ -62,6 +63,6 @@ def test_an_unanswered_call_times_out_and_the_next_one_there_is_refused_at_once(
         try:
             assert boundedfs.list_names(str(tmp_path), 5) is not None
             break
-        except FilesystemTimeout:
+        except HelperTimeout:
             assert time.monotonic() < deadline
             time.sleep(0.05)

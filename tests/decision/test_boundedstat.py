@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from nvrx_seghealth._decision.artifact import Outcome, evaluate
-from nvrx_seghealth._decision.boundedstat import HELPER_TAG, StatTimeoutError, prepare, stat_within
+from nvrx_seghealth._decision.boundedstat import HELPER_TAG, prepare, stat_within
+from nvrx_seghealth._decision.helperprocess import HelperTimeout
 from nvrx_seghealth._errors import ConfigurationError
 
 
@@ -124,14 +125,16 @@ def test_a_stat_that_does_not_answer_fails_open_within_the_bound(stopped_helper,
 
 def test_a_stuck_path_is_refused_at_once_and_served_again_once_it_answers(stopped_helper, tmp_path):
     path = str(tmp_path / "segment_health_check.1.2")
-    with pytest.raises(StatTimeoutError):
+    with pytest.raises(HelperTimeout) as late:
         stat_within(path, 0.2)
+    assert (late.value.subject, late.value.key) == (f"stat({path!r})", str(tmp_path))
     started = time.monotonic()
-    with pytest.raises(StatTimeoutError):
+    with pytest.raises(HelperTimeout) as refused:
         stat_within(path, 10)  # refused at once: its stat is still pending
     assert time.monotonic() - started < 1
+    assert refused.value.earlier and refused.value.subject == f"stat({path!r})"
     # So is every path of that directory (one stuck call per directory) ...
-    with pytest.raises(StatTimeoutError):
+    with pytest.raises(HelperTimeout):
         stat_within(str(tmp_path / "sibling"), 10)
     # ... while other directories go to a new helper; no second process went in there.
     (tmp_path / "elsewhere").mkdir()
@@ -145,7 +148,7 @@ def test_a_stuck_path_is_refused_at_once_and_served_again_once_it_answers(stoppe
     def served_again():
         try:
             stat_within(path, 5)
-        except StatTimeoutError:
+        except HelperTimeout:
             return False  # its reaper has not forgotten it yet
         except FileNotFoundError:
             return True

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from nvrx_seghealth._decision import helperprocess
-from nvrx_seghealth._decision.helperprocess import STUCK_TAG, HelperClient, HelperStartError
+from nvrx_seghealth._decision.helperprocess import (
+    STUCK_TAG,
+    HelperClient,
+    HelperStartError,
+    HelperTimeout,
+)
+from nvrx_seghealth._errors import SegmentHealthError
 
 ECHO = r"""
 import os, sys, time
@@ -30,18 +36,12 @@ for line in sys.stdin.buffer:
 """
 
 
-class Late(Exception):
-    def __init__(self, key: str, waited: float, earlier: bool) -> None:
-        super().__init__(key, waited, earlier)
-        self.key, self.waited, self.earlier = key, waited, earlier
-
-
 TAG = "nvrx-seghealth-test-helper"
 
 
 @pytest.fixture
 def client() -> HelperClient:
-    return HelperClient("echo", ["-c", ECHO], TAG, Late)
+    return HelperClient("echo", ["-c", ECHO], TAG)
 
 
 def wait_until(predicate, timeout=10.0):
@@ -66,20 +66,22 @@ def test_replies_come_back_from_one_reused_helper(client):
 def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
     client.call("a", b"warm\n", 5)
     started = time.monotonic()
-    with pytest.raises(Late) as late:
+    with pytest.raises(HelperTimeout) as late:
         client.call("a", b"sleep 1.5\n", 0.3)
-    assert (late.value.key, late.value.earlier) == ("a", False)
+    assert (late.value.key, late.value.subject, late.value.earlier) == ("a", "a", False)
     assert 0.3 <= late.value.waited < 1.5
-    with pytest.raises(Late) as refused:
-        client.call("a", b"x\n", 5)
+    assert isinstance(late.value, TimeoutError) and isinstance(late.value, SegmentHealthError)
+    with pytest.raises(HelperTimeout) as refused:
+        client.call("a", b"x\n", 5, subject="stat('a/x')")
     assert refused.value.earlier and time.monotonic() - started < 1.5
+    assert refused.value.subject == "stat('a/x')" and str(refused.value).startswith("stat('a/x'): ")
     assert client.call("b", b"other\n", 5) == b"other"  # a new helper, meanwhile
     deadline = time.monotonic() + 10
     while True:  # the abandoned helper's sleep ends, it exits, its reaper forgets it
         try:
             assert client.call("a", b"again\n", 5) == b"again"
             break
-        except Late:
+        except HelperTimeout:
             assert time.monotonic() < deadline
             time.sleep(0.05)
 
@@ -94,7 +96,7 @@ def test_a_helper_that_dies_in_a_call_is_an_oserror_and_is_replaced(client):
         try:
             assert client.call("a", b"back\n", 5) == b"back"
             break
-        except Late:
+        except HelperTimeout:
             assert time.monotonic() < deadline
             time.sleep(0.05)
     assert helper_pid(client) != dead
@@ -103,10 +105,10 @@ def test_a_helper_that_dies_in_a_call_is_an_oserror_and_is_replaced(client):
 def test_the_start_up_of_a_helper_is_not_part_of_a_calls_bound():
     """A helper that takes 0.5 s to be ready answers each call with a 0.05 s bound: the
     first one, and those after an abandoned call (which start a new helper)."""
-    slow = HelperClient("echo", ["-c", "import time; time.sleep(0.5)" + ECHO], TAG, Late)
+    slow = HelperClient("echo", ["-c", "import time; time.sleep(0.5)" + ECHO], TAG)
     key = f"slow-{uuid.uuid4()}"
     assert [slow.call(key, b"%d\n" % n, 0.05) for n in range(3)] == [b"0", b"1", b"2"]
-    with pytest.raises(Late):
+    with pytest.raises(HelperTimeout):
         slow.call(key, b"sleep 2\n", 0.05)
     other = f"other-{uuid.uuid4()}"
     assert [slow.call(other, b"%d\n" % n, 0.05) for n in range(6)] == [b"%d" % n for n in range(6)]
@@ -124,7 +126,7 @@ def test_start_makes_the_helper_ready_ahead_of_the_first_call(client):
 def test_a_helper_that_never_gets_ready_is_a_start_error_and_is_killed(monkeypatch):
     monkeypatch.setattr(helperprocess, "STARTUP_TIMEOUT", 0.3)
     monkeypatch.setattr(helperprocess, "_interpreters", lambda: [sys.executable])
-    mute = HelperClient("mute", ["-c", "import time; time.sleep(60)"], TAG, Late)
+    mute = HelperClient("mute", ["-c", "import time; time.sleep(60)"], TAG)
     with pytest.raises(HelperStartError, match="the mute helper process cannot be started"):
         mute.call("a", b"x\n", 5)
     assert mute._helper is None
@@ -135,16 +137,14 @@ def test_a_helper_that_never_gets_ready_is_a_start_error_and_is_killed(monkeypat
 OTHER = textwrap.dedent(
     f"""
     import sys
-    from nvrx_seghealth._decision.helperprocess import HelperClient
-    class Late(Exception):
-        pass
-    client = HelperClient("echo", ["-c", {ECHO!r}], {TAG!r}, lambda *args: Late(*args))
+    from nvrx_seghealth._decision.helperprocess import HelperClient, HelperTimeout
+    client = HelperClient("echo", ["-c", {ECHO!r}], {TAG!r})
     key, seconds, how = sys.argv[1:]
     client.call(key, b"warm\\n", 30)
     print("ready", flush=True)
     try:
         client.call(key, b"sleep " + seconds.encode() + b"\\n", 60 if how == "busy" else 0.2)
-    except Late:
+    except HelperTimeout:
         print("abandoned", flush=True)
     """
 )
@@ -174,7 +174,7 @@ def test_a_call_another_process_abandoned_refuses_the_key_at_once_until_it_retur
     stuck_helper = int(record[-2])
     try:
         started = time.monotonic()
-        with pytest.raises(Late) as refused:
+        with pytest.raises(HelperTimeout) as refused:
             client.call(key, b"x\n", 10)
         assert refused.value.earlier and refused.value.key == key
         assert time.monotonic() - started < 5  # not sent: no wait for the 10 s bound
@@ -210,7 +210,7 @@ def test_many_processes_abandoning_one_key_leave_one_stuck_helper():
         assert outputs[0].stdout.split() == ["ready", "abandoned"]
         assert len(records(key)) == 1
         for later in outputs[1:]:  # refused before its warm-up call was sent
-            assert later.returncode != 0 and "Late" in later.stderr
+            assert later.returncode != 0 and "HelperTimeout" in later.stderr
     finally:
         for record in records(key):
             os.kill(int(record[-2]), signal.SIGKILL)
@@ -233,7 +233,7 @@ CLOSING = textwrap.dedent(
         pass
     '''
     key, received = sys.argv[1:]
-    client = HelperClient("silent", ["-c", SILENT, received], "nvrx-seghealth-test", TimeoutError)
+    client = HelperClient("silent", ["-c", SILENT, received], "nvrx-seghealth-test")
     raised = []
     def pending():
         try:

@@ -162,7 +162,7 @@ os.write(1, b"nvrx-seghealth-helper-ready\\\\n")
 while os.read(0, 65536):
     pass
 '''
-client = HelperClient("silent", ["-c", SILENT], "nvrx-seghealth-test-silent", TimeoutError)
+client = HelperClient("silent", ["-c", SILENT], "nvrx-seghealth-test-silent")
 client.start()
 calling = threading.Event()
 
