@@ -1,37 +1,142 @@
-"""Helpers for whole jobs that exclude a unit from a running job: who holds rank 0, who
-waits as a spare, the store of a round.
+"""The configurations the README offers, and helpers for whole jobs that exclude a unit
+from a running job: who holds rank 0, who waits as a spare, the store of a round.
+
+A :class:`Configuration` is one way to run the ``segment-health`` backend: where the
+rendezvous store lives (:data:`STORE_HOST`: c10d with ``nvrx-seghealth store-host``-like
+store outside every unit, ``is_host=false``; :data:`ETCD`: ``inner_backend=etcd-v2``;
+:data:`IN_LAUNCHER`: c10d with the store in a launcher, ``is_host=true``), the watch off
+or on, and one or two launchers per unit. :meth:`Configuration.spec` builds its job;
+:func:`plain_c10d` the same job on plain ``c10d`` with the store outside every unit.
 
 Every helper reads recorded facts (worker records, torch's rendezvous state, the round's
-store) and waits for a condition through :meth:`SimulatedJob.wait_until`, never for a
-fixed time. Any rendezvous the harness runs works: c10d with the store in the harness or
-in a launcher, or etcd-v2.
+store, ``/proc``) and waits for a condition through :meth:`SimulatedJob.wait_until`,
+never for a fixed time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import os
+import signal
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from simhelpers import JOINED
 
+from nvrx_seghealth._decision.boundedstat import HELPER_TAG
 from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
-from nvrx_seghealth._demo.outcome import Round
+from nvrx_seghealth._demo.outcome import JobResult, Round
 from nvrx_seghealth._demo.rendezvous_state import read_endpoint
+from nvrx_seghealth._launcher.handoff import VerdictHandoff
+from nvrx_seghealth._launcher.watch import ARRIVED_KEY
 
 __all__ = [
+    "CONFIGURATIONS",
+    "ETCD",
+    "HOST",
+    "IN_LAUNCHER",
     "REACH_TIMEOUT",
+    "STORE_HOST",
+    "WATCH_SECONDS",
+    "Configuration",
+    "arrived",
+    "handoff_request_pending",
+    "healthy_world_after",
+    "plain_c10d",
     "rank_zero_unit",
     "spare_after_round_zero",
     "spares",
+    "stop_stat_helper",
     "wait_for_spares",
     "wait_for_world",
 ]
 
+#: Where the rendezvous store lives.
+STORE_HOST = "store-host"
+ETCD = "etcd-v2"
+IN_LAUNCHER = "in-launcher"
+#: The launcher that serves the c10d store in :data:`IN_LAUNCHER` configurations.
+HOST = "task0.proc0"
+#: The watch interval of the configurations with the watch on.
+WATCH_SECONDS = 1.0
 #: Seconds a job may take to reach a point a scenario acts at (a world formed, a spare
 #: waiting): a cold start of six launchers on two busy cores takes 20-30 s.
 REACH_TIMEOUT = 120.0
-#: How long one read of torch's rendezvous state may wait for the store or etcd.
+#: How long one read of torch's rendezvous state, or of a round's store, may wait.
 _READ_TIMEOUT = datetime.timedelta(seconds=30)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One way to run the backend (see the module documentation).
+
+    Attributes:
+        placement: :data:`STORE_HOST`, :data:`ETCD` or :data:`IN_LAUNCHER`.
+        watch: ``segment_health_check_watch_interval`` is :data:`WATCH_SECONDS` (or off).
+        launchers: launchers per unit (``srun -N``).
+    """
+
+    placement: str
+    watch: bool
+    launchers: int
+
+    @property
+    def name(self) -> str:
+        """E.g. ``etcd-v2/watch/2-per-unit``."""
+        watch = "watch" if self.watch else "no-watch"
+        return f"{self.placement}/{watch}/{self.launchers}-per-unit"
+
+    def spec(self, etcd_endpoint: str | None, **fields: Any) -> JobSpec:
+        """A ``segment-health`` job of this configuration: ``fields`` are further
+        :class:`JobSpec` fields. No launcher is told ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``:
+        the backend decides, as for a user who never heard of it.
+
+        Raises:
+            ValueError: an etcd configuration without ``etcd_endpoint``.
+        """
+        if (self.placement == ETCD) != (etcd_endpoint is not None):
+            raise ValueError("an etcd endpoint is required by, and only for, etcd-v2")
+        return JobSpec(
+            nodes_per_task=self.launchers,
+            inner_backend="etcd-v2" if self.placement == ETCD else "c10d",
+            etcd_endpoint=etcd_endpoint,
+            store_in_launcher=HOST if self.placement == IN_LAUNCHER else None,
+            watch_interval=WATCH_SECONDS if self.watch else 0.0,
+            disable_shared_store=None,
+            **fields,
+        )
+
+
+#: Every configuration of the matrix. A launcher hosting the store is run with one
+#: launcher per unit: the README offers it only with a warning (its unit's exclusion
+#: takes the store down), and what two launchers per unit add is the store-host's.
+CONFIGURATIONS: tuple[Configuration, ...] = (
+    *(
+        Configuration(placement, watch, launchers)
+        for placement in (STORE_HOST, ETCD)
+        for watch in (False, True)
+        for launchers in (1, 2)
+    ),
+    *(Configuration(IN_LAUNCHER, watch, 1) for watch in (False, True)),
+)
+
+
+def plain_c10d(spec: JobSpec) -> JobSpec:
+    """``spec`` on plain ``c10d``, the store outside every unit, as a torch user must run
+    it after a restart: with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (pytorch#135712)."""
+    return dataclasses.replace(
+        spec,
+        backend="c10d",
+        inner_backend="c10d",
+        etcd_endpoint=None,
+        store_in_launcher=None,
+        watch_interval=0.0,
+        disable_shared_store="1",
+        start_delays={},
+    )
 
 
 def spare_after_round_zero(spec: JobSpec, unit: int) -> dict[str, StartAfter]:
@@ -84,3 +189,74 @@ def wait_for_spares(job: SimulatedJob, labels: Iterable[str]) -> None:
         return found is not None and wanted <= found
 
     job.wait_until(waiting, REACH_TIMEOUT, f"{', '.join(sorted(wanted))} waiting as spares")
+
+
+def healthy_world_after(result: JobResult, at: float, excluded: int) -> Round | None:
+    """The first world that formed after wall-clock time ``at`` without unit ``excluded``."""
+    return next(
+        (
+            r
+            for r in result.rounds
+            if r.formed_at is not None and r.formed_at > at and excluded not in r.units
+        ),
+        None,
+    )
+
+
+def _base_store(job: SimulatedJob) -> Any:
+    """A client of the rendezvous store of ``job`` (the harness's, a launcher's or etcd)."""
+    if job.spec.etcd_endpoint is not None:
+        from torch.distributed.elastic.rendezvous import RendezvousParameters
+        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+
+        params = RendezvousParameters("etcd-v2", job.endpoint, job.run_id, 1, 1)
+        return create_backend(params)[1]
+    if job.spec.harness_hosts_store:
+        return job.store.client()
+    from torch.distributed import TCPStore
+
+    host, port = job.endpoint.rsplit(":", 1)
+    return TCPStore(host, int(port), is_master=False, timeout=_READ_TIMEOUT)
+
+
+def arrived(job: SimulatedJob, round_number: int) -> int:
+    """How many members of round ``round_number`` have reached the watch's restart
+    barrier, read from that round's store (torch's own key prefix of a round)."""
+    from torch.distributed import PrefixStore
+
+    base = _base_store(job)  # held: a store implemented in Python must outlive its prefix
+    store = PrefixStore(f"torch.rendezvous.{job.run_id}.{round_number}", base)
+    return int(store.add(ARRIVED_KEY, 0))
+
+
+def handoff_request_pending(job: SimulatedJob, unit: int) -> bool:
+    """A sibling of ``unit`` has asked for a verdict that nobody answered yet: it waits in
+    the hand-off (read from the store, at Slurm restart count 0)."""
+    handoff = VerdictHandoff(job.markers(), str(unit), "0")
+    requested, answer = handoff.read()
+    return requested > 0 and not answer.covers(requested)
+
+
+def stop_stat_helper(job: SimulatedJob, label: str) -> int:
+    """SIGSTOP the stat helper of launcher ``label``'s agent (a child tagged
+    :data:`HELPER_TAG`), so that its next stat waits out its bound as on a hung mount;
+    returns its PID. It stays in the launcher's process group: stopping the job kills it.
+
+    Raises:
+        LookupError: the agent has no stat helper.
+    """
+    pid = job.launchers[label].pid
+    children = [
+        int(child)
+        for task in Path(f"/proc/{pid}/task").iterdir()
+        for child in (task / "children").read_text().split()
+    ]
+    for child in children:
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if HELPER_TAG.encode() in command:
+            os.kill(child, signal.SIGSTOP)
+            return child
+    raise LookupError(f"{label} (pid {pid}) has no stat helper among {children}")

@@ -1,0 +1,171 @@
+"""One cell of the configuration matrix (``test_config_matrix.py``): its job, what it
+came to, and how it is held to plain c10d's answer.
+
+A cell's job has three array tasks: tasks 0 and 1 form the world (``--nnodes`` = their
+launchers), task 2 is the spare. :meth:`Cell.record` prints the cell's ``MATRIX`` line
+and, where c10d has an answer, asserts "the same outcome or better, never slower beyond
+:data:`MARGIN`".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from matrix import Configuration, rank_zero_unit
+from simhelpers import JOB_TIMEOUT, report
+
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
+from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
+from nvrx_seghealth._demo.outcome import FaultEvent, Round
+from nvrx_seghealth._errors import ExclusionReason
+
+__all__ = [
+    "MARGIN",
+    "SPARE",
+    "WORLD",
+    "Acted",
+    "Cell",
+    "Measured",
+    "assert_excluded_and_reformed",
+    "outcome",
+    "spare_labels",
+    "victim_of",
+]
+
+#: The world's units, and the spare.
+WORLD = (0, 1)
+SPARE = 2
+#: Seconds a cell may take beyond plain c10d's (as ``signals.MARGIN``: a loaded 2-core
+#: machine stalls a launcher's start-up or a store connect by several seconds).
+MARGIN = 10.0
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What one run of a cell's scenario came to: ``outcome`` for the table, ``rounds``
+    to its final world, ``seconds`` as the scenario measures; ``None``: the run never
+    reached the scenario's outcome (for an exclusion: a completed world of the unit
+    that stays and the spare)."""
+
+    outcome: str
+    rounds: int
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class Acted:
+    """What a scenario did to a running job: the unit it marked (``victim``), the unit of
+    the world that stays, and the fault it recorded (the worker's failure, the mark)."""
+
+    victim: int
+    survivor: int
+    fault: FaultEvent
+
+
+@dataclass
+class Cell:
+    """One configuration and scenario being run."""
+
+    request: pytest.FixtureRequest
+    workdir: Path
+    configuration: Configuration
+    scenario: str
+    etcd_endpoint: str | None
+    c10d_runs: dict[str, Measured]
+
+    def spec(self, **fields) -> JobSpec:
+        """The three-task job of this configuration (the world: tasks 0 and 1)."""
+        n = self.configuration.launchers
+        return self.configuration.spec(
+            self.etcd_endpoint, tasks=3, max_nodes=len(WORLD) * n, steps=3, **fields
+        )
+
+    def run(
+        self, name: str, spec: JobSpec, act: Callable[[SimulatedJob], bool | None]
+    ) -> JobResult:
+        """Run ``spec`` in its own folder and ``act`` on it; then wait for its end, or
+        stop it at once when ``act`` returns ``True`` (what it waited for never came)."""
+        workdir = self.workdir / name
+        workdir.mkdir()
+        with SimulatedJob(spec, workdir) as job:
+            result = job.stop_now() if act(job) else job.wait(JOB_TIMEOUT)
+        return report(self.request, name, result)
+
+    def c10d(self, shape: str, measure: Callable[[], Measured]) -> Measured:
+        """Plain c10d's run of ``shape`` (measured once per module)."""
+        key = f"{shape}/{self.configuration.launchers}-per-unit"
+        if key not in self.c10d_runs:
+            self.c10d_runs[key] = measure()
+        return self.c10d_runs[key]
+
+    def record(self, measured: Measured, c10d: Measured | None) -> None:
+        """Print the cell's ``MATRIX`` line; with c10d's answer, hold the cell to it."""
+        reference = "none (never reads a decision)" if c10d is None else c10d.outcome
+        line = (
+            f"MATRIX | {self.configuration.name} | {self.scenario} | {measured.outcome} | "
+            f"{_seconds(measured.seconds)} | c10d: {reference} | "
+            f"{'-' if c10d is None else _seconds(c10d.seconds)}"
+        )
+        print(line)
+        self.request.node.user_properties.append(("matrix", line))
+        if c10d is None or c10d.seconds is None:
+            return  # no answer, or c10d never reached the cell's outcome
+        assert measured.rounds <= c10d.rounds, f"more rounds than c10d: {line}"
+        assert measured.seconds is not None and measured.seconds <= c10d.seconds + MARGIN, (
+            f"slower than c10d beyond {MARGIN:g} s: {line}"
+        )
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f} s"
+
+
+def outcome(result: JobResult, excluded: int | None) -> str:
+    """The table's words for how ``result`` ended, naming the ``excluded`` unit."""
+    final = result.final_round
+    if final is None:
+        return "no world"
+    left = "" if excluded is None else f"; task{excluded} excluded"
+    state = "completed" if result.completed else "NOT completed"
+    return f"world {final.units} in round {final.number}, {state}{left}"
+
+
+def assert_excluded_and_reformed(
+    result: JobResult, victim: int, survivor: int, *, after_joining: bool
+) -> None:
+    """The job completed in a world of ``survivor`` and the spare; the victim's process 0
+    left on its decision file (``after_joining`` as given), all of its launchers ended
+    non-zero, every other launcher exits 0."""
+    final = result.final_round
+    assert result.completed and not result.timed_out, result.summary()
+    assert final is not None and final.units == tuple(sorted((survivor, SPARE))), result.summary()
+    assert final.world_size == len(WORLD) * result.spec.nodes_per_task
+    assert exclusion(result.launcher(victim, 0).log()) == Exclusion(
+        ExclusionReason.DECISION_FILE, after_joining
+    )
+    for outcome in result.unit_launchers(victim):
+        assert outcome.returncode not in (None, 0, 93), outcome.label
+    for unit in (survivor, SPARE):
+        codes = [o.returncode for o in result.unit_launchers(unit)]
+        assert codes == [0] * len(codes), (unit, codes)
+
+
+def victim_of(job: SimulatedJob, first: Round, rank_zero: bool) -> tuple[int, int]:
+    """(the unit to mark, the unit that stays) of the world ``first``: the unit holding
+    rank 0, or the other one."""
+    zero = rank_zero_unit(first)
+    other = next(u for u in first.units if u != zero)
+    victim, survivor = (zero, other) if rank_zero else (other, zero)
+    host = job.spec.store_in_launcher
+    assert host is None or not host.startswith(f"task{victim}."), (
+        f"the store's host {host} would be excluded (it holds rank 0: {rank_zero})"
+    )
+    return victim, survivor
+
+
+def spare_labels(spec: JobSpec) -> list[str]:
+    """The spare task's launchers."""
+    return [spec.label(SPARE, p) for p in range(spec.nodes_per_task)]

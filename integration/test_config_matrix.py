@@ -1,0 +1,395 @@
+"""Every configuration the README offers, each scenario a whole job, beside plain c10d.
+
+Configurations (``matrix.CONFIGURATIONS``): the store outside every unit (c10d with a
+store host, ``is_host=false``) or in etcd (``inner_backend=etcd-v2``), the watch off or
+on (a look every second), one or two launchers per unit; and c10d with the store in a
+launcher (``is_host=true``, one launcher per unit), which the README offers with a
+warning. No launcher is told ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``: the backend decides.
+Three array tasks: tasks 0 and 1 form the world (``--nnodes`` = their launchers), task
+2 is the spare.
+
+=========================  ====================================  ============================
+scenario                   runs in                               plain c10d beside it
+=========================  ====================================  ============================
+before-launch              every configuration: task 1 marked    task 1's nodes fail right
+                           before launch, the spare starts as    after they join (the demo's
+                           task 1 joins; the world forms without ``--compare``); time to a
+                           it at once                            healthy world
+at-restart                 watch off: a unit marked while the    the restart's world holds
+(-rank-0)                  world trains (not / the one holding   the marked unit, whose node
+                           rank 0), then the other unit's worker then fails; time from the
+                           fails: the restart refuses the marked worker's failure to a world
+                           unit and takes the spare in           without the unit
+during-training            watch on: a unit marked while the     none: c10d never reads a
+(-rank-0)                  world trains (not / the one holding   decision (the unit trains
+                           rank 0): the watch restarts the       on)
+                           world, the spare takes its place, no
+                           restart is charged
+sigterm                    store host and etcd: SIGTERM to       the same SIGTERM at the same
+                           task0.proc0 where it waits: the       point of the same job (c10d:
+                           hand-off (two launchers per unit,     in the restart or training),
+                           watch off), the stat (one, watch      ``signals.assert_exits_as_``
+                           off), the watch's barrier (watch on)  ``with_c10d``
+=========================  ====================================  ============================
+
+Not run, and why: with the watch on, a decision written during training never waits for a
+restart (the watch's own restart is the one that takes the spare in: during-training); a
+launcher hosting the store is never in the excluded unit (the store would go with it: the
+README says so and ``etcd/test_scenario_etcd.py`` shows the whole job failing), and
+SIGTERM to one of its other launchers is the store host's case.
+
+"Same outcome or better, never slower beyond a small margin": every cell's job completes
+in a world of the unit that stays and the spare; where c10d has an answer and reaches
+that outcome too (its own unit holding rank 0 may be another), it needed at least as many
+rounds, and the cell took at most c10d's seconds plus ``matrixcell.MARGIN`` (10 s). c10d's run of an exclusion scenario depends only on the scenario and
+the launchers per unit: it runs once per module and serves every configuration of that
+shape; SIGTERM runs side by side per cell. Each cell prints one ``MATRIX`` line:
+configuration, scenario, outcome, seconds, c10d's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from collections.abc import Callable
+
+import pytest
+from matrix import (
+    CONFIGURATIONS,
+    ETCD,
+    HOST,
+    IN_LAUNCHER,
+    REACH_TIMEOUT,
+    Configuration,
+    arrived,
+    handoff_request_pending,
+    healthy_world_after,
+    plain_c10d,
+    spare_after_round_zero,
+    stop_stat_helper,
+    wait_for_spares,
+    wait_for_world,
+)
+from matrixcell import (
+    SPARE,
+    Acted,
+    Cell,
+    Measured,
+    assert_excluded_and_reformed,
+    outcome,
+    spare_labels,
+    victim_of,
+)
+from signals import (
+    LONG_BOUND,
+    assert_exits_as_with_c10d,
+    compare_terminations,
+    job_spec,
+    wait_for_joinings,
+    wait_for_round,
+)
+from simhelpers import JOB_TIMEOUT, JOINING
+
+from integration.etcd.conftest import etcd_server  # noqa: F401  (the etcd cells' server)
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter
+from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
+from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
+
+#: A cell runs one or two jobs, plus c10d's once per shape.
+pytestmark = pytest.mark.timeout(3 * JOB_TIMEOUT)
+
+#: The unit marked before launch.
+MARKED = 1
+#: Steps of a world a scenario acts on: it is ended by the scenario, never by its steps.
+LONG = 1000
+#: Seconds the worlds of the at-restart scenarios compute without collectives after
+#: joining, as NCCL training does between collectives: a lost peer is then noticed
+#: through the rendezvous, and plain c10d's world that holds the marked unit does not
+#: finish before that unit's node fails. Nothing waits for it: the scenario ends it.
+COMPUTE = 120.0
+#: Seconds plain c10d gets after the failure in the at-restart scenarios to form a world:
+#: six times the wrapper's usual time, beyond what the cells' MARGIN could excuse.
+C10D_PATIENCE = 60.0
+#: Seconds the launcher hosting the store starts late in the rank-0 scenarios, so that
+#: another launcher holds rank 0 (torch ranks by node descriptor: lower PID first).
+HOST_DELAY = 2.0
+
+
+@pytest.fixture(scope="module")
+def c10d_runs() -> dict[str, Measured]:
+    """Plain c10d's runs of this module, by scenario and launchers per unit."""
+    return {}
+
+
+# --- before-launch -------------------------------------------------------------------
+
+
+def before_launch(cell: Cell) -> None:
+    n = cell.configuration.launchers
+    last_of_marked = StartAfter(f"task{MARKED}.proc{n - 1}", JOINING, or_gone=True)
+    base = cell.spec(
+        marked=frozenset({MARKED}),
+        max_restarts=1,
+        start_after={label: last_of_marked for label in spare_labels(cell.spec())},
+        # c10d's answer to a bad unit: its nodes fail right after joining (ignored
+        # through segment-health: the unit never joins).
+        agent_env={BROKEN_TASKS_ENV: str(MARKED), BROKEN_HOW_ENV: "node"},
+    )
+
+    def measure(result: JobResult, excluded: int | None) -> Measured:
+        final = result.final_round
+        healthy = result.completed and final is not None and final.units == (0, SPARE)
+        return Measured(
+            outcome(result, excluded),
+            result.round_count,
+            result.time_to_healthy_world if healthy else None,
+        )
+
+    gated = cell.run("segment-health", base, lambda job: None)
+    assert_excluded_and_reformed(gated, MARKED, 0, after_joining=False)
+    assert gated.round_count == 1, gated.summary()
+
+    def c10d_run() -> Measured:
+        return measure(cell.run("c10d", plain_c10d(base), lambda job: None), None)
+
+    cell.record(measure(gated, MARKED), cell.c10d("before-launch", c10d_run))
+
+
+# --- at-restart ----------------------------------------------------------------------
+
+
+def _restart_spec(cell: Cell, rank_zero: bool, **fields) -> JobSpec:
+    spec = cell.spec(first_round_steps=LONG, **fields)
+    delays = {HOST: HOST_DELAY} if rank_zero and spec.store_in_launcher else {}
+    return dataclasses.replace(
+        spec, start_after=spare_after_round_zero(spec, SPARE), start_delays=delays
+    )
+
+
+def at_restart(cell: Cell, rank_zero: bool) -> None:
+    # Two restarts allowed: plain c10d spends one on the failed worker and may spend
+    # one more when the marked unit's node fails in the world after it.
+    spec = _restart_spec(cell, rank_zero, max_restarts=2, compute_seconds=COMPUTE, compute_rounds=1)
+
+    def run(name: str, spec: JobSpec) -> tuple[JobResult, Acted]:
+        acted: list[Acted] = []
+
+        def act(job: SimulatedJob) -> bool:
+            first = wait_for_world(job)
+            wait_for_spares(job, spare_labels(job.spec))
+            victim, survivor = victim_of(job, first, rank_zero)
+            gated = job.spec.backend == "segment-health"
+            if gated:
+                job.publish_decision(victim)
+            worker = next(w for w in first.workers if w.launcher == f"task{survivor}.proc0")
+            acted.append(Acted(victim, survivor, job.kill_worker(worker)))
+            if gated:
+                return False
+            # The restart's world holds the marked unit, whose node then fails. Plain
+            # c10d may re-form without end instead (three units' launchers for two
+            # units' places): it gets C10D_PATIENCE seconds to form a world.
+            try:
+                job.wait_until(
+                    lambda: job.ended or job.result().formed_after(first.number) is not None,
+                    C10D_PATIENCE,
+                    "a world after the failure",
+                )
+            except TimeoutError:
+                return True
+            world = job.result().formed_after(first.number)
+            if world is not None and victim in world.units:
+                job.kill_agent(job.spec.label(victim, 0))
+            return False
+
+        return cell.run(name, spec, act), acted[0]
+
+    def measure(result: JobResult, acted: Acted, excluded: int | None) -> Measured:
+        healthy = healthy_world_after(result, acted.fault.at, acted.victim)
+        formed = None if healthy is None or not result.completed else healthy.formed_at
+        ended = outcome(result, excluded)
+        return Measured(
+            ended if formed else f"no world without task{acted.victim} ({ended})",
+            result.round_count,
+            None if formed is None else formed - acted.fault.at,
+        )
+
+    gated, acted = run("segment-health", spec)
+    assert_excluded_and_reformed(gated, acted.victim, acted.survivor, after_joining=False)
+
+    def c10d_run() -> Measured:
+        # The world the marked unit joins computes until its node fails (round 1).
+        result, c10d_acted = run("c10d", dataclasses.replace(plain_c10d(spec), compute_rounds=2))
+        return measure(result, c10d_acted, None)
+
+    cell.record(measure(gated, acted, acted.victim), cell.c10d(cell.scenario, c10d_run))
+
+
+# --- during-training -----------------------------------------------------------------
+
+
+def during_training(cell: Cell, rank_zero: bool) -> None:
+    spec = _restart_spec(cell, rank_zero, max_restarts=0)
+    acted: list[Acted] = []
+
+    def act(job: SimulatedJob) -> None:
+        first = wait_for_world(job)
+        wait_for_spares(job, spare_labels(job.spec))
+        victim, survivor = victim_of(job, first, rank_zero)
+        fault = job.mark_while_training(victim, after_steps=2, timeout=REACH_TIMEOUT)
+        acted.append(Acted(victim, survivor, fault))
+
+    result = cell.run("segment-health", spec, act)
+    (done,) = acted
+    assert_excluded_and_reformed(result, done.victim, done.survivor, after_joining=True)
+    assert {w.restart_count for w in result.workers} == {0}, "a restart was charged"
+    measured = Measured(
+        outcome(result, done.victim), result.round_count, result.recovery(done.fault)
+    )
+    cell.record(measured, None)
+
+
+# --- sigterm -------------------------------------------------------------------------
+
+#: Where the signalled launcher waits: what a point needs of the job (``JobSpec`` fields
+#: and the wrapper's ``--rdzv-conf``), which launcher is signalled, how to get there.
+Point = tuple[dict[str, object], dict[str, str], str, Callable[[SimulatedJob], None]]
+
+
+def sigterm(cell: Cell) -> None:
+    configuration = cell.configuration
+    if configuration.watch:
+        wait = "barrier"
+    else:
+        wait = "hand-off" if configuration.launchers == 2 else "stat"
+    shape, conf, label, reach = _SIGTERM_POINTS[wait](configuration)
+
+    def spec_for(backend: str) -> JobSpec:
+        spec = job_spec(backend, **shape)
+        if backend == "c10d":
+            return spec
+        placed = configuration.spec(cell.etcd_endpoint)
+        return dataclasses.replace(
+            spec,
+            inner_backend=placed.inner_backend,
+            etcd_endpoint=placed.etcd_endpoint,
+            watch_interval=placed.watch_interval,
+            disable_shared_store=None,
+            rdzv_conf=conf,
+        )
+
+    runs = compare_terminations(cell.request, cell.workdir, spec_for, label, reach)
+    assert_exits_as_with_c10d(runs)
+    c10d, wrapped = runs["c10d"], runs["segment-health"]
+    cell.record(
+        Measured(
+            f"{label} in the {wait}: exit {wrapped.launcher.returncode}", 0, wrapped.seconds, None
+        ),
+        Measured(f"exit {c10d.launcher.returncode}", 0, c10d.seconds),
+    )
+
+
+def _handoff(configuration: Configuration) -> Point:
+    """Process 0's node dies while both launchers of task 0 train; the sibling's worker
+    fails on the lost peer, its agent restarts it, and it waits for the dead process 0's
+    verdict (bound: 120 s). SIGTERM to the sibling there; on c10d, in the restart's
+    rendezvous, which waits for the dead node."""
+    sibling = "task0.proc1"
+
+    def reach(job: SimulatedJob) -> None:
+        wait_for_round(job, 0, ("task0.proc0", sibling))
+        job.kill_agent("task0.proc0")
+        wait_for_joinings(job, sibling, 2)
+        if job.spec.backend == "segment-health":
+            job.wait_until(lambda: handoff_request_pending(job, 0), 30, "a pending request")
+
+    shape = {"no_kill_on_bad_exit": frozenset({0})}
+    return shape, {HANDOFF_TIMEOUT_KEY: str(LONG_BOUND)}, sibling, reach
+
+
+def _stat(configuration: Configuration) -> Point:
+    """A world of one launcher: its worker fails, and its stat helper does not answer
+    (stopped), so the restart's stat waits out its bound (120 s) as on a hung mount.
+    SIGTERM there; on c10d, in the restart."""
+    label = "task0.proc0"
+
+    def reach(job: SimulatedJob) -> None:
+        wait_for_round(job, 0, (label,))
+        if job.spec.backend == "segment-health":
+            stop_stat_helper(job, label)
+        (worker,) = [w for w in job.workers() if w.launcher == label]
+        job.kill_worker(worker)
+        wait_for_joinings(job, label, 2)
+
+    return {"nodes_per_task": 1}, {STAT_TIMEOUT_KEY: str(LONG_BOUND)}, label, reach
+
+
+def _barrier(configuration: Configuration) -> Point:
+    """Unit 1 is excluded by the watch while one other member of the world is frozen
+    (its agent stopped): every other member waits for it in the watch's barrier (bound:
+    10 s). SIGTERM to task0.proc0 there; on c10d, while the world trains."""
+    n = configuration.launchers
+    tasks = 3 if n == 1 else 2
+    blocker = "task2.proc0" if n == 1 else "task0.proc1"
+    labels = tuple(f"task{t}.proc{p}" for t in range(tasks) for p in range(n))
+
+    def reach(job: SimulatedJob) -> None:
+        wait_for_round(job, 0, labels)
+        process = job.launchers[blocker].process
+        assert process is not None
+        process.send_signal(signal.SIGSTOP)
+        if job.spec.backend == "segment-health":
+            job.publish_decision(MARKED)
+            job.wait_until(
+                lambda: arrived(job, 0) >= len(labels) - 1, 60, "the others in the barrier"
+            )
+
+    return {"tasks": tasks, "nodes_per_task": n}, {}, "task0.proc0", reach
+
+
+_SIGTERM_POINTS: dict[str, Callable[[Configuration], Point]] = {
+    "hand-off": _handoff,
+    "stat": _stat,
+    "barrier": _barrier,
+}
+
+# --- the table -----------------------------------------------------------------------
+
+SCENARIOS: dict[str, Callable[[Cell], None]] = {
+    "before-launch": before_launch,
+    "at-restart": lambda cell: at_restart(cell, rank_zero=False),
+    "at-restart-rank-0": lambda cell: at_restart(cell, rank_zero=True),
+    "during-training": lambda cell: during_training(cell, rank_zero=False),
+    "during-training-rank-0": lambda cell: during_training(cell, rank_zero=True),
+    "sigterm": sigterm,
+}
+
+
+def _scenarios(configuration: Configuration) -> list[str]:
+    """The scenarios ``configuration`` runs (the module documentation says why not the
+    others)."""
+    training = ("during-training", "during-training-rank-0")
+    restart = ("at-restart", "at-restart-rank-0")
+    names = ["before-launch", *(training if configuration.watch else restart)]
+    if configuration.placement != IN_LAUNCHER:
+        names.append("sigterm")
+    return names
+
+
+CELLS = [
+    pytest.param(
+        configuration,
+        scenario,
+        id=f"{configuration.name.replace('/', ',')}:{scenario}",
+        marks=[pytest.mark.etcd] if configuration.placement == ETCD else [],
+    )
+    for configuration in CONFIGURATIONS
+    for scenario in _scenarios(configuration)
+]
+
+
+@pytest.mark.parametrize(("configuration", "scenario"), CELLS)
+def test_cell(request, tmp_path, c10d_runs, configuration: Configuration, scenario: str) -> None:
+    endpoint = None
+    if configuration.placement == ETCD:
+        endpoint = request.getfixturevalue("etcd_server").endpoint
+    SCENARIOS[scenario](Cell(request, tmp_path, configuration, scenario, endpoint, c10d_runs))
