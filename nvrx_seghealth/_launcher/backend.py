@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
-from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
 from . import bypass
 from .agentstore import OUTSIDE_STORE, keep_workers_off_the_agent_store
@@ -92,7 +91,9 @@ def create_segment_health_handler(
 ) -> SegmentHealthRendezvousHandler:
     """Build the handler for ``params`` (the rendezvous creator torch calls).
 
-    All settings are validated before the inner rendezvous is created.
+    All settings are validated, once, before the inner rendezvous is created
+    (:meth:`~.._settings.rdzv_conf.BackendSettings.from_rdzv_config`); the handler takes
+    the validated :class:`~.._settings.check_settings.CheckSettings` as it is.
 
     Raises:
         ConfigurationError: a setting is invalid (named in the message).
@@ -114,18 +115,11 @@ def create_segment_health_handler(
         **settings.inner_config,
     )
     inner, store = _create_inner(inner_params)
-    check = settings.check  # valid values pass the constructor's checks unchanged
-    if check is None and _store_outside(inner_params):
+    if settings.check is None and _store_outside(inner_params):
         # With the check on, the handler keeps the workers off the agent store itself.
         keep_workers_off_the_agent_store(OUTSIDE_STORE)
-    return SegmentHealthRendezvousHandler(
-        inner,
-        store=store,
-        directory=None if check is None else check.directory,
-        stat_timeout=DEFAULT_STAT_TIMEOUT if check is None else check.stat_timeout,
-        handoff_timeout=None if check is None else check.handoff_timeout,
-        watch_interval=0.0 if check is None else check.watch_interval,
-        backend=params.backend,
+    return SegmentHealthRendezvousHandler._with_settings(
+        inner, settings.check, store=store, backend=params.backend
     )
 
 

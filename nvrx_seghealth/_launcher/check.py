@@ -79,10 +79,22 @@ class SegmentHealthCheck:
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
     ) -> None:
         settings = CheckSettings.validate(directory, stat_timeout=stat_timeout)
+        self._setup(settings, unit_id("job_id", job_id), unit_id("task_id", task_id))
+
+    @classmethod
+    def _for_unit(cls, settings: CheckSettings, unit: AllocationUnit) -> SegmentHealthCheck:
+        """The check of ``unit`` (its ids are :class:`~.._decision.unit.SlurmId` s) with
+        ``settings`` validated where they entered, both taken as they are. The
+        constructor is the door for raw values."""
+        check = cls.__new__(cls)
+        check._setup(settings, unit.job_id, unit.task_id)
+        return check
+
+    def _setup(self, settings: CheckSettings, job_id: str, task_id: str) -> None:
         self.directory = settings.directory
-        self.job_id = unit_id("job_id", job_id)
-        self.task_id = unit_id("task_id", task_id)
-        self.path = unit_artifact_path(settings.directory, self.job_id, self.task_id)
+        self.job_id = job_id
+        self.task_id = task_id
+        self.path = unit_artifact_path(settings.directory, job_id, task_id)
         self.stat_timeout = settings.stat_timeout
         self._directory_looked_at = False
 
@@ -144,10 +156,7 @@ def install_check(
     """
     if unit is None or not unit.is_process_zero:
         return None
-    # Valid values pass the constructor's checks unchanged: its one construction path.
-    check = SegmentHealthCheck(
-        settings.directory, unit.job_id, unit.task_id, stat_timeout=settings.stat_timeout
-    )
+    check = SegmentHealthCheck._for_unit(settings, unit)
     with contextlib.suppress(HelperStartError):  # the first stat fails open and says why
         prepare_stat_helper()
     log.info(

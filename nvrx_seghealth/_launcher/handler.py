@@ -111,6 +111,33 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             handoff_timeout=handoff_timeout,
             watch_interval=watch_interval,
         )
+        self._setup(inner, settings, store=store, environ=environ, backend=backend)
+
+    @classmethod
+    def _with_settings(
+        cls,
+        inner: RendezvousHandler,
+        settings: CheckSettings | None,
+        *,
+        store: Store | None,
+        backend: str,
+    ) -> SegmentHealthRendezvousHandler:
+        """The handler for ``settings`` validated where they entered (the registered
+        backend's rdzv-conf keys, :mod:`.._settings.rdzv_conf`), taken as they are;
+        ``None``: the check is off. The constructor is the door for raw values."""
+        handler = cls.__new__(cls)
+        handler._setup(inner, settings, store=store, environ=None, backend=backend)
+        return handler
+
+    def _setup(
+        self,
+        inner: RendezvousHandler,
+        settings: CheckSettings | None,
+        *,
+        store: Store | None,
+        environ: Mapping[str, str] | None,
+        backend: str | None,
+    ) -> None:
         self._inner = inner
         self._backend = backend or inner.get_backend()
         self._coordinator: Coordinator | None = None

@@ -6,12 +6,17 @@ rendezvous starts:
 
 * ``--rdzv-conf`` keys of the registered backend: :mod:`.rdzv_conf`;
 * the launcher's flag, YAML field and environment: :mod:`.launcher_options` (``run`` then
-  hands the directory to the backend as an ``--rdzv-conf`` key);
+  hands the directory to the backend as an ``--rdzv-conf`` key: text, to another
+  process, whose backend validates it as any key);
 * the composition API's arguments: ``SegmentHealthRendezvousHandler(...)``,
-  ``SegmentHealthCheck(...)`` and ``get_segment_health_check(...)``.
+  ``SegmentHealthCheck(...)`` and ``get_segment_health_check(...)``, each one's
+  constructor (or function) the door for its raw values.
 
-Below the entry, every layer takes the :class:`CheckSettings` as it is: nothing is
-checked twice, and no layer reaches back up for a default.
+Below the entry, every layer takes the :class:`CheckSettings` as it is (the registered
+backend hands it to the handler's ``_with_settings``, the handler to the coordinator and
+the check's ``_for_unit``): nothing is checked twice, and no layer reaches back up for a
+default. ``tests/launcher/test_backend.py`` counts the validations from the backend's
+creator to the stat.
 """
 
 from __future__ import annotations

@@ -370,3 +370,87 @@ def test_the_watch_interval_key_turns_the_watch_on(tmp_path, monkeypatch):
     wait_until(lambda: handler.excluded)
     wait_until(lambda: handler.num_nodes_waiting() == 1)
     handler.shutdown()
+
+
+def validated_calls(monkeypatch) -> list[str]:
+    """The names of the validators called from now on: the directory's (in the settings
+    and in the artifact's path) and the duration validator behind every ``CheckSettings``."""
+    from nvrx_seghealth._decision import artifact
+    from nvrx_seghealth._settings import check_settings
+
+    calls: list[str] = []
+
+    def counted(module, name: str) -> None:
+        real = getattr(module, name)
+
+        def counting(*args, **kwargs):
+            calls.append(name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counting)
+
+    counted(check_settings, "require_absolute_directory")
+    counted(artifact, "require_absolute_directory")
+    counted(check_settings, "validate_seconds")
+    monkeypatch.setenv(SHARED_STORE_ENV, "1")  # the handler sets it; restored after
+    return calls
+
+
+def test_from_the_creator_to_the_stat_the_settings_are_validated_once(shc, monkeypatch):
+    """One door: the rdzv-conf keys are validated into a ``CheckSettings`` where they enter,
+    and the handler, the coordinator and the check take it as it is (torch's
+    ``from_backend`` and ``__init__``). Counted through a real backend, up to process 0's
+    stat (its decision excludes the unit)."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    from nvrx_seghealth import UnhealthyNodeException
+
+    publish_decision(shc, "1000", "3", "drained")
+    for key, value in slurm_env(task=3).items():
+        monkeypatch.setenv(key, value)
+    calls = validated_calls(monkeypatch)
+    handler = create_segment_health_handler(
+        RendezvousParameters(
+            BACKEND_NAME,
+            f"127.0.0.1:{free_port()}",
+            "run",
+            1,
+            1,
+            is_host="true",
+            segment_health_check_dir=shc,
+            segment_health_check_stat_timeout="5",
+            segment_health_check_watch_interval="1",
+        )
+    )
+    with pytest.raises(UnhealthyNodeException):  # process 0's stat found the decision
+        handler.next_rendezvous()
+    handler.shutdown()
+    # the directory once; the stat bound and the watch interval once each (the
+    # hand-off's default is computed from the validated stat bound)
+    assert sorted(calls) == ["require_absolute_directory", "validate_seconds", "validate_seconds"]
+
+
+def test_a_composed_handler_validates_its_arguments_once_up_to_the_stat(shc, monkeypatch):
+    """The composition API's door is the handler's constructor; below it, as for the
+    registered backend, nothing validates the settings again."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    from nvrx_seghealth import UnhealthyNodeException
+
+    publish_decision(shc, "1000", "3", "drained")
+    params = RendezvousParameters("c10d", f"127.0.0.1:{free_port()}", "run", 1, 1)
+    backend, store = create_backend(params)
+    calls = validated_calls(monkeypatch)
+    handler = SegmentHealthRendezvousHandler(
+        create_handler(store, backend, params),
+        store=store,
+        directory=shc,
+        environ=slurm_env(task=3),
+        stat_timeout=5,
+    )
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    handler.shutdown()
+    assert sorted(calls) == ["require_absolute_directory", "validate_seconds", "validate_seconds"]
