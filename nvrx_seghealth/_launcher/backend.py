@@ -4,7 +4,8 @@
 finds this backend through the ``torchrun.handlers`` entry-point group: torch imports
 :func:`entry_point`, calls it with no arguments and registers the creator it returns.
 The creator builds the inner handler named by ``inner_backend`` (``c10d`` by default,
-or ``etcd-v2``) from the same parameters, shares that backend's store for the
+or ``etcd-v2``; :data:`INNER_BACKEND_CREATORS`, a name -> creator table as torch's
+registry is) from the same parameters, shares that backend's store for the
 replacement-group markers, and wraps it in a :class:`SegmentHealthRendezvousHandler`
 that reports the name it was registered under.
 
@@ -42,42 +43,63 @@ if TYPE_CHECKING:
 
     from .handler import SegmentHealthRendezvousHandler
 
-__all__ = ["BACKEND_NAME", "create_segment_health_handler", "entry_point", "register"]
+__all__ = [
+    "BACKEND_NAME",
+    "INNER_BACKEND_CREATORS",
+    "create_segment_health_handler",
+    "entry_point",
+    "register",
+]
 
 BACKEND_NAME = "segment-health"
 log = logging.getLogger(__name__)
 
 
+def _create_c10d(params: RendezvousParameters) -> tuple[RendezvousBackend, Store]:
+    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
+
+    if _store_outside(params):
+        # torch waits for the store without a word until its timeout (minutes)
+        log.info(
+            "Connecting to the rendezvous store at %s; with is_host=false it must already "
+            "be served there (e.g. by nvrx-seghealth store-host)",
+            params.endpoint,
+        )
+    return c10d_rendezvous_backend.create_backend(params)
+
+
+def _create_etcd_v2(params: RendezvousParameters) -> tuple[RendezvousBackend, Store]:
+    try:
+        import etcd  # noqa: F401  (python-etcd; torch silently stubs it when missing)
+    except ImportError:
+        raise ConfigurationError(
+            "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
+            "(the package's etcd extra: pip install '.[etcd]' from a checkout)",
+            setting=f"rdzv-conf {INNER_BACKEND_KEY}=etcd-v2",
+        ) from None
+    from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
+
+    from .etcd_reads import OneKeyEtcdStore
+
+    backend, store = etcd_rendezvous_backend.create_backend(params)
+    return backend, OneKeyEtcdStore.of(store)  # reads one key, not torch's whole store directory
+
+
+#: The inner backends by name (``inner_backend``, :data:`~.._settings.rdzv_conf.INNER_BACKENDS`
+#: in the same order), as torch's registry keeps its handlers: each creates torch's
+#: rendezvous backend and the store it shares from the inner parameters.
+INNER_BACKEND_CREATORS: dict[
+    str, Callable[[RendezvousParameters], tuple[RendezvousBackend, Store]]
+] = {
+    "c10d": _create_c10d,
+    "etcd-v2": _create_etcd_v2,
+}
+
+
 def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Store]:
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
-    if params.backend == "etcd-v2":
-        try:
-            import etcd  # noqa: F401  (python-etcd; torch silently stubs it when missing)
-        except ImportError:
-            raise ConfigurationError(
-                "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
-                "(the package's etcd extra: pip install '.[etcd]' from a checkout)",
-                setting=f"rdzv-conf {INNER_BACKEND_KEY}=etcd-v2",
-            ) from None
-        from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
-
-        from .etcd_reads import OneKeyEtcdStore
-
-        backend: RendezvousBackend
-        backend, store = etcd_rendezvous_backend.create_backend(params)
-        store = OneKeyEtcdStore.of(store)  # reads one key, not torch's whole store directory
-    else:
-        from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
-
-        if _store_outside(params):
-            # torch waits for the store without a word until its timeout (minutes)
-            log.info(
-                "Connecting to the rendezvous store at %s; with is_host=false it must already "
-                "be served there (e.g. by nvrx-seghealth store-host)",
-                params.endpoint,
-            )
-        backend, store = c10d_rendezvous_backend.create_backend(params)
+    backend, store = INNER_BACKEND_CREATORS[params.backend](params)
     return create_handler(store, backend, params), store
 
 

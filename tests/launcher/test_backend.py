@@ -454,3 +454,12 @@ def test_a_composed_handler_validates_its_arguments_once_up_to_the_stat(shc, mon
         handler.next_rendezvous()
     handler.shutdown()
     assert sorted(calls) == ["require_absolute_directory", "validate_seconds", "validate_seconds"]
+
+
+def test_every_inner_backend_the_settings_accept_has_a_creator_in_the_table():
+    """The inner backends are a name -> creator table (as torch's registry keeps its
+    handlers), and the names ``inner_backend`` accepts are exactly its keys."""
+    from nvrx_seghealth._launcher.backend import INNER_BACKEND_CREATORS
+    from nvrx_seghealth._settings.rdzv_conf import INNER_BACKENDS
+
+    assert tuple(INNER_BACKEND_CREATORS) == INNER_BACKENDS
