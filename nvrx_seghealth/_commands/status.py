@@ -1,8 +1,9 @@
 """``nvrx-seghealth status``: every decision file of a directory, and how its producers are.
 
-Each file is judged as the consumer judges it (:func:`nvrx_seghealth._decision.artifact.judge`),
-so the state column says what the unit's process 0 would do. For an unhealthy file the
-table also shows the first line of the producer's diagnostic text. Below the table, one
+Each file is judged as the consumer judges it, by one bounded ``stat`` that also gives
+its age (:func:`nvrx_seghealth._decision.artifact.judge_with_stat`), so the state column
+says what the unit's process 0 would do. For an unhealthy file the table also shows the
+first line of the producer's diagnostic text (one bounded read). Below the table, one
 line per ``publish-drained`` producer that keeps its state in the directory: when its
 last pass ran, and since when its passes fail (its decisions are then kept, stale).
 Each row's state is a token computed once and used by the table and by ``--json`` alike:
@@ -33,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._decision import boundedfs
-from .._decision.artifact import Decision, Outcome, judge
-from .._decision.boundedstat import stat_within, stuck_for
+from .._decision.artifact import Outcome, judge_with_stat
+from .._decision.boundedstat import stuck_for
 from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
 from .._decision.problems import permission_problems
 from .._producer.state import STATE_FILE, ProducerState, StateFileError, read_state_file
@@ -200,11 +201,11 @@ def _describe_all(
 
 
 def _describe(entry: DecisionFile, now: float, timeout: float) -> _DecisionRow:
-    decision: Decision = judge(entry.path, timeout)
-    age = diagnostic = None
-    if decision.outcome in (Outcome.UNHEALTHY, Outcome.CLEAR, Outcome.NOT_REGULAR):
-        with contextlib.suppress(OSError):  # gone or hung since the evaluation: no age
-            age = now - stat_within(entry.path, timeout).st_mtime
+    """The entry's row from one stat (its state and age) and, for an unhealthy file, one
+    read of its text."""
+    decision, st = judge_with_stat(entry.path, timeout)
+    age = None if st is None else now - st.st_mtime
+    diagnostic = None
     if decision.outcome is Outcome.UNHEALTHY:
         with contextlib.suppress(OSError):  # HelperTimeout too
             current = boundedfs.read_current(entry.path, timeout)

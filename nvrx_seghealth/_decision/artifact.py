@@ -55,6 +55,7 @@ __all__ = [
     "directory_problem",
     "evaluate",
     "judge",
+    "judge_with_stat",
     "publish_decision",
     "unit_artifact_path",
     "unit_id",
@@ -170,24 +171,32 @@ def judge(path: str, seconds: float) -> Decision:
     For callers that validated the bound once where it entered, so that each round's
     check does not validate it again.
     """
+    return judge_with_stat(path, seconds)[0]
+
+
+def judge_with_stat(path: str, seconds: float) -> tuple[Decision, os.stat_result | None]:
+    """:func:`judge`, and the result of the one ``stat`` it judged (``None`` when the
+    stat failed): for a caller that shows more of the file than its decision (``status``:
+    its age) without a second stat."""
     try:
         st = stat_within(path, seconds)
     except FileNotFoundError:
-        return Decision(path, Outcome.ABSENT, "no decision file")
+        return Decision(path, Outcome.ABSENT, "no decision file"), None
     except (HelperTimeout, HelperStartError) as error:  # their own words; before OSError
-        return Decision(path, Outcome.UNREADABLE, str(error))
+        return Decision(path, Outcome.UNREADABLE, str(error)), None
     except OSError as error:
         code = errno.errorcode.get(error.errno or 0, "error")
-        return Decision(path, Outcome.UNREADABLE, f"stat failed: {code}: {error.strerror}")
+        reason = f"stat failed: {code}: {error.strerror}"
+        return Decision(path, Outcome.UNREADABLE, reason), None
     except ValueError as error:  # e.g. an embedded NUL byte
-        return Decision(path, Outcome.UNREADABLE, f"stat failed: {error}")
+        return Decision(path, Outcome.UNREADABLE, f"stat failed: {error}"), None
     if not stat.S_ISREG(st.st_mode):
-        return Decision(path, Outcome.NOT_REGULAR, f"not a regular file: {_file_type(st.st_mode)}")
+        reason = f"not a regular file: {_file_type(st.st_mode)}"
+        return Decision(path, Outcome.NOT_REGULAR, reason), st
     if st.st_size > 0:
-        return Decision(
-            path, Outcome.UNHEALTHY, f"non-empty decision file ({st.st_size} bytes)", st.st_size
-        )
-    return Decision(path, Outcome.CLEAR, "empty decision file", 0)
+        reason = f"non-empty decision file ({st.st_size} bytes)"
+        return Decision(path, Outcome.UNHEALTHY, reason, st.st_size), st
+    return Decision(path, Outcome.CLEAR, "empty decision file", 0), st
 
 
 def directory_problem(directory: str, seconds: float) -> str | None:

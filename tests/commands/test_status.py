@@ -273,3 +273,35 @@ def test_status_never_prints_what_a_planted_symlink_points_to(secret_behind_a_sy
     for done in outputs:
         assert done.returncode == 0, done.stderr
         assert "SECRET" not in done.stdout + done.stderr
+
+
+def test_each_decision_file_is_stated_once(shc, monkeypatch, capsys):
+    """One bounded ``stat`` per decision file gives its state and its age; only an
+    unhealthy file's text is read besides. Counted: the requests the real helpers get."""
+    import collections
+
+    from nvrx_seghealth._commands import main
+    from nvrx_seghealth._decision import boundedfs, boundedstat
+
+    stats: collections.Counter[str] = collections.Counter()
+    reads: collections.Counter[str] = collections.Counter()
+    real_stat, real_fs = boundedstat._client.call, boundedfs._client.call
+
+    def stat_call(key, request, timeout, **kwargs):
+        stats[os.fsdecode(request.rstrip(b"\0"))] += 1
+        return real_stat(key, request, timeout, **kwargs)
+
+    def fs_call(key, request, timeout, **kwargs):
+        wire = json.loads(request)
+        if wire["op"] == "read":
+            reads[wire["args"]["path"]] += 1
+        return real_fs(key, request, timeout, **kwargs)
+
+    monkeypatch.setattr(boundedstat._client, "call", stat_call)
+    monkeypatch.setattr(boundedfs._client, "call", fs_call)
+    assert main(["status", "--dir", str(shc), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["decisions"]
+    assert {row["path"]: stats[row["path"]] for row in rows} == {row["path"]: 1 for row in rows}
+    unhealthy = {row["path"] for row in rows if row["state"] == "unhealthy"}
+    assert set(reads) == unhealthy and set(reads.values()) == {1}
+    assert all(row["age_seconds"] is not None for row in rows if row["state"] != "absent")
