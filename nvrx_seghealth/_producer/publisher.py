@@ -57,11 +57,12 @@ from dataclasses import asdict
 from typing import Literal
 
 from .._decision import boundedfs
-from .._decision.artifact import ARTIFACT_PREFIX, artifact_path
+from .._decision.artifact import unit_artifact_path
 from .._decision.files import Current
 from .._decision.helperprocess import HelperTimeout
-from .._decision.listing import first_line
+from .._decision.listing import first_line, list_decisions
 from .._decision.problems import hung_problem, write_problem
+from .._decision.unit import SlurmId
 from .audit import READ, AuditEvent, EventKind, PassResult
 from .debounce import DEFAULT_PASSES, Debouncer
 from .slurm import NODE_STATES, RunningTask, SlurmClient, SlurmError
@@ -119,7 +120,10 @@ class DrainedPublisher:
     """Publishes the decisions of one job from Slurm's node states; see the module doc.
 
     Args:
-        directory: the decision directory. job_id: the array (or regular) job.
+        directory: the decision directory (absolute, validated by the caller).
+        job_id: the array (or regular) job. The ids are ``SlurmId`` s (the tasks' are
+            made so where Slurm's answer enters, :mod:`.slurm`), and a pass takes them and
+            ``directory`` as they are.
         states: the watched states. passes: consecutive passes per state (defaults
             from :data:`~.debounce.DEFAULT_PASSES`). producer_id: this instance's id.
         slurm: the Slurm client. fs_timeout: bound of each call into the directory.
@@ -137,7 +141,7 @@ class DrainedPublisher:
     def __init__(
         self,
         directory: str,
-        job_id: str,
+        job_id: SlurmId,
         states: tuple[str, ...],
         slurm: SlurmClient,
         *,
@@ -267,9 +271,9 @@ class DrainedPublisher:
             event = self._event(kind, task_id, path, text=text.strip())
         result.events.append(event)
 
-    def _apply(self, task_id: str, desired: str | None, result: PassResult) -> None:
+    def _apply(self, task_id: SlurmId, desired: str | None, result: PassResult) -> None:
         """Bring ``task_id``'s decision to ``desired`` (:meth:`_desired`) where it may."""
-        path = artifact_path(self.directory, self.job_id, task_id)
+        path = unit_artifact_path(self.directory, self.job_id, task_id)
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
         except OSError as error:  # HelperTimeout too: the directory hangs
@@ -309,13 +313,13 @@ class DrainedPublisher:
         else:
             result.unchanged += 1  # someone else's decision stands
 
-    def _desired(self, tasks: list[RunningTask]) -> dict[str, str | None]:
+    def _desired(self, tasks: list[RunningTask]) -> dict[SlurmId, str | None]:
         """Task id -> the decision it should hold: its text, ``""`` (healthy: this
         producer's own decision is emptied), or ``None``: it keeps the one it has (a node
         whose state has not counted yet)."""
         unavailable = self.debouncer.unavailable()
         pending = self.debouncer.pending()
-        desired: dict[str, str | None] = {}
+        desired: dict[SlurmId, str | None] = {}
         for task in tasks:
             bad = [unavailable[host] for host in dict.fromkeys(task.hosts) if host in unavailable]
             if bad:
@@ -372,7 +376,6 @@ class DrainedPublisher:
 
     def _clear_own(self, result: PassResult) -> None:
         """Clear every decision of this producer for the job (after ``clear_after_failing``)."""
-        prefix = f"{ARTIFACT_PREFIX}.{self.job_id}."
         try:
             names = boundedfs.list_names(self.directory, self.fs_timeout)
         except OSError as error:  # HelperTimeout too
@@ -380,18 +383,21 @@ class DrainedPublisher:
                 f"cannot list {self.directory} to clear stale decisions: {error}"
             )
             return
-        for name in sorted(names):
-            task_id = name[len(prefix) :]
-            if not (name.startswith(prefix) and task_id.isdigit()):
-                continue
-            path = os.path.join(self.directory, name)
+        for decision in list_decisions(names, self.directory, self.job_id):
             try:
-                current = boundedfs.read_current(path, self.fs_timeout)
+                current = boundedfs.read_current(decision.path, self.fs_timeout)
             except OSError:  # HelperTimeout too
                 continue
             if current.kind == "content" and current.data.startswith(self.tag):
                 try:
-                    self._write(result, EventKind.STALE_CLEARED, task_id, path, "", current)
+                    self._write(
+                        result,
+                        EventKind.STALE_CLEARED,
+                        decision.task_id,
+                        decision.path,
+                        "",
+                        current,
+                    )
                 except _Hung:
                     result.warnings.append(
                         "the decision directory does not answer: stale "

@@ -29,6 +29,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .._decision.unit import InvalidIdentityError, SlurmId, validate_id
 from .._errors import SegmentHealthError
 from .hostlist import HostlistError, expand
 
@@ -89,10 +90,11 @@ class NodeState:
 
 @dataclass(frozen=True)
 class RunningTask:
-    """A running allocation unit: ids as in its decision file name, partition, hosts."""
+    """A running allocation unit: ids as in its decision file name (validated where
+    ``squeue``'s answer entered), partition, hosts."""
 
-    job_id: str
-    task_id: str
+    job_id: SlurmId
+    task_id: SlurmId
     partition: str
     hosts: tuple[str, ...]
 
@@ -160,15 +162,17 @@ def parse_nodes(text: str) -> list[NodeState]:
     return list(nodes.values())
 
 
-def parse_running_tasks(text: str, job_id: str) -> list[RunningTask]:
+def parse_running_tasks(text: str, job_id: SlurmId) -> list[RunningTask]:
     """Parse ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'`` for ``job_id``.
 
-    A regular job (task ``N/A``) is its own unit: task id = job id. Host lists are
-    expanded (:func:`nvrx_seghealth._producer.hostlist.expand`).
+    A regular job (task ``N/A``) is its own unit: task id = job id. Each task id is made
+    a :class:`~.._decision.unit.SlurmId` here, where it enters. Host lists are expanded
+    (:func:`nvrx_seghealth._producer.hostlist.expand`).
 
     Raises:
-        SlurmError: a malformed line or host list, or a task of another array
-            (``job_id`` names one task of an array instead of the array job).
+        SlurmError: a malformed line, task id (``007``: Slurm writes no leading zeros) or
+            host list, or a task of another array (``job_id`` names one task of an array
+            instead of the array job).
     """
     tasks = []
     expanded: dict[str, tuple[str, ...]] = {}
@@ -181,7 +185,10 @@ def parse_running_tasks(text: str, job_id: str) -> list[RunningTask]:
                 f"job {job_id} belongs to array job {match['job']}: give the array job id "
                 f"(--job-id {match['job']})"
             )
-        task = job_id if match["task"] == "N/A" else match["task"]
+        try:
+            task = job_id if match["task"] == "N/A" else validate_id("task", match["task"])
+        except InvalidIdentityError as error:
+            raise SlurmError(f"unexpected squeue line {line!r}: {error}") from None
         hostlist = match["hostlist"]
         if hostlist not in expanded:
             try:
@@ -206,7 +213,7 @@ class SlurmClient:
         )
         return parse_nodes(out)
 
-    def running_tasks(self, job_id: str) -> list[RunningTask]:
+    def running_tasks(self, job_id: SlurmId) -> list[RunningTask]:
         """The running tasks of array job (or regular job) ``job_id``."""
         out = run_slurm_command(
             ["squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%F|%K|%P|%N"], self.timeout

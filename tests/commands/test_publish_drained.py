@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from nvrx_seghealth._decision.unit import SlurmId, validate_id
 from nvrx_seghealth._producer.publisher import producer_tag
 from nvrx_seghealth._producer.slurm import (
     NodeState,
@@ -116,6 +117,43 @@ def test_parse_running_tasks():
     ):
         with pytest.raises(SlurmError):
             parse_running_tasks(bad, "500")
+
+
+def test_the_ids_of_running_tasks_are_validated_where_they_enter():
+    """Each task id becomes a ``SlurmId`` when ``squeue``'s answer is parsed; one Slurm
+    never writes (leading zeros) fails the pass there, as any unexpected answer does."""
+    job = validate_id("--job-id", "500")
+    tasks = parse_running_tasks(TASKS + "500|N/A|gpu|n1\n", job)
+    assert all(isinstance(t.job_id, SlurmId) and isinstance(t.task_id, SlurmId) for t in tasks)
+    with pytest.raises(SlurmError, match="007"):
+        parse_running_tasks("500|007|gpu|n1\n", job)
+
+
+def test_a_pass_trusts_the_ids_and_the_directory_it_was_given(tmp_path, monkeypatch):
+    """The producer's ids are ``SlurmId`` s and its directory was validated by the command:
+    no pass validates them again for each task (counted: the validators behind
+    ``artifact_path``)."""
+    from nvrx_seghealth._decision import artifact
+    from nvrx_seghealth._producer.publisher import DrainedPublisher
+    from nvrx_seghealth._producer.slurm import SlurmClient
+
+    slurm = FakeSlurm(tmp_path)
+    monkeypatch.setenv("PATH", slurm.env["PATH"])
+    calls = []
+    for name in ("validate_id", "require_absolute_directory"):
+        real = getattr(artifact, name)
+        monkeypatch.setattr(
+            artifact, name, lambda *args, real=real, name=name: calls.append(name) or real(*args)
+        )
+    publisher = DrainedPublisher(
+        str(slurm.shc), validate_id("--job-id", "500"), ("drain",), SlurmClient(10.0),
+        producer_id=PRODUCER, passes={"drain": 1},
+    )  # fmt: skip
+    for _ in range(2):
+        result = publisher.run_pass()
+        assert result.error is None and result.running == 3
+    assert slurm.decision(1).read_text() == TASK1_TEXT
+    assert calls == []
 
 
 # --- passes against a fake Slurm ---------------------------------------------------------
