@@ -13,6 +13,10 @@ for the recovery time (:meth:`.outcome.JobResult.recovery`).
 
 Standard library only (torch runs in the child processes; :meth:`SimulatedJob.markers`
 and :meth:`SimulatedJob.rendezvous_lists` import it when called).
+
+One module of about 430 lines, over the package's 400: :class:`SimulatedJob` is one
+context manager whose start, faults, waits and stop share the job's processes, and is
+read whole here.
 """
 
 from __future__ import annotations

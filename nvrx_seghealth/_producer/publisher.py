@@ -44,6 +44,10 @@ counts anew: it never publishes because of it. Each pass returns its
 :class:`~.audit.AuditEvent` s, one per transition (``published``, ``updated``,
 ``cleared``) and per ``write-failed``, ``conflict``, ``unreadable``, ``pass-failed`` and
 ``stale-cleared``: the command appends them to ``--audit-log FILE`` (format: :mod:`.audit`).
+
+One module of about 410 lines, over the package's 400: a pass, from Slurm's answer to
+its last write and its state file, keeps every guarantee above in one class, and is read
+whole here.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ trusted as it is:
 
 Every refusal is one :class:`StateFileError` naming the file and the field. Standard
 library only.
+
+One module of about 410 lines, over the package's 400: the field checks, the schema and
+the loader together are what a planted file meets, and are read whole here.
 """
 
 from __future__ import annotations
