@@ -281,9 +281,7 @@ def sigterm(cell: Cell) -> None:
     assert_exits_as_with_c10d(runs)
     c10d, wrapped = runs["c10d"], runs["segment-health"]
     cell.record(
-        Measured(
-            f"{label} in the {wait}: exit {wrapped.launcher.returncode}", 0, wrapped.seconds, None
-        ),
+        Measured(f"{label} in the {wait}: exit {wrapped.launcher.returncode}", 0, wrapped.seconds),
         Measured(f"exit {c10d.launcher.returncode}", 0, c10d.seconds),
     )
 
