@@ -74,7 +74,6 @@ class Cell:
     configuration: Configuration
     scenario: str
     etcd_endpoint: str | None
-    c10d_runs: dict[str, Measured]
 
     def spec(self, **fields) -> JobSpec:
         """The three-task job of this configuration (the world: tasks 0 and 1)."""
@@ -93,13 +92,6 @@ class Cell:
         with SimulatedJob(spec, workdir) as job:
             result = job.stop_now() if act(job) else job.wait(JOB_TIMEOUT)
         return report(self.request, name, result)
-
-    def c10d(self, shape: str, measure: Callable[[], Measured]) -> Measured:
-        """Plain c10d's run of ``shape`` (measured once per module)."""
-        key = f"{shape}/{self.configuration.launchers}-per-unit"
-        if key not in self.c10d_runs:
-            self.c10d_runs[key] = measure()
-        return self.c10d_runs[key]
 
     def record(self, measured: Measured, c10d: Measured | None) -> None:
         """Print the cell's ``MATRIX`` line; with c10d's answer, hold the cell to it."""
