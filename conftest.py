@@ -6,9 +6,9 @@ runs) runs everything. The markers come from :data:`TIERS`, one table, so a new 
 gets its marks by the folder (or, for the few whole-job tests under ``tests/``, the file)
 it is put in; a module may add more marks of its own.
 
-Tests that share something machine-wide (:data:`SHARED_FIXTURES`) run in one
-``pytest-xdist`` worker per mark (``xdist_group``): ``--dist loadgroup`` keeps them
-together while other tests run beside them.
+Tests that share something machine-wide (the private Slurm cluster on its fixed ports,
+the count of ``./dev loaded-test``'s CPU hogs) are marked ``serial``: ``./dev`` runs
+them after the others, in one process, and everything else in ``pytest-xdist`` workers.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ ROOT = Path(__file__).resolve().parent
 TIERS: dict[str, tuple[str, ...]] = {
     # Whole jobs: real torchrun agents, Slurm, etcd, FUSE, other launchers.
     "integration/": ("integration", "torch"),
-    "integration/slurm/": ("slurm",),
+    "integration/slurm/": ("slurm", "serial"),
     "integration/etcd/": ("etcd",),
     "integration/hungmount/": ("hungmount",),
     "integration/launchers/": ("launchers",),
     # Whole jobs that live beside the unit tests they belong to.
     "tests/test_readme.py": ("integration", "torch"),
-    "tests/test_dev.py": ("integration", "cpu_hogs"),
+    "tests/test_dev.py": ("integration", "serial"),
     "tests/commands/test_demo.py": ("integration", "torch"),
     "tests/commands/test_run.py": ("integration", "torch"),
     # Unit tests of what imports torch: what a second torch version must pass.
@@ -43,10 +43,6 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tests/test_errors.py": ("torch",),
 }
 
-#: Marks whose tests share something machine-wide (the private Slurm cluster, the etcd
-#: server, the count of ``./dev loaded-test``'s CPU hogs): one xdist worker each.
-SHARED_FIXTURES = ("slurm", "etcd", "cpu_hogs")
-
 
 def marks_for(path: Path) -> list[str]:
     """The tier marks of a test file, from :data:`TIERS`."""
@@ -58,12 +54,7 @@ def marks_for(path: Path) -> list[str]:
     return marks
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        for name in marks_for(item.path):
-            item.add_marker(name)
-        for name in SHARED_FIXTURES:
-            if item.get_closest_marker(name) is not None:
-                item.add_marker(pytest.mark.xdist_group(name))
-                break
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark each test by its folder as it is collected (:data:`TIERS`)."""
+    for name in marks_for(item.path):
+        item.add_marker(name)
