@@ -37,6 +37,11 @@ for line in sys.stdin.buffer:
 
 
 TAG = "nvrx-seghealth-test-helper"
+#: Keys of this process's calls: a key abandoned here is refused to every process of the
+#: account while its helper is stuck, so tests running beside these (pytest-xdist
+#: workers) must not share them.
+A = f"a-{uuid.uuid4().hex}"
+B = f"b-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
@@ -57,29 +62,29 @@ def helper_pid(client: HelperClient) -> int:
 
 
 def test_replies_come_back_from_one_reused_helper(client):
-    assert client.call("a", b"one\n", 5) == b"one"
+    assert client.call(A, b"one\n", 5) == b"one"
     pid = helper_pid(client)
-    assert client.call("b", b"two\n", 5) == b"two"
+    assert client.call(B, b"two\n", 5) == b"two"
     assert helper_pid(client) == pid
 
 
 def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
-    client.call("a", b"warm\n", 5)
+    client.call(A, b"warm\n", 5)
     started = time.monotonic()
     with pytest.raises(HelperTimeout) as late:
-        client.call("a", b"sleep 1.5\n", 0.3)
-    assert (late.value.key, late.value.subject, late.value.earlier) == ("a", "a", False)
+        client.call(A, b"sleep 1.5\n", 0.3)
+    assert (late.value.key, late.value.subject, late.value.earlier) == (A, A, False)
     assert 0.3 <= late.value.waited < 1.5
     assert isinstance(late.value, TimeoutError) and isinstance(late.value, SegmentHealthError)
     with pytest.raises(HelperTimeout) as refused:
-        client.call("a", b"x\n", 5, subject="stat('a/x')")
+        client.call(A, b"x\n", 5, subject="stat('a/x')")
     assert refused.value.earlier and time.monotonic() - started < 1.5
     assert refused.value.subject == "stat('a/x')" and str(refused.value).startswith("stat('a/x'): ")
-    assert client.call("b", b"other\n", 5) == b"other"  # a new helper, meanwhile
+    assert client.call(B, b"other\n", 5) == b"other"  # a new helper, meanwhile
     deadline = time.monotonic() + 10
     while True:  # the abandoned helper's sleep ends, it exits, its reaper forgets it
         try:
-            assert client.call("a", b"again\n", 5) == b"again"
+            assert client.call(A, b"again\n", 5) == b"again"
             break
         except HelperTimeout:
             assert time.monotonic() < deadline
@@ -87,14 +92,14 @@ def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
 
 
 def test_a_helper_that_dies_in_a_call_is_an_oserror_and_is_replaced(client):
-    client.call("a", b"warm\n", 5)
+    client.call(A, b"warm\n", 5)
     dead = helper_pid(client)
     with pytest.raises(OSError, match="the echo helper process exited"):
-        client.call("a", b"exit\n", 5)
+        client.call(A, b"exit\n", 5)
     deadline = time.monotonic() + 10
     while True:  # refused only until the reaper has seen it exit
         try:
-            assert client.call("a", b"back\n", 5) == b"back"
+            assert client.call(A, b"back\n", 5) == b"back"
             break
         except HelperTimeout:
             assert time.monotonic() < deadline
@@ -119,7 +124,7 @@ def test_start_makes_the_helper_ready_ahead_of_the_first_call(client):
     pid = helper_pid(client)
     client.start()  # a no-op while it is ready
     assert helper_pid(client) == pid
-    assert client.call("a", b"one\n", 0.05) == b"one"
+    assert client.call(A, b"one\n", 0.05) == b"one"
     assert helper_pid(client) == pid
 
 
@@ -263,7 +268,7 @@ def test_closing_the_calls_ends_a_pending_call_and_refuses_every_later_one(tmp_p
     key = f"dir-{uuid.uuid4()}"
     done = subprocess.run(
         [sys.executable, "-c", CLOSING, key, str(tmp_path / "received")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.stdout.split() == ["CallsClosed", "CallsClosed", "True"], done.stderr[-2000:]
     wait_until(lambda: records(key) == [])  # the helper saw its stdin close: both exited
