@@ -41,6 +41,11 @@ SPARE = 2
 #: Seconds a cell may take beyond plain c10d's (as ``signals.MARGIN``: a loaded 2-core
 #: machine stalls a launcher's start-up or a store connect by several seconds).
 MARGIN = 10.0
+#: And in proportion: c10d's reference job of an exclusion scenario runs once per module,
+#: so it meets another load than the cell (whole jobs run beside it in other test
+#: workers). The test catches a cell that waits out a timeout (tens of seconds); the
+#: side-by-side ratio measured in one run is the benchmark's (BENCHMARKS.md).
+SLACK = 1.5
 
 
 @dataclass(frozen=True)
@@ -106,8 +111,9 @@ class Cell:
         if c10d is None or c10d.seconds is None:
             return  # no answer, or c10d never reached the cell's outcome
         assert measured.rounds <= c10d.rounds, f"more rounds than c10d: {line}"
-        assert measured.seconds is not None and measured.seconds <= c10d.seconds + MARGIN, (
-            f"slower than c10d beyond {MARGIN:g} s: {line}"
+        bound = SLACK * c10d.seconds + MARGIN
+        assert measured.seconds is not None and measured.seconds <= bound, (
+            f"slower than c10d beyond {SLACK:g} x its time + {MARGIN:g} s: {line}"
         )
 
 

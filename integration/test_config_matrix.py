@@ -41,7 +41,7 @@ SIGTERM to one of its other launchers is the store host's case.
 "Same outcome or better, never slower beyond a small margin": every cell's job completes
 in a world of the unit that stays and the spare; where c10d has an answer and reaches
 that outcome too (its own unit holding rank 0 may be another), it needed at least as many
-rounds, and the cell took at most c10d's seconds plus ``matrixcell.MARGIN`` (10 s).
+rounds, and the cell took at most 1.5 times c10d's seconds plus ``matrixcell.MARGIN`` (10 s).
 c10d runs right after the cell's own job (SIGTERM: right before), under the same load;
 in the at-restart scenarios it gets the cell's time plus the margin and a little more to
 form its world, since torch's c10d may re-form on and on when three units' launchers
