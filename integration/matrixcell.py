@@ -41,10 +41,10 @@ SPARE = 2
 #: Seconds a cell may take beyond plain c10d's (as ``signals.MARGIN``: a loaded 2-core
 #: machine stalls a launcher's start-up or a store connect by several seconds).
 MARGIN = 10.0
-#: And in proportion: c10d's reference job of an exclusion scenario runs once per module,
-#: so it meets another load than the cell (whole jobs run beside it in other test
-#: workers). The test catches a cell that waits out a timeout (tens of seconds); the
-#: side-by-side ratio measured in one run is the benchmark's (BENCHMARKS.md).
+#: And in proportion: c10d's job runs right after the cell's, but other test workers'
+#: whole jobs start and end beside both, so the two meet different loads. The test
+#: catches a cell that waits out a timeout (tens of seconds); the side-by-side ratio on
+#: a machine doing nothing else is the benchmark's (BENCHMARKS.md).
 SLACK = 1.5
 
 
