@@ -143,9 +143,11 @@ def close_calls() -> None:
     """End every pending call and refuse every later one, for good (:class:`CallsClosed`),
     for the interpreter's exit. A pending call abandons its helper as on a timeout."""
     with _closing_lock:
-        if _wake and not _closed.is_set():
+        if _closed.is_set():
+            return
+        _closed.set()  # before the wake-up: a woken call must find the calls closed
+        if _wake:
             os.close(_wake[1])
-        _closed.set()
 
 
 def _wake_fd() -> int:
@@ -194,9 +196,9 @@ class _Pipe:
         """
         while b"\n" not in self.unread:
             remaining = deadline - time.monotonic()
-            ready = remaining > 0 and self.poller.poll(max(1, int(remaining * 1000) + 1))
+            events = self.poller.poll(max(1, int(remaining * 1000) + 1)) if remaining > 0 else []
             _refuse_when_closed()
-            if not ready:
+            if not any(fd == self.fd for fd, _ in events):  # read only what has data
                 if time.monotonic() >= deadline:
                     return None
                 continue
