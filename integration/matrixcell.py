@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from matrix import Configuration, rank_zero_unit
+from matrix import REACH_TIMEOUT, Configuration, rank_zero_unit
 from simhelpers import JOB_TIMEOUT, report
 
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
@@ -81,8 +81,11 @@ class Cell:
     etcd_endpoint: str | None
 
     def spec(self, **fields) -> JobSpec:
-        """The three-task job of this configuration (the world: tasks 0 and 1)."""
+        """The three-task job of this configuration (the world: tasks 0 and 1). Its join
+        timeout is :data:`REACH_TIMEOUT`: no scenario waits for a join to time out, and
+        on a loaded node 30 s do not cover the start-up of the launchers a world waits for."""
         n = self.configuration.launchers
+        fields.setdefault("join_timeout", int(REACH_TIMEOUT))
         return self.configuration.spec(
             self.etcd_endpoint, tasks=3, max_nodes=len(WORLD) * n, steps=3, **fields
         )

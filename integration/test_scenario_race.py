@@ -19,6 +19,10 @@ from nvrx_seghealth._errors import ExclusionReason
 SIBLING_WORKER_UP = r"task1\.proc1: round 0, rank"
 #: The hand-off turned off.
 NO_HANDOFF = {"segment_health_check_handoff_timeout": "0"}
+#: Launchers here start only once another reached a point, so the first joiner waits for
+#: the start-up (a torch import) of those behind it: the scenarios do not depend on the
+#: join timeout, and on a loaded node 30 s does not cover that chain.
+JOIN_TIMEOUT = 120
 
 
 def test_sibling_started_first_costs_no_round_with_the_handoff(simulate) -> None:
@@ -32,6 +36,7 @@ def test_sibling_started_first_costs_no_round_with_the_handoff(simulate) -> None
         marked=frozenset({1}),
         # srun would end the sibling once process 0 exits; here it must speak for itself.
         no_kill_on_bad_exit=frozenset({1}),
+        join_timeout=JOIN_TIMEOUT,
         start_after={
             label: after_sibling
             for label in ("task0.proc0", "task0.proc1", "task1.proc0", "task2.proc0", "task2.proc1")
@@ -79,6 +84,7 @@ def test_slow_healthy_process_zero_holds_its_sibling_until_its_verdict(simulate)
     # its sibling and task 0 are about to join.
     spec = JobSpec(
         tasks=2,
+        join_timeout=JOIN_TIMEOUT,
         start_after={
             "task0.proc0": StartAfter("task1.proc1", JOINING),
             "task0.proc1": StartAfter("task1.proc1", JOINING),
@@ -112,6 +118,7 @@ def test_without_the_handoff_a_sibling_joined_first_needs_at_most_one_more_round
         max_restarts=1,
         first_round_steps=400,  # round 0 runs (up to 100 s) until process 0 excludes the task
         step_seconds=0.25,
+        join_timeout=JOIN_TIMEOUT,
         start_after={
             "task2.proc0": StartAfter("task1.proc1", JOINING),
             "task2.proc1": StartAfter("task1.proc1", JOINING),
@@ -153,6 +160,7 @@ def test_without_the_handoff_a_sibling_leaving_a_completed_round_costs_one_round
         # excludes the task meanwhile; task 2 then completes round 0. srun's kill is off
         # for task 1, so that the sibling surely sees round 0 complete.
         no_kill_on_bad_exit=frozenset({1}),
+        join_timeout=JOIN_TIMEOUT,
         start_after={
             "task1.proc0": StartAfter("task1.proc1", JOINING),
             "task2.proc0": StartAfter("task1.proc0"),
