@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support import free_port
+from .common import free_port
 
 __all__ = [
     "START_TIMEOUT",

@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 
 from bench.__main__ import build_parser as bench_parser
+from harness.common import free_port
+from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
 from nvrx_seghealth._settings.launcher_options import resolve_directory
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
-
-from .support import exclusion_tokens, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

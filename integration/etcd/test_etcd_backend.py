@@ -13,13 +13,14 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
+from harness.common import slurm_env
+from harness.rendezvous import join_all
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,
     UnhealthyNodeException,
     publish_decision,
 )
-from tests.support import join_all, slurm_env
 
 pytestmark = pytest.mark.etcd
 

@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
+from harness.rendezvous import publish_concurrently
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
-from tests.support import publish_concurrently
 
 pytestmark = pytest.mark.etcd
 

@@ -17,13 +17,14 @@ import uuid
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from harness.common import slurm_env, wait_until
 from harness.etcd import STORE, Traffic, plant_old_keys
+from harness.rendezvous import join_all
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._launcher import backend, watch
 from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
 from nvrx_seghealth._launcher.handoff import Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
-from tests.support import join_all, slurm_env, wait_until
 
 pytestmark = pytest.mark.etcd
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.support import free_port
+from harness.common import free_port
 from tests.test_readme import commands, examples_under
 
 pytestmark = pytest.mark.etcd

@@ -28,9 +28,9 @@ from typing import IO, TYPE_CHECKING
 
 import pytest
 
+from harness.common import free_port
 from nvrx_seghealth._decision.artifact import DEFAULT_STAT_TIMEOUT
 from nvrx_seghealth._settings.check_settings import DIRECTORY_ENV
-from tests.support import free_port
 
 if TYPE_CHECKING:
     from conftest import HungMount

@@ -25,8 +25,8 @@ import pytest
 from test_hung_mount import _kill_session, _pipe_holders, run_bounded
 
 from conftest import LISTED
+from harness.fakeslurm import FakeSlurm
 from nvrx_seghealth._decision.helperprocess import STUCK_TAG
-from tests.commands.test_publish_drained import FakeSlurm
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

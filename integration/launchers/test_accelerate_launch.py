@@ -26,7 +26,7 @@ from launcherjob import (
     store_host,
 )
 
-from tests.support import free_port
+from harness.common import free_port
 
 #: Not ``localhost``: accelerate would take the store for a port in use and refuse to start.
 STORE_ADDRESS = "127.0.0.2"

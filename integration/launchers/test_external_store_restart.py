@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from launcherjob import Launch, launcher_env, run_together, slurm_task, store_host, worker_lines
 
-from tests.support import free_port
+from harness.common import free_port
 
 FAIL_ONCE = Path(__file__).with_name("fail_once.py")
 

@@ -24,7 +24,7 @@ from launcherjob import (
     store_host,
 )
 
-from tests.support import free_port
+from harness.common import free_port
 
 FABRIC_RUN = [
     "fabric",

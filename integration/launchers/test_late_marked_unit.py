@@ -26,7 +26,7 @@ from launcherjob import (
     worker_lines,
 )
 
-from tests.support import free_port
+from harness.common import free_port
 
 SLOW_TRAIN = Path(__file__).with_name("slow_train.py")
 

@@ -29,7 +29,7 @@ from launcherjob import (
     store_host,
 )
 
-from tests.support import free_port
+from harness.common import free_port
 
 
 def test_torchx_dist_ddp_keeps_the_marked_replica_out(tmp_path, decisions) -> None:

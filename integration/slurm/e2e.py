@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.commands import nvrx_seghealth
+from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._demo.records import LAUNCHER_ENV, WorkerRecord, read_records
 from nvrx_seghealth._demo.store_host import StoreHost
 from nvrx_seghealth._settings.rdzv_conf import WATCH_INTERVAL_KEY
-from tests.commands.runner import nvrx_seghealth
-from tests.support import exclusion_tokens
 
 if TYPE_CHECKING:
     from conftest import Job, SlurmCluster

@@ -25,8 +25,8 @@ from e2e import (
 )
 from test_publish_drained import node_state
 
+from harness.commands import nvrx_seghealth
 from nvrx_seghealth._producer.publisher import producer_tag
-from tests.commands.runner import nvrx_seghealth
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster

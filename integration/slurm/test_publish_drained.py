@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.commands import nvrx_seghealth
+from harness.common import wait_until
 from nvrx_seghealth._producer.hostlist import expand
 from nvrx_seghealth._producer.publisher import producer_tag
-from tests.commands.runner import nvrx_seghealth
-from tests.support import wait_until
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster

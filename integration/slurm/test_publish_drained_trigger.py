@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 import pytest
 from test_publish_drained import _node_state
 
+from harness.commands import COMMAND
+from harness.common import wait_until
 from nvrx_seghealth._producer.publisher import producer_tag
-from tests.commands.runner import COMMAND
-from tests.support import wait_until
 
 if TYPE_CHECKING:
     from conftest import SlurmCluster

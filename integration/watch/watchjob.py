@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.common import free_port
 from integration.launchers.launcherjob import (
     JOB_TIMEOUT,
     MARKED,
@@ -39,7 +40,6 @@ from integration.launchers.launcherjob import (
     store_host,
 )
 from nvrx_seghealth._logfmt import parse_fields
-from tests.support import free_port
 
 __all__ = [
     "LAGGED",

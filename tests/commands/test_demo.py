@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from .runner import nvrx_seghealth
+from harness.commands import nvrx_seghealth
 
 
 def test_the_demo_twice_into_one_folder_refuses_the_second_run(tmp_path):

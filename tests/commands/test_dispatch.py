@@ -10,11 +10,10 @@ import os
 
 import pytest
 
+from harness.commands import nvrx_seghealth
 from nvrx_seghealth._commands import build_parser, main
 from nvrx_seghealth._commands.output import EXIT_BROKEN_PIPE
 from nvrx_seghealth._settings.durations import DEFAULT_STAT_TIMEOUT, FS_TIMEOUT
-
-from .runner import nvrx_seghealth
 
 UNIT = ["--job-id", "1", "--task-id", "2"]
 

@@ -8,10 +8,9 @@ import re
 
 import pytest
 
+from harness.commands import nvrx_seghealth
+from harness.common import slurm_env
 from nvrx_seghealth import publish_decision
-
-from ..support import slurm_env
-from .runner import nvrx_seghealth
 
 STEP = {"SLURM_STEP_TASKS_PER_NODE": "1(x2)"}
 

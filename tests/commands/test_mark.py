@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from .runner import nvrx_seghealth
+from harness.commands import nvrx_seghealth
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def test_mark_waits_for_a_writer_holding_the_lock_and_lands_after_it(shc):
     import subprocess
     import time
 
-    from .runner import COMMAND
+    from harness.commands import COMMAND
 
     path = shc / "segment_health_check.12.3"
     fd = os.open(shc / LOCK, os.O_RDWR | os.O_CREAT)

@@ -8,7 +8,7 @@
   root ignores its counts and replaces it; one running as ``nobody``, who could not
   replace it in a sticky directory, refuses to start and says why.
 
-Slurm is the fake of ``test_publish_drained.py`` (shell scripts on PATH).
+Slurm is the fake of ``harness/fakeslurm.py`` (shell scripts on PATH).
 """
 
 from __future__ import annotations
@@ -17,26 +17,19 @@ import json
 import os
 import pwd
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
-import nvrx_seghealth as package
+from harness.accounts import NOBODY, as_nobody, public_copy, require_root
+from harness.commands import nvrx_seghealth
+from harness.fakeslurm import ALL_FINE, NODES, FakeSlurm, dump, planted
 from nvrx_seghealth._producer.audit import EventKind
 from nvrx_seghealth._producer.publisher import DrainedPublisher, producer_tag
 from nvrx_seghealth._producer.slurm import SlurmClient
 
-from ..producer.test_state import dump, planted
-from ..support import require_root
-from .runner import nvrx_seghealth
-from .test_publish_drained import NODES, FakeSlurm
-
 TAG = producer_tag("t1")
-NOBODY = pwd.getpwnam("nobody").pw_uid
 MARK = "ops: bad psu (ticket 7)\n"
 
 
@@ -111,31 +104,6 @@ def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, in
     assert [e for e in again.events if e.task_id == "1"] == []
 
 
-def _public_copy(root):
-    """The package and PyYAML where user nobody can read them."""
-    lib = os.path.join(root, "lib")
-    shutil.copytree(os.path.dirname(package.__file__), os.path.join(lib, "nvrx_seghealth"))
-    shutil.copytree(os.path.dirname(yaml.__file__), os.path.join(lib, "yaml"))
-    return lib
-
-
-CLI = "import sys; from nvrx_seghealth._commands import main; sys.exit(main())"
-
-
-def as_nobody(lib, *args, env):
-    command = [os.path.realpath(sys.executable), "-s", "-c", CLI, *args]
-    command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**env, "PYTHONPATH": lib},
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-
-
 @pytest.fixture
 def public():
     require_root("needs root to run the producer as user nobody")
@@ -148,7 +116,7 @@ def public():
 
 
 def test_a_decision_the_producer_cannot_read_is_never_overwritten_nor_cleared(public):
-    lib = _public_copy(public)
+    lib = public_copy(public)
     root = Path(public) / "slurm"
     root.mkdir()
     fake = FakeSlurm(root)
@@ -191,7 +159,7 @@ def test_a_decision_the_producer_cannot_read_is_never_overwritten_nor_cleared(pu
 
 
 def test_in_a_sticky_directory_another_accounts_decision_cannot_be_replaced(public):
-    lib = _public_copy(public)
+    lib = public_copy(public)
     shc = os.path.join(public, "shc")
     os.mkdir(shc)
     os.chmod(shc, 0o1777)
@@ -220,8 +188,6 @@ def test_in_a_sticky_directory_another_accounts_decision_cannot_be_replaced(publ
 
 
 # --- a state file planted by another account ------------------------------------------------
-
-ALL_FINE = NODES.replace("drng", "alloc")  # Slurm: every node idle or allocated
 
 
 def _planted_state(path, producer_id, uid):
@@ -253,7 +219,7 @@ def test_a_producer_running_as_nobody_refuses_a_state_file_name_another_account_
     state file in a sticky directory before the first pass of a producer running as
     nobody. Its counts could never be kept (each --once pass would count anew, and a
     ``down`` node, 2 passes, would never count): it refuses to start and says why."""
-    lib = _public_copy(public)
+    lib = public_copy(public)
     root = Path(public) / "slurm"
     root.mkdir()
     fake = FakeSlurm(root)

@@ -1,8 +1,8 @@
 """``nvrx-seghealth publish-drained`` without a cluster: parsing, and passes against a fake Slurm.
 
-The fake Slurm is a directory of small shell scripts named ``sinfo`` and ``squeue`` put
-first on PATH: they print canned answers, fail, or hang in a real ``sleep``. That is the
-only way to make Slurm misbehave on demand; the real-cluster behaviour (drain, a stopped
+The fake Slurm (``harness/fakeslurm.py``) is a directory of small shell scripts named
+``sinfo`` and ``squeue`` put first on PATH: they print canned answers, fail, or hang in a
+real ``sleep``. That is the only way to make Slurm misbehave on demand; the real-cluster behaviour (drain, a stopped
 slurmd, two producers) is covered by ``integration/slurm/test_publish_drained.py``.
 """
 
@@ -17,6 +17,9 @@ import time
 
 import pytest
 
+from harness.commands import COMMAND, nvrx_seghealth
+from harness.common import wait_until
+from harness.fakeslurm import NODES, PRODUCER, TASKS, FakeSlurm
 from nvrx_seghealth._decision.unit import SlurmId, validate_id
 from nvrx_seghealth._producer.publisher import producer_tag
 from nvrx_seghealth._producer.slurm import (
@@ -26,18 +29,6 @@ from nvrx_seghealth._producer.slurm import (
     parse_running_tasks,
 )
 
-from ..support import wait_until
-from .runner import COMMAND, nvrx_seghealth
-
-NODES = """n1|alloc|none
-n2|alloc|none
-n3|drng|disk errors | smart
-n4|alloc|none
-n3|drng|disk errors | smart
-n5|mix|none
-"""
-TASKS = "500|0|gpu|n[1-2]\n500|1|gpu|n[3-4]\n500|2|cpu|n5\n"
-PRODUCER = "t1"
 TAG = producer_tag(PRODUCER)
 TASK1_TEXT = f"{TAG} unavailable nodes: n3 drng (disk errors | smart)\n"
 
@@ -157,67 +148,6 @@ def test_a_pass_trusts_the_ids_and_the_directory_it_was_given(tmp_path, monkeypa
 
 
 # --- passes against a fake Slurm ---------------------------------------------------------
-
-
-class FakeSlurm:
-    """Shell scripts standing in for the Slurm client commands; ``sinfo`` records its
-    arguments in ``sinfo.args``."""
-
-    def __init__(self, root):
-        self.root = root
-        self.bin = root / "bin"
-        self.bin.mkdir()
-        self.shc = root / "shc"
-        self.shc.mkdir()
-        self.audit = root / "audit.jsonl"
-        self.answer("sinfo", NODES)
-        self.answer("squeue", TASKS)
-
-    def script(self, name, body):
-        path = self.bin / name
-        record = f'echo "$@" >> {self.root}/{name}.args\n'
-        path.write_text("#!/bin/sh\n" + record + body)
-        path.chmod(0o755)
-
-    def answer(self, name, text):
-        self.script(name, f"cat <<'EOF'\n{text}EOF\n")
-
-    @property
-    def env(self):
-        return {"PATH": f"{self.bin}:{os.environ['PATH']}"}
-
-    def args(self, *extra, producer=PRODUCER):
-        return [
-            "publish-drained",
-            "--dir",
-            str(self.shc),
-            "--job-id",
-            "500",
-            "--audit-log",
-            str(self.audit),
-            "--producer-id",
-            producer,
-            *extra,
-        ]
-
-    def run(self, *extra, producer=PRODUCER, timeout=60):
-        return nvrx_seghealth(*self.args(*extra, producer=producer), env=self.env, timeout=timeout)
-
-    def decision(self, task):
-        return self.shc / f"segment_health_check.500.{task}"
-
-    def audit_events(self):
-        if not self.audit.exists():
-            return []
-        return [json.loads(line) for line in self.audit.read_text().splitlines()]
-
-    def files(self):
-        """Every decision file (not the lock or state files) with content and identity."""
-        return {
-            p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino)
-            for p in self.shc.iterdir()
-            if not p.name.startswith(".")
-        }
 
 
 @pytest.fixture

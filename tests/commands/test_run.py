@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from harness.commands import nvrx_seghealth
+from harness.common import slurm_env
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._commands.run import (
     agent_environment,
@@ -25,9 +27,6 @@ from nvrx_seghealth._settings.launcher_options import (
     resolve_launcher_settings,
 )
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
-
-from ..support import slurm_env
-from .runner import nvrx_seghealth
 
 INSTALLED = "Segment health check installed directory={} job_id=41 task_id=2"
 EXCLUDED = "UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded"

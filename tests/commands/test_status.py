@@ -11,10 +11,9 @@ import time
 
 import pytest
 
-from ..producer.test_state import dump, planted
-from ..support import require_root
-from .runner import nvrx_seghealth
-from .test_producer_ownership import _public_copy, as_nobody
+from harness.accounts import as_nobody, public_copy, require_root
+from harness.commands import nvrx_seghealth
+from harness.fakeslurm import dump, planted
 
 
 @pytest.fixture
@@ -262,7 +261,7 @@ def secret_behind_a_symlink():
 
 def test_status_never_prints_what_a_planted_symlink_points_to(secret_behind_a_symlink):
     shc = secret_behind_a_symlink
-    lib = _public_copy(os.path.dirname(shc))
+    lib = public_copy(os.path.dirname(shc))
     env = {"PATH": os.environ["PATH"]}
     outputs = [
         nvrx_seghealth("status", "--dir", shc),

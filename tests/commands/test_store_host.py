@@ -7,8 +7,8 @@ import signal
 import socket
 import subprocess
 
-from ..support import free_port
-from .runner import COMMAND, nvrx_seghealth
+from harness.commands import COMMAND, nvrx_seghealth
+from harness.common import free_port
 
 
 def test_serves_a_store_that_clients_reach_until_sigterm():

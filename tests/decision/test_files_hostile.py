@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.accounts import require_root
 from nvrx_seghealth._decision import files as decisionfs
 from nvrx_seghealth._decision.files import LOCK_NAME, Current
-
-from ..support import require_root
 
 NOBODY = 65534
 #: Seconds a write may take before its test fails: 6 x the writer's lock wait (5 s).

@@ -1,9 +1,8 @@
 import pytest
 
+from harness.common import slurm_env
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError, SlurmId, validate_id
-
-from ..support import slurm_env
 
 
 def test_array_task_identity_comes_from_array_variables():

@@ -10,15 +10,14 @@ from types import SimpleNamespace
 
 from torch.distributed.elastic.rendezvous import RendezvousError
 
+from harness.common import wait_until
+from harness.rendezvous import RUN, Join, dynamic_handler, tcp_client
 from nvrx_seghealth._demo.rendezvous_state import (
     RendezvousSnapshot,
     decode,
     read_endpoint,
     read_store,
 )
-
-from ..launcher.test_handler import RUN, dynamic_handler
-from ..support import Join, tcp_client, wait_until
 
 UNKNOWN_FACTS = dict.fromkeys(("round", "complete", "closed", "participants", "waiting", "spares"))
 

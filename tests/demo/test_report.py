@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.common import slurm_env
+from harness.rendezvous import launcher
+from harness.telemetry import exclusion_tokens
 from nvrx_seghealth import UnhealthyNodeException, publish_decision
 from nvrx_seghealth._demo import JobResult, JobSpec, WorkerRecord, render_report
 from nvrx_seghealth._demo.logtokens import (
@@ -19,9 +22,6 @@ from nvrx_seghealth._demo.paths import RunPaths
 from nvrx_seghealth._demo.report import describe_exit, render_timeline
 from nvrx_seghealth._errors import ExclusionReason
 from nvrx_seghealth._logfmt import format_fields
-
-from ..launcher.test_handler import launcher
-from ..support import exclusion_tokens, slurm_env
 
 
 def excluded_line(reason: ExclusionReason, after_joining: bool) -> str:

@@ -13,6 +13,8 @@ import time
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
+from harness.common import free_port, slurm_env, wait_until
+from harness.telemetry import exclusion_tokens
 from nvrx_seghealth import (
     BACKEND_NAME,
     SegmentHealthRendezvousHandler,
@@ -22,8 +24,6 @@ from nvrx_seghealth import (
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._launcher.agentstore import SHARED_STORE_ENV
 from nvrx_seghealth._launcher.backend import create_segment_health_handler
-
-from ..support import exclusion_tokens, free_port, slurm_env, wait_until
 
 # One write(2) per line: two workers share the pipe, and print() may write in pieces.
 WORKER = "import os; os.write(1, f\"worker rank {os.environ['RANK']}\\n\".encode())\n"

@@ -7,11 +7,10 @@ import os
 
 import pytest
 
+from harness.common import slurm_env
 from nvrx_seghealth import SegmentHealthCheck, get_segment_health_check, publish_decision
 from nvrx_seghealth._decision.unit import InvalidIdentityError
 from nvrx_seghealth._errors import ConfigurationError
-
-from ..support import slurm_env
 
 INSTALL = "Segment health check installed directory={} job_id={} task_id={}"
 

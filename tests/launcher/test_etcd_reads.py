@@ -12,11 +12,11 @@ from collections import Counter
 import pytest
 import torch.distributed as dist
 
+from harness.common import free_port
+from harness.rendezvous import CountingStore
 from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
 from nvrx_seghealth._launcher.handoff import Answer, CounterReads, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
-
-from ..support import CountingStore, free_port
 
 
 @pytest.fixture(params=["hash", "file", "tcp", "prefix"])

@@ -22,6 +22,8 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     RendezvousTimeout,
 )
 
+from harness.common import slurm_env
+from harness.telemetry import captured, routed
 from nvrx_seghealth._decision.artifact import Decision, Outcome
 from nvrx_seghealth._decision.unit import AllocationUnit
 from nvrx_seghealth._errors import ExclusionReason
@@ -30,9 +32,6 @@ from nvrx_seghealth._launcher.events import (
     DecisionRecorder,
     FailOpenReason,
 )
-
-from ..support import slurm_env
-from ..telemetry import captured, routed
 
 
 class StaticInner:

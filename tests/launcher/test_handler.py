@@ -19,12 +19,22 @@ from collections import Counter
 import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
-from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
-from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
-    DynamicRendezvousHandler,
-    RendezvousTimeout,
-)
 
+from harness.common import slurm_env, wait_until
+from harness.rendezvous import (
+    ARRAY,
+    RUN,
+    Join,
+    dynamic_handler,
+    join_all,
+    launcher,
+    our_records,
+    participants,
+    rendezvous_round,
+    tcp_client,
+    waiting_for_a_verdict,
+)
+from harness.telemetry import captured
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,
@@ -32,71 +42,10 @@ from nvrx_seghealth import (
     publish_decision,
 )
 from nvrx_seghealth._decision import artifact
-from nvrx_seghealth._demo.rendezvous_state import read_store
 from nvrx_seghealth._errors import ConfigurationError, ExclusionReason
 from nvrx_seghealth._launcher.events import parse_fields
 from nvrx_seghealth._launcher.handoff import Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.process_zero import RESPONDER_INTERVAL
-
-from ..support import Join, join_all, slurm_env, tcp_client, wait_until
-from ..telemetry import captured
-
-RUN = "run-1"
-ARRAY = 1000
-
-
-def dynamic_handler(store, min_nodes, max_nodes, *, run_id=RUN, join=30, keep_alive_attempts=30):
-    """A real c10d-backed dynamic handler, with short timeouts for a test.
-
-    A node's heartbeat is last written when it joins; its first keep-alive comes one
-    interval after the round completes, up to ``last_call`` later. With few attempts of
-    one second, the first node to join can count as dead at the other's first keep-alive
-    (measured with two: 8 of 8 pairs within 2 s; on a loaded machine even while a round
-    forms, which shrinks its world), so the default allows 30 s of silence: no test here
-    waits for a heartbeat to expire.
-    """
-    return DynamicRendezvousHandler.from_backend(
-        run_id,
-        store,
-        C10dRendezvousBackend(store, run_id),
-        min_nodes,
-        max_nodes,
-        local_addr="127.0.0.1",
-        timeout=RendezvousTimeout(
-            join=datetime.timedelta(seconds=join),
-            last_call=datetime.timedelta(seconds=1),
-            close=datetime.timedelta(seconds=10),
-        ),
-        keep_alive_interval=1,
-        keep_alive_max_attempt=keep_alive_attempts,
-    )
-
-
-def launcher(master, directory, env, min_nodes=2, max_nodes=3, handoff_timeout=None, **kwargs):
-    store = tcp_client(master)
-    return SegmentHealthRendezvousHandler(
-        dynamic_handler(store, min_nodes, max_nodes, **kwargs),
-        store=store,
-        directory=directory,
-        environ=env,
-        handoff_timeout=handoff_timeout,
-    )
-
-
-def participants(master, run_id=RUN):
-    """How many nodes the rendezvous state in the store lists as participants."""
-    return len(read_store(tcp_client(master), run_id).participants or ())
-
-
-def our_records(caplog, level):
-    """This package's log messages at ``level`` (torch's keep-alive timers of handlers
-    from earlier tests may log at any time)."""
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.levelno == level and r.name.startswith("nvrx_seghealth")
-    ]
-
 
 pytestmark = pytest.mark.usefixtures("release_handlers")
 
@@ -150,20 +99,6 @@ def test_siblings_asking_after_an_exclusion_are_refused_at_once(tcp_store, shc):
         assert refused.value.reason is ExclusionReason.MARKER
     assert time.monotonic() - started < 5
     assert participants(tcp_store) == 0
-
-
-def rendezvous_round(master, run_id=RUN):
-    """The round number in the rendezvous state (it advances only when a round re-forms)."""
-    return read_store(tcp_client(master), run_id).round
-
-
-def waiting_for_a_verdict(master, task):
-    """Whether a sibling of ``task`` has started polling for process 0's verdict."""
-    return tcp_store_has(master, f"nvrx_seghealth/{RUN}/{ARRAY}/verdict/{task}/0")
-
-
-def tcp_store_has(master, key):
-    return tcp_client(master).check([key])
 
 
 def test_sibling_that_starts_first_waits_for_the_verdict_and_never_joins(tcp_store, shc):
@@ -827,7 +762,7 @@ def test_a_dead_store_is_asked_less_and_less_often_between_rounds(shc):
     """A store that died between rounds: each failed look doubles the responder's pause (up
     to RESPONDER_BACKOFF_LIMIT), so torch's store client does not print a warning five
     times a second for as long as the workers train."""
-    from ..support import free_port
+    from harness.common import free_port
 
     port = free_port()
     server = subprocess.Popen(

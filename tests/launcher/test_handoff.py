@@ -12,11 +12,10 @@ import time
 import pytest
 import torch.distributed as dist
 
+from harness.rendezvous import tcp_client
 from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError
 from nvrx_seghealth._launcher.handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
-
-from ..support import tcp_client
 
 
 @pytest.fixture(params=["hash", "file", "tcp", "prefix"])

@@ -15,9 +15,8 @@ import textwrap
 
 import pytest
 
+from harness.common import free_port, slurm_env
 from nvrx_seghealth._logfmt import parse_fields
-
-from ..support import free_port, slurm_env
 
 INSTALLER = "nvrx_seghealth._launcher.check"
 

@@ -9,9 +9,8 @@ import threading
 import pytest
 import torch.distributed as dist
 
+from harness.rendezvous import publish_concurrently, tcp_client
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
-
-from ..support import publish_concurrently, tcp_client
 
 
 @pytest.fixture(params=["hash", "file", "tcp", "prefix-tcp"])

@@ -18,17 +18,26 @@ import threading
 
 import pytest
 
+from harness.common import slurm_env, wait_until
+from harness.rendezvous import (
+    ARRAY,
+    RUN,
+    WATCH,
+    Join,
+    Monitor,
+    dynamic_handler,
+    join_all,
+    our_records,
+    tcp_client,
+    watched,
+)
+from harness.stathelpers import only_helper
+from harness.telemetry import captured
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._demo.rendezvous_state import read_store
 from nvrx_seghealth._errors import ExclusionReason, UnhealthyNodeException
 from nvrx_seghealth._launcher import watch
 from nvrx_seghealth._launcher.events import parse_fields
-
-from ..decision.test_boundedstat import only_helper
-from ..support import Join, join_all, slurm_env, tcp_client, wait_until
-from ..telemetry import captured
-from .test_handler import ARRAY, RUN, dynamic_handler, our_records
-from .test_watch import WATCH, Monitor, watched
 
 pytestmark = pytest.mark.usefixtures("release_handlers")
 

@@ -20,13 +20,12 @@ from torch.distributed.elastic.multiprocessing.api import (
     _terminate_process_handler,
 )
 
+from harness.common import slurm_env, wait_until
+from harness.rendezvous import launcher, waiting_for_a_verdict
+from harness.telemetry import captured
 from nvrx_seghealth import ReplacementGroupMarkers, publish_decision
 from nvrx_seghealth._decision import artifact
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
-
-from ..support import slurm_env, wait_until
-from ..telemetry import captured
-from .test_handler import launcher, waiting_for_a_verdict
 
 
 @pytest.fixture

@@ -1,92 +1,42 @@
 """The watch: real dynamic handlers on a real TCPStore, each launcher on its own thread.
 
-An agent's monitor loop is played by :class:`Monitor`: it asks its handler's
-``num_nodes_waiting()`` every ``interval`` seconds, as torch's agent does while its
-workers are healthy, until the answer is positive.
+An agent's monitor loop is played by :class:`harness.rendezvous.Monitor`: it asks its
+handler's ``num_nodes_waiting()`` every ``interval`` seconds, as torch's agent does while
+its workers are healthy, until the answer is positive.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections import Counter
 
 import pytest
 
+from harness.common import slurm_env, wait_until
+from harness.rendezvous import (
+    ARRAY,
+    RUN,
+    WATCH,
+    CountingStore,
+    Join,
+    Monitor,
+    dynamic_handler,
+    join_all,
+    our_records,
+    participants,
+    tcp_client,
+    watched,
+)
+from harness.telemetry import captured
 from nvrx_seghealth import ReplacementGroupMarkers, SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
 from nvrx_seghealth._launcher import watch
 from nvrx_seghealth._launcher.events import DecisionRecorder, parse_fields
 from nvrx_seghealth._launcher.failopen import FailOpen
 
-from ..support import Join, join_all, slurm_env, tcp_client, wait_until
-from ..telemetry import captured
-from .test_handler import ARRAY, RUN, dynamic_handler, our_records, participants
-
-WATCH = 0.5  # seconds between process 0's looks in these tests: the shortest there is
-
-
 pytestmark = pytest.mark.usefixtures("release_handlers")
-
-
-def watched(master, directory, task, *, watch_interval=WATCH, nodes=(2, 3), **env):
-    store = tcp_client(master)
-    return SegmentHealthRendezvousHandler(
-        dynamic_handler(store, *nodes),
-        store=store,
-        directory=directory,
-        environ=slurm_env(task=task, **env),
-        watch_interval=watch_interval,
-    )
-
-
-class Monitor:
-    """An agent's monitor loop over one handler (see the module documentation)."""
-
-    def __init__(self, handler, interval=0.1, limit=60.0):
-        self.handler = handler
-        self.asked = []  # (started, returned, answer) of every call
-        self._interval = interval
-        self._limit = limit
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        deadline = time.monotonic() + self._limit
-        while not self._stop.wait(self._interval) and time.monotonic() < deadline:
-            started = time.monotonic()
-            answer = self.handler.num_nodes_waiting()
-            self.asked.append((started, time.monotonic(), answer))
-            if answer > 0:
-                return
-
-    @property
-    def restarted(self):
-        return any(answer > 0 for _, _, answer in self.asked)
-
-    def stop(self):
-        self._stop.set()
-        self.thread.join(30)
-
-
-class CountingStore:
-    """Forwards to a real store and counts the calls by method."""
-
-    def __init__(self, store):
-        self._store = store
-        self.calls = Counter()
-
-    def __getattr__(self, name):
-        method = getattr(self._store, name)
-
-        def counted(*args, **kwargs):
-            self.calls[name] += 1
-            return method(*args, **kwargs)
-
-        return counted
 
 
 def test_a_decision_during_training_restarts_every_member_together(tcp_store, shc, caplog):

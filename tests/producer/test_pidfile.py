@@ -9,64 +9,17 @@ file, a victim a ``sleep``, the lock test util-linux ``flock(1)`` (as a sender m
 
 from __future__ import annotations
 
-import contextlib
 import os
-import pwd
 import stat
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from harness.accounts import NOBODY, require_root
+from harness.pidfiles import is_locked, lock_held, victim
 from nvrx_seghealth import ConfigurationError
 from nvrx_seghealth._producer.pidfile import PidFile
-
-from ..support import require_root
-
-NOBODY = pwd.getpwnam("nobody").pw_uid
-
-_HOLD = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
-    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-    "print('locked', flush=True)\n"
-    "time.sleep(600)\n"
-)
-
-
-@contextlib.contextmanager
-def lock_held(path: Path) -> Iterator[subprocess.Popen[str]]:
-    """A process that holds an exclusive ``flock`` on ``path`` until the block ends."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-        yield holder
-    finally:
-        holder.kill()
-        holder.wait()
-
-
-@contextlib.contextmanager
-def victim() -> Iterator[subprocess.Popen[bytes]]:
-    """An unrelated running process (a ``sleep``) that nothing may signal."""
-    process = subprocess.Popen(["sleep", "600"])
-    try:
-        yield process
-    finally:
-        process.kill()
-        process.wait()
-
-
-def is_locked(path: Path) -> bool:
-    """Whether a process holds an exclusive lock on ``path``: ``flock -n -s`` fails."""
-    done = subprocess.run(
-        ["flock", "--nonblock", "--shared", str(path), "true"], timeout=30, check=False
-    )
-    return done.returncode != 0
 
 
 def _dead_pid() -> int:

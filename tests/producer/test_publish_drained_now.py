@@ -5,7 +5,7 @@ another account, nor anything through a symlink or a FIFO; and it says why, with
 status its header documents.
 
 The producer is the real ``nvrx-seghealth publish-drained --interval 600 --pid-file``
-against the fake Slurm of ``tests/commands/test_publish_drained.py``; victims are real
+against the fake Slurm of ``harness/fakeslurm.py``; victims are real
 ``sleep`` processes.
 """
 
@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from ..commands.runner import COMMAND
-from ..commands.test_publish_drained import FakeSlurm
-from .test_pidfile import NOBODY, is_locked, lock_held, victim
+from harness.accounts import NOBODY
+from harness.commands import COMMAND
+from harness.fakeslurm import FakeSlurm
+from harness.pidfiles import is_locked, lock_held, victim
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "publish-drained-now.sh"
 #: The script's exit statuses (its header).

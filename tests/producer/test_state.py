@@ -4,7 +4,7 @@
 A state file lives in a directory other accounts may write, so whatever it holds is
 input: a malformed one is an ``unreadable`` row in ``status`` (never a traceback, never
 ``NaN`` in ``--json``) and, for ``publish-drained``, one warning and a fresh start that
-publishes nothing because of it. Slurm is the fake of ``test_publish_drained.py``.
+publishes nothing because of it. Slurm is the fake of ``harness/fakeslurm.py``.
 """
 
 from __future__ import annotations
@@ -15,47 +15,15 @@ import math
 
 import pytest
 
+from harness.commands import nvrx_seghealth
+from harness.fakeslurm import ALL_FINE, FakeSlurm, dump, planted
 from nvrx_seghealth._producer.debounce import NodeRecord
 from nvrx_seghealth._producer.state import (
     FailureStreak,
-    ProducerState,
     StateFileError,
     parse_state,
     state_file_name,
 )
-
-from ..commands.runner import nvrx_seghealth
-from ..commands.test_publish_drained import NODES, FakeSlurm
-
-#: Every node of the fake Slurm idle or allocated: nothing is unavailable.
-ALL_FINE = NODES.replace("drng", "alloc")
-
-
-def planted(producer_id="t1", job_id="500", **changes):
-    """A state file body: node n2 (task 0's) unavailable for 9999 more clean passes,
-    then ``changes`` (a value ``...`` removes the key)."""
-    state = ProducerState(
-        producer_id=producer_id,
-        job_id=job_id,
-        passes={"drain": 1},
-        interval=None,
-        clear_after_failing=None,
-        last_pass=1.7e9,
-        last_ok=1.7e9,
-        failing_since=None,
-        failed_passes=0,
-        last_error=None,
-        stale_cleared=False,
-        unreadable=(),
-        nodes={"n2": NodeRecord({"drain": 1}, True, 9999, 0, "n2 drain (planted)")},
-    )
-    body = json.loads(state.to_json())
-    body.update(changes)
-    return {key: value for key, value in body.items() if value is not ...}
-
-
-def dump(body):
-    return json.dumps(body).encode()  # NaN stays NaN: Python's json writes it
 
 
 def strict_json(text):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
+from harness.common import slurm_env
 from nvrx_seghealth import SegmentHealthCheck, SegmentHealthRendezvousHandler
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._settings.durations import (
@@ -18,8 +19,6 @@ from nvrx_seghealth._settings.durations import (
     validate_seconds,
 )
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
-
-from ..support import slurm_env
 
 REFUSED_STAT = [
     0,

@@ -70,7 +70,7 @@ def test_yaml_of_any_kind_of_error_is_a_configuration_error_naming_the_file(tmp_
 
 
 def test_the_launcher_command_exits_2_on_a_self_referencing_or_deep_file(tmp_path):
-    from tests.commands.runner import nvrx_seghealth
+    from harness.commands import nvrx_seghealth
 
     deep = tmp_path / "deep.yaml"
     deep.write_text("[" * 100_000 + "]" * 100_000)

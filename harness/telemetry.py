@@ -1,8 +1,9 @@
-"""Route torch's rendezvous events and this package's metrics to lists, as an application
-configures torch's telemetry (its events destination and ``metrics.configure``).
+"""What a launcher tells: torch's rendezvous events and this package's metrics routed to
+lists, as an application configures torch's telemetry (its events destination and
+``metrics.configure``), and the stable tokens of an exclusion's ERROR line.
 
 torch builds its events logger once, with the handler it finds at the first event;
-the fixture replaces both and restores torch's defaults afterwards.
+:func:`captured` replaces both and restores torch's defaults afterwards.
 """
 
 from __future__ import annotations
@@ -16,7 +17,25 @@ from torch.distributed.elastic import events as torch_events
 from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.events import RdzvEvent, handlers
 
+from nvrx_seghealth import ExclusionReason, UnhealthyNodeException
 from nvrx_seghealth._launcher.events import EVENT_DESTINATION, METRIC_GROUP, parse_fields
+from nvrx_seghealth._logfmt import format_fields
+
+__all__ = ["Telemetry", "captured", "exclusion_tokens", "routed"]
+
+
+def exclusion_tokens(
+    job_id: str, task_id: str, reason: str = "decision-file", *, after_joining: bool = False
+) -> str:
+    """The stable tokens an exclusion's ERROR line carries (``reason=... job_id=...``)."""
+    error = UnhealthyNodeException(
+        "",
+        job_id=job_id,
+        task_id=task_id,
+        reason=ExclusionReason(reason),
+        after_joining=after_joining,
+    )
+    return format_fields(error.fields())
 
 
 class _EventList(logging.Handler):

@@ -1,0 +1,39 @@
+"""What every kind of test uses: a free port on 127.0.0.1, a Slurm-like environment, and
+a condition awaited instead of a fixed sleep."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+__all__ = ["free_port", "slurm_env", "wait_until"]
+
+
+def slurm_env(
+    task: int | None = None, procid: int = 0, *, array_job: int = 1000, job: int | None = None
+) -> dict[str, str]:
+    """A Slurm-like environment: an array task when ``task`` is given, else a regular job."""
+    env = {"SLURM_PROCID": str(procid)}
+    if task is None:
+        env["SLURM_JOB_ID"] = str(job if job is not None else array_job)
+    else:
+        env["SLURM_ARRAY_JOB_ID"] = str(array_job)
+        env["SLURM_ARRAY_TASK_ID"] = str(task)
+        env["SLURM_JOB_ID"] = str(job if job is not None else array_job + 1 + task)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (free when this returns)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 30) -> None:
+    """Return once ``predicate()`` is true; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
