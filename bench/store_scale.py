@@ -31,6 +31,8 @@ import tempfile
 import threading
 import time
 
+from harness.common import CountingStore
+
 from . import etcd_scale
 from .common import Row
 
@@ -47,23 +49,6 @@ ADDED_OPS_TARGET = 4.0
 WATCH_SECONDS, MONITOR_INTERVAL = 10.0, 0.1
 #: The watch's signal may cost at most one store call per launcher per second.
 WATCH_OPS_TARGET = 1.0
-
-
-class CountingStore:
-    """Forwards to a real store and counts the calls by method."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-        self.calls: collections.Counter[str] = collections.Counter()
-
-    def __getattr__(self, name):
-        method = getattr(self.store, name)
-
-        def counted(*args, **kwargs):
-            self.calls[name] += 1
-            return method(*args, **kwargs)
-
-        return counted
 
 
 def _launchers(share: int) -> list[dict[str, str]]:

@@ -1,13 +1,18 @@
-"""What every kind of test uses: a free port on 127.0.0.1, a Slurm-like environment, and
-a condition awaited instead of a fixed sleep."""
+"""What every kind of test uses: a free port on 127.0.0.1, a Slurm-like environment, a
+condition awaited instead of a fixed sleep, and a store that counts its calls."""
 
 from __future__ import annotations
 
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["free_port", "slurm_env", "wait_until"]
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+__all__ = ["CountingStore", "free_port", "slurm_env", "wait_until"]
 
 
 def slurm_env(
@@ -37,3 +42,20 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.05)
+
+
+class CountingStore:
+    """Forwards to a real store and counts the calls by method (``calls``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+
+        return counted

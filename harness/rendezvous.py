@@ -11,11 +11,9 @@ from __future__ import annotations
 import datetime
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
@@ -30,11 +28,13 @@ from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
 from .common import slurm_env
 
+if TYPE_CHECKING:
+    import pytest
+
 __all__ = [
     "ARRAY",
     "RUN",
     "WATCH",
-    "CountingStore",
     "Join",
     "Monitor",
     "dynamic_handler",
@@ -259,20 +259,3 @@ def publish_concurrently(
     for thread in threads:
         thread.join(timeout=120)
     return errors
-
-
-class CountingStore:
-    """Forwards to a real store and counts the calls by method (``calls``)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.calls: Counter[str] = Counter()
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self.store, name)
-
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.calls[name] += 1
-            return method(*args, **kwargs)
-
-        return counted

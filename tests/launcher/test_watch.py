@@ -14,12 +14,11 @@ from collections import Counter
 
 import pytest
 
-from harness.common import slurm_env, wait_until
+from harness.common import CountingStore, slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
     WATCH,
-    CountingStore,
     Join,
     Monitor,
     dynamic_handler,
