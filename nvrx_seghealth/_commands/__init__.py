@@ -20,12 +20,17 @@ before stands (a ``mark`` whose confirmation line could not be printed is writte
 (a socket of ``run``) is not hidden. argparse's own exits (``--help``, a malformed
 option) keep their status: argparse drops what it cannot write.
 
+``nvrx-seghealth --version`` prints the installed distribution's version, which
+pyproject.toml states (its one place), and exits 0; a source tree that is not installed
+has no version, and says so with exit 1.
+
 Importing this package does not import torch: ``run`` imports it when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
@@ -37,6 +42,9 @@ __all__ = ["build_parser", "main"]
 
 _SUBCOMMANDS = (demo, run, check, mark, status, doctor, publish_drained, store_host)
 
+#: The distribution whose metadata holds the version (pyproject.toml's ``[project] name``).
+_DISTRIBUTION = "nvrx-seghealth"
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser with every subcommand."""
@@ -44,10 +52,29 @@ def build_parser() -> argparse.ArgumentParser:
         prog="nvrx-seghealth",
         description="Keep an unhealthy Slurm allocation unit out of PyTorch elastic rendezvous.",
     )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print the installed version and exit"
+    )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _SUBCOMMANDS:
         module.register(subparsers)
     return parser
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        try:
+            version = importlib.metadata.version(_DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            parser.exit(
+                1,
+                f"{parser.prog}: no version: this source tree is not installed; install it "
+                "(pip install . in the checkout) to have one\n",
+            )
+        print(f"{parser.prog} {version}")  # on stdout, as argparse's own version action
+        parser.exit(0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
