@@ -19,6 +19,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 
+#: Fixtures that tests of more than one folder use (the etcd servers), from the harness.
+pytest_plugins = ["harness.fixtures"]
+
 #: Path prefix (relative to the repository, ``/``-separated) -> marks. Every prefix that
 #: matches a test's file applies.
 TIERS: dict[str, tuple[str, ...]] = {

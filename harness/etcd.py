@@ -1,8 +1,9 @@
-"""A real etcd server on 127.0.0.1 with its v2 API on (:func:`running_etcd`), and what a
-client asked of it (:class:`Traffic`).
+"""A real etcd server on 127.0.0.1 with its v2 API on (:func:`running_etcd`), torch's
+EtcdStore in it (:func:`etcd_store`), and what a client asked of it (:class:`Traffic`).
 
-Used by the etcd tests (``integration/etcd/``) and benchmark row 4. Each server has a
-private data directory and free ports, and is stopped by its PID.
+Used by the etcd tests (``integration/etcd/``, their fixtures in
+:mod:`harness.fixtures`) and benchmark row 4. Each server has a private data directory
+and free ports, and is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -17,8 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .common import free_port
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
 __all__ = [
     "START_TIMEOUT",
@@ -27,6 +32,7 @@ __all__ = [
     "EtcdUnavailable",
     "Request",
     "Traffic",
+    "etcd_store",
     "plant_old_keys",
     "running_etcd",
 ]
@@ -78,6 +84,13 @@ class EtcdServer:
         except etcd.EtcdKeyNotFound:
             return {}
         return {leaf.key: leaf.value for leaf in result.leaves if not leaf.dir}
+
+
+def etcd_store(server: EtcdServer) -> EtcdStore:
+    """torch's EtcdStore in ``server``, at the directory torch's etcd-v2 backend uses."""
+    from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
+
+    return EtcdStore(server.client(), STORE)
 
 
 @contextmanager

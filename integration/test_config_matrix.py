@@ -94,7 +94,6 @@ from signals import (
 )
 from simhelpers import JOB_TIMEOUT, JOINING
 
-from integration.etcd.conftest import etcd_server  # noqa: F401  (the etcd cells' server)
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY

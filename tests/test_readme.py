@@ -19,82 +19,30 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from bench.__main__ import build_parser as bench_parser
+from harness.benchcli import build_parser as bench_parser
 from harness.common import free_port
+from harness.readme import (
+    README,
+    ROOT,
+    clean_environment,
+    commands,
+    examples_under,
+    readme_examples,
+    without_srun,
+)
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
 from nvrx_seghealth._settings.launcher_options import resolve_directory
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 CI_RUN = ROOT / ".ci" / "run"
-
-
-@dataclass(frozen=True)
-class Example:
-    """One fenced block of the README: the heading it sits under, its language, its text."""
-
-    heading: str
-    language: str
-    text: str
-    line: int
-
-
-def readme_examples() -> list[Example]:
-    """The fenced blocks of README.md in order (indented fences of list items included)."""
-    examples, heading, block, start = [], "", None, 0
-    for number, line in enumerate(README.read_text().splitlines(), 1):
-        fence = re.fullmatch(r"( *)```(\w*)", line)
-        if block is None and line.startswith("#"):
-            heading = line.lstrip("#").strip().strip("`")
-        elif fence and block is None:
-            block, language, start = [], fence.group(2), number
-        elif fence is not None and block is not None:
-            examples.append(Example(heading, language, textwrap.dedent("\n".join(block)), start))
-            block = None
-        elif block is not None:
-            block.append(line)
-    return examples
-
-
-def examples_under(heading: str, language: str = "bash") -> list[Example]:
-    found = [e for e in readme_examples() if e.heading == heading and e.language == language]
-    assert found, f"README has no {language} example under {heading!r}"
-    return found
-
-
-def commands(text: str) -> list[list[str]]:
-    """The shell commands of a block: continuation lines joined, comments dropped."""
-    joined = re.sub(r"\\\n\s*", " ", text)
-    return [
-        shlex.split(line, comments=True)
-        for line in joined.splitlines()
-        if shlex.split(line, comments=True)
-    ]
-
-
-def without_srun(argv: list[str]) -> list[str]:
-    """``argv`` after ``srun`` and its options (an ``srun ... PROGRAM ARGS`` line)."""
-    if argv[0] != "srun":
-        return argv
-    rest = argv[1:]
-    while rest[0].startswith("-"):
-        rest = rest[1:]
-    return rest
-
-
-def clean_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
 
 
 #: (heading, language) of every README block, and the test that checks it.

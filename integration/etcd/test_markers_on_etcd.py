@@ -8,18 +8,11 @@ import uuid
 
 import pytest
 
+from harness.etcd import STORE, etcd_store
 from harness.rendezvous import publish_concurrently
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
 pytestmark = pytest.mark.etcd
-
-STORE_PREFIX = "/torch/elastic/store"  # where torch's etcd-v2 backend keeps its store
-
-
-def etcd_store(server):
-    from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
-
-    return EtcdStore(server.client(), STORE_PREFIX)
 
 
 def test_etcd_store_really_has_no_compare_set(etcd_server):
@@ -38,7 +31,7 @@ def test_markers_round_trip_and_live_in_etcd_under_the_run(etcd_server):
     assert markers.marked_groups() == ["3"]
     raw = {
         base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
-        for key, value in etcd_server.raw(STORE_PREFIX).items()
+        for key, value in etcd_server.raw(STORE).items()
     }
     ours = {k: v for k, v in raw.items() if k.startswith(f"nvrx_seghealth/{run}/")}
     assert ours == {
@@ -61,7 +54,7 @@ def _publish_from_process(host, port, run, groups, start):
     import etcd
     from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
-    store = EtcdStore(etcd.Client(host=host, port=port, protocol="http"), STORE_PREFIX)
+    store = EtcdStore(etcd.Client(host=host, port=port, protocol="http"), STORE)
     markers = ReplacementGroupMarkers(store, run, "7")
     start.wait(60)
     for group in groups:
@@ -97,7 +90,7 @@ def test_concurrent_process_publishers_lose_nothing(etcd_server):
     # etcd itself: every marker, one slot per group (no slot number taken twice), count 32.
     raw = {
         base64.b64decode(key.rsplit("/", 1)[1]).decode(): base64.b64decode(value).decode()
-        for key, value in etcd_server.raw(STORE_PREFIX).items()
+        for key, value in etcd_server.raw(STORE).items()
     }
     prefix = f"nvrx_seghealth/{run}/7/"
     ours = {k.removeprefix(prefix): v for k, v in raw.items() if k.startswith(prefix)}

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from harness.common import free_port
-from tests.test_readme import commands, examples_under
+from harness.readme import commands, examples_under
 
 pytestmark = pytest.mark.etcd
 

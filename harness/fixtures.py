@@ -1,13 +1,15 @@
-"""A real etcd server (Debian's etcd-server, v2 API enabled) on 127.0.0.1 for the tests
-marked ``etcd``.
+"""The pytest fixtures that tests of more than one folder use; the root ``conftest.py``
+registers this module (``pytest_plugins``).
 
-The session-scoped ``etcd_server`` fixture starts one etcd with a private data directory
-and free ports (:func:`harness.etcd.running_etcd`), waits until it answers, and stops it
-by PID at the end; ``module_etcd_server`` starts one for a single test module. Debian's
-``etcd-server`` is installed only when ``CI=true`` or ``NVRX_SEGHEALTH_ETCD_INSTALL=1``;
-otherwise, without an ``etcd`` binary, the tests skip and say how to enable them. In CI
-a missing or broken etcd fails the tests. The Python client comes with the package's
-``etcd`` extra (``pip install -e '.[etcd]'``).
+A real etcd server (Debian's etcd-server, v2 API enabled) on 127.0.0.1, for the tests
+marked ``etcd`` and the etcd cells of the configuration matrix: the session-scoped
+``etcd_server`` fixture starts one etcd with a private data directory and free ports
+(:func:`harness.etcd.running_etcd`), waits until it answers, and stops it by PID at the
+end; ``module_etcd_server`` starts one for a single test module. Debian's ``etcd-server``
+is installed only when ``CI=true`` or ``NVRX_SEGHEALTH_ETCD_INSTALL=1``; otherwise,
+without an ``etcd`` binary, the tests skip and say how to enable them. In CI a missing or
+broken etcd fails the tests. The Python client comes with the package's ``etcd`` extra
+(``pip install -e '.[etcd]'``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from harness.etcd import EtcdServer, EtcdUnavailable, running_etcd
+from .etcd import EtcdServer, EtcdUnavailable, running_etcd
+
+__all__ = ["etcd_server", "module_etcd_server"]
 
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_ETCD_INSTALL") == "1"
