@@ -10,12 +10,14 @@ Exit status: 0 when no row missed its target, 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
 import time
 from collections.abc import Callable
+
+from harness.benchcli import ROW_KEYS, build_parser
+from harness.measure import Row, table
 
 from . import (
     bad_task,
@@ -29,47 +31,31 @@ from . import (
     store_scale,
     watch,
 )
-from .common import Row, table
 
-ROWS: dict[str, Callable[[bool], list[Row]]] = {
-    "1": healthy_rendezvous.rows,
-    "2": bad_task.rows,
-    "3": check_cost.rows,
-    "4": store_scale.rows,
-    "5": startup.rows,
-    "6": sibling_first.rows,
-    "7": recovery.rows,
-    "8": parse_cost.rows,
-    "9": producer_wakeup.rows,
-    "10": watch.exclusion_rows,
-    "11": watch.hung_rows,
-}
+#: Each row of :data:`~harness.benchcli.ROW_KEYS`, in order, and what measures it.
+ROWS: dict[str, Callable[[bool], list[Row]]] = dict(
+    zip(
+        ROW_KEYS,
+        (
+            healthy_rendezvous.rows,
+            bad_task.rows,
+            check_cost.rows,
+            store_scale.rows,
+            startup.rows,
+            sibling_first.rows,
+            recovery.rows,
+            parse_cost.rows,
+            producer_wakeup.rows,
+            watch.exclusion_rows,
+            watch.hung_rows,
+        ),
+        strict=True,
+    )
+)
 
 
 def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
-
-
-def _row_keys(value: str) -> list[str]:
-    """argparse type of ``--rows``: comma-separated keys of :data:`ROWS`."""
-    keys = [key.strip() for key in value.split(",") if key.strip()]
-    unknown = [key for key in keys if key not in ROWS]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown rows {unknown}; choose from {','.join(ROWS)}")
-    return keys
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m bench`` (``bench/run``, ``./dev bench``)."""
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions and sizes")
-    parser.add_argument(
-        "--rows",
-        type=_row_keys,
-        default=list(ROWS),
-        help="which rows, comma-separated (default: all)",
-    )
-    return parser
 
 
 def main() -> int:

@@ -28,10 +28,10 @@ ratio of job times would mostly measure the start-up both variants share.
 
 from __future__ import annotations
 
+from harness.measure import Row, interleaved_samples, median_or_none
 from nvrx_seghealth._demo import JobSpec, StartAfter
 from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 
-from .common import Row, interleaved_samples, median_or_none
 from .simjobs import JobFacts, run_job
 
 __all__ = ["JOINING", "rows"]

@@ -12,9 +12,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+from harness.measure import Row, interleaved, per_call
 from nvrx_seghealth import SegmentHealthCheck, publish_decision
-
-from .common import Row, interleaved, per_call
 
 #: Microseconds one check may cost.
 TARGET_US = 100.0

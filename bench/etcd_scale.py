@@ -36,8 +36,7 @@ from harness.etcd import (
     plant_old_keys,
     running_etcd,
 )
-
-from .common import Row, interleaved_samples
+from harness.measure import Row, interleaved_samples
 
 #: Old keys in the store directory for the look's cost (planted in turn).
 SIZES = (0, 1000, 5000)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 from nvrx_seghealth._demo import JobSpec
 
-from .common import Row, interleaved_samples, median_or_none, ratio_or_none
 from .simjobs import JobFacts, first_world_started, run_job
 
 #: Launchers per job (two per array task), quick and full.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import tempfile
 import time
 
+from harness.measure import Row, interleaved
 from nvrx_seghealth._producer.debounce import DEFAULT_PASSES, Debouncer
 from nvrx_seghealth._producer.publisher import DrainedPublisher
 from nvrx_seghealth._producer.slurm import (
@@ -29,8 +30,6 @@ from nvrx_seghealth._producer.slurm import (
     parse_nodes,
     parse_running_tasks,
 )
-
-from .common import Row, interleaved
 
 NODES, TASKS, PER_TASK = 12_000, 750, 16
 JOB = "4242"

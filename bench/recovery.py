@@ -20,8 +20,7 @@ import tempfile
 from pathlib import Path
 
 from harness.faults import FAULTS, RUNS, WATCH_SECONDS, Fault, FaultNotInjected, run_fault
-
-from .common import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 
 REPETITIONS = {True: 1, False: 3}
 TARGET = 1.10

@@ -20,10 +20,10 @@ workers' records.
 
 from __future__ import annotations
 
+from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 from nvrx_seghealth._demo import JobSpec, StartAfter
 
 from .bad_task import JOINING
-from .common import Row, interleaved_samples, median_or_none, ratio_or_none
 from .simjobs import JobFacts, run_job
 
 #: The rdzv-conf key of the hand-off's bound (``0`` disables the hand-off).

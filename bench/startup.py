@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from .common import Row, interleaved
+from harness.measure import Row, interleaved
 
 
 def _timed(command: list[str], env: dict[str, str] | None = None) -> float:

@@ -32,9 +32,9 @@ import threading
 import time
 
 from harness.common import CountingStore
+from harness.measure import Row
 
 from . import etcd_scale
-from .common import Row
 
 TASKS, NODES, PROCESSES = 313, 16, 8
 #: Seconds the simulating processes may take to import torch and build their handlers.

@@ -22,9 +22,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 from integration.watch.watchjob import Outcome, Variant, run_job
-
-from .common import Row, interleaved_samples, median_or_none, ratio_or_none
 
 #: The watch interval of the "on" variants (seconds).
 W = 5.0

@@ -1,4 +1,5 @@
-"""Shared pieces of the benchmarks: interleaved repetitions, medians, the table."""
+"""The benchmarks' measuring pieces: interleaved repetitions, medians, the table (``bench/``
+measures with them, ``tests/test_measure.py`` checks them)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.common import (
+from harness.measure import (
     Row,
     interleaved,
     interleaved_samples,
