@@ -11,8 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from simhelpers import JOB_TIMEOUT, RESULTS_KEY, report
 
+from harness.simjob import JOB_TIMEOUT, RESULTS_KEY, report
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 
 

@@ -1,10 +1,10 @@
 """Every configuration the README offers, each scenario a whole job, beside plain c10d.
 
-Configurations (``matrix.CONFIGURATIONS``): the store outside every unit (c10d with a
-store host, ``is_host=false``) or in etcd (``inner_backend=etcd-v2``), the watch off or
-on (a look every second), one or two launchers per unit; and c10d with the store in a
-launcher (``is_host=true``, one launcher per unit), which the README offers with a
-warning. No launcher is told ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``: the backend decides.
+Configurations (``harness.configurations.CONFIGURATIONS``): the store outside every unit
+(c10d with a store host, ``is_host=false``) or in etcd (``inner_backend=etcd-v2``), the
+watch off or on (a look every second), one or two launchers per unit; and c10d with the
+store in a launcher (``is_host=true``, one launcher per unit), which the README offers with
+a warning. No launcher is told ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``: the backend decides.
 Three array tasks: tasks 0 and 1 form the world (``--nnodes`` = their launchers), task
 2 is the spare.
 
@@ -28,8 +28,8 @@ during-training            watch on: a unit marked while the     none: c10d neve
 sigterm                    store host and etcd: SIGTERM to       the same SIGTERM at the same
                            task0.proc0 where it waits: the       point of the same job (c10d:
                            hand-off (two launchers per unit,     in the restart or training),
-                           watch off), the stat (one, watch      ``signals.assert_exits_as_``
-                           off), the watch's barrier (watch on)  ``with_c10d``
+                           watch off), the stat (one, watch      ``harness.sigterm.assert_``
+                           off), the watch's barrier (watch on)  ``exits_as_with_c10d``
 =========================  ====================================  ============================
 
 Not run, and why: with the watch on, a decision written during training never waits for a
@@ -41,12 +41,12 @@ SIGTERM to one of its other launchers is the store host's case.
 "Same outcome or better, never slower beyond a small margin": every cell's job completes
 in a world of the unit that stays and the spare; where c10d has an answer and reaches
 that outcome too (its own unit holding rank 0 may be another), it needed at least as many
-rounds, and the cell took at most 1.5 times c10d's seconds plus ``matrixcell.MARGIN`` (10 s).
-c10d runs right after the cell's own job (SIGTERM: right before), under the same load;
-in the at-restart scenarios it gets the cell's time plus the margin and a little more to
-form its world, since torch's c10d may re-form on and on when three units' launchers
-compete for two units' places. Each cell prints one ``MATRIX`` line:
-configuration, scenario, outcome, seconds, c10d's.
+rounds, and the cell took at most 1.5 times c10d's seconds plus
+``harness.matrixcell.MARGIN`` (10 s). c10d runs right after the cell's own job (SIGTERM:
+right before), under the same load; in the at-restart scenarios it gets the cell's time
+plus the margin and a little more to form its world, since torch's c10d may re-form on and
+on when three units' launchers compete for two units' places. Each cell prints one
+``MATRIX`` line: configuration, scenario, outcome, seconds, c10d's.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ import signal
 from collections.abc import Callable
 
 import pytest
-from matrix import (
+
+from harness.configurations import (
     CONFIGURATIONS,
     ETCD,
     HOST,
@@ -73,7 +74,7 @@ from matrix import (
     wait_for_spares,
     wait_for_world,
 )
-from matrixcell import (
+from harness.matrixcell import (
     MARGIN,
     SPARE,
     Acted,
@@ -84,7 +85,7 @@ from matrixcell import (
     spare_labels,
     victim_of,
 )
-from signals import (
+from harness.sigterm import (
     LONG_BOUND,
     assert_exits_as_with_c10d,
     compare_terminations,
@@ -92,8 +93,7 @@ from signals import (
     wait_for_joinings,
     wait_for_round,
 )
-from simhelpers import JOB_TIMEOUT, JOINING
-
+from harness.simjob import JOB_TIMEOUT, JOINING
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY

@@ -15,9 +15,9 @@ benchmark (``bench/recovery.py``) reports medians.
 from __future__ import annotations
 
 import pytest
-from simhelpers import report
 
 from harness.faults import FAULTS, RUNS, Fault, outcome, run_fault
+from harness.simjob import report
 
 REFERENCE = "c10d"
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from simhelpers import (
+from harness.simjob import (
     assert_excluded_by_decision,
     assert_refused_by_marker,
     report,
     siblings_after_process_zero,
 )
-
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._demo.srun import KILL_WAIT
 

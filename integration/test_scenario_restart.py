@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from simhelpers import JOB_TIMEOUT, report
-
+from harness.simjob import JOB_TIMEOUT, report
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from simhelpers import (
+from harness.simjob import (
     assert_excluded_by_decision,
     assert_refused_by_marker,
     siblings_after_process_zero,
 )
-
 from nvrx_seghealth._demo import JobSpec, StartAfter
 
 PATCH_DIR = Path(__file__).parent / "shutdown_trap"

@@ -3,16 +3,16 @@
 torch's agent installs its signal handler once it has started workers; from then on
 SIGTERM raises ``SignalException`` wherever the agent's main thread is, also inside the
 wrapper's own work around a restart's ``next_rendezvous()``. Each scenario runs one job
-twice (``signals.compare_terminations``): on plain ``c10d`` and on ``segment-health``,
+twice (``harness.sigterm.compare_terminations``): on plain ``c10d`` and on ``segment-health``,
 with the store outside every unit, SIGTERM to one launcher at the same point. The
-wrapped launcher must leave as the c10d one does (``signals.assert_exits_as_with_c10d``);
+wrapped launcher must leave as the c10d one does (``harness.sigterm.assert_exits_as_with_c10d``);
 both exit times are printed side by side. The hung-mount case (process 0's stat) is in
 ``hungmount/test_signal_during_stat.py``.
 """
 
 from __future__ import annotations
 
-from signals import (
+from harness.sigterm import (
     BOTH,
     LONG_BOUND,
     PROCESS_ZERO,
@@ -23,7 +23,6 @@ from signals import (
     wait_for_joinings,
     wait_for_round,
 )
-
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
 from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY

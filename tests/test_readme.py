@@ -183,7 +183,7 @@ def test_cluster_recipe_submits_the_tested_job_script():
     script = (ROOT / submit[1]).read_text()
     variable = export[1].split("=", 1)[0]
     assert f"${{{variable}" in script  # the setting the README exports is the script's
-    e2e = (ROOT / "integration" / "slurm" / "e2e.py").read_text()
+    e2e = (ROOT / "harness" / "slurmjob.py").read_text()
     assert '"examples" / "segment-health-array.sbatch"' in e2e  # submitted on real Slurm
 
 

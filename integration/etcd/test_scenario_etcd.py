@@ -25,14 +25,15 @@ import dataclasses
 import re
 
 import pytest
-from matrix import (
+
+from harness.configurations import (
     REACH_TIMEOUT,
     rank_zero_unit,
     spare_after_round_zero,
     wait_for_spares,
     wait_for_world,
 )
-from simhelpers import (
+from harness.simjob import (
     JOB_TIMEOUT,
     JOINED,
     assert_excluded_by_decision,
@@ -40,7 +41,6 @@ from simhelpers import (
     report,
     siblings_after_process_zero,
 )
-
 from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._demo.outcome import Round

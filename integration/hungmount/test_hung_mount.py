@@ -17,103 +17,34 @@ import json
 import os
 import re
 import select
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 import pytest
 
 from harness.common import free_port
+from harness.fuse import RELEASE_TIMEOUT, kill_session, pipe_holders, run_bounded
 from nvrx_seghealth._decision.artifact import DEFAULT_STAT_TIMEOUT
 from nvrx_seghealth._settings.check_settings import DIRECTORY_ENV
 
 if TYPE_CHECKING:
-    from conftest import HungMount
+    from harness.fuse import HungMount
 
 pytestmark = pytest.mark.hungmount
 
 HERE = Path(__file__).parent
 #: The decision file of job 1, task 1 (a regular job: both ids are SLURM_JOB_ID).
 ARTIFACT = "segment_health_check.1.1"
-#: Seconds a process may take to exit once the mount is aborted (a guard's clean-up).
-RELEASE_TIMEOUT = 30.0
 
 EVALUATE = (
     "import sys\n"
     "from nvrx_seghealth._decision.artifact import evaluate\n"
     "print(evaluate(sys.argv[1], float(sys.argv[2])).outcome.value, flush=True)\n"
 )
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A bounded run that ended: exit code, captured output, seconds it took."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-
-def _kill_session(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def run_bounded(
-    command: list[str],
-    mount: HungMount,
-    bound: float,
-    *,
-    env: dict[str, str] | None = None,
-    stdin: int = subprocess.DEVNULL,
-) -> Finished:
-    """Run ``command`` in a session of its own, stdout and stderr through pipes.
-
-    Returns once the process has exited *and* every writer of those pipes has closed
-    them: a process it left behind that still holds one keeps the run going. A run not
-    done within ``bound`` seconds fails the test; the mount is aborted first, which
-    releases whatever is stuck in it, then the session is killed.
-    """
-    started = time.monotonic()
-    process = subprocess.Popen(
-        command, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=env, start_new_session=True,
-    )  # fmt: skip
-    try:
-        stdout, stderr = process.communicate(timeout=bound)
-    except subprocess.TimeoutExpired:
-        mount.abort()
-        _kill_session(process)
-        stdout, stderr = process.communicate(timeout=RELEASE_TIMEOUT)
-        pytest.fail(
-            f"not done within {bound:g} s (exited or closed its output only once the mount "
-            f"was aborted; exit code {process.returncode}): {command}\n"
-            f"--- stdout\n{stdout}\n--- stderr\n{stderr}"
-        )
-    return Finished(process.returncode, stdout, stderr, time.monotonic() - started)
-
-
-def _pipe_holders(inode: int) -> list[int]:
-    """Every process that holds an end of the pipe ``inode``."""
-    target = f"pipe:[{inode}]"
-    holders = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if any(os.readlink(fd) == target for fd in (proc / "fd").iterdir()):
-                holders.append(int(proc.name))
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue  # exited meanwhile
-    return holders
 
 
 def _read_line(stream: IO[bytes], timeout: float) -> str:
@@ -164,7 +95,7 @@ def test_check_command_fails_open_and_exits(hung_mount: HungMount) -> None:
     assert report["outcome"] == "unreadable"
     assert report["proceed"] is True
     assert done.seconds >= DEFAULT_STAT_TIMEOUT
-    assert _pipe_holders(stdin_pipe) == []
+    assert pipe_holders(stdin_pipe) == []
 
 
 @pytest.mark.timeout(120)
@@ -228,7 +159,7 @@ def _run_pileup_probe(mount: HungMount, tmp_path: Path) -> tuple[dict, dict]:
     finally:
         if process.poll() is None:
             mount.abort()
-            _kill_session(process)
+            kill_session(process)
             process.wait(timeout=RELEASE_TIMEOUT)
         process.stdout.close()
         print(f"probe stderr: {(tmp_path / 'probe.stderr').read_text()}")

@@ -22,16 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from test_hung_mount import _kill_session, _pipe_holders, run_bounded
 
-from conftest import LISTED
 from harness.fakeslurm import FakeSlurm
+from harness.fuse import LISTED, kill_session, pipe_holders, run_bounded
 from nvrx_seghealth._decision.helperprocess import STUCK_TAG
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from conftest import HungMount
+    from harness.fuse import HungMount
 
 pytestmark = pytest.mark.hungmount
 
@@ -74,7 +73,7 @@ def test_a_command_on_a_hung_directory_gives_up_says_so_and_exits_1(
     if command[0] != "status":
         assert "whether the decision was written is unknown" in done.stderr
     assert 1.0 <= done.seconds < 10
-    assert _pipe_holders(stdin_pipe) == []
+    assert pipe_holders(stdin_pipe) == []
 
 
 @pytest.mark.timeout(120)
@@ -145,7 +144,7 @@ def _producer_on(
         yield process
     except BaseException:
         hung_mount.abort()
-        _kill_session(process)
+        kill_session(process)
         process.communicate(timeout=30)
         raise
 

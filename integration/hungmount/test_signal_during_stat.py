@@ -5,7 +5,7 @@ The stat blocks on a real hung FUSE mount (the ``hung_mount`` fixture) with a bo
 directory while round 0 forms (process 0's first stat answers at once), then to the hung
 mount, and process 0's worker is killed, so that the restart's stat, made once torch's
 signal handler is installed, is the one that hangs. The same job runs on plain c10d
-(``signals.compare_terminations``), where the signal lands in the restart.
+(``harness.sigterm.compare_terminations``), where the signal lands in the restart.
 
 The hand-off is off: with it, a sibling's request could have process 0's responder
 thread make the hung stat first, and the main thread would then wait for the lock
@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from signals import (
+
+from harness.sigterm import (
     BOTH,
     LONG_BOUND,
     PROCESS_ZERO,
@@ -29,12 +30,11 @@ from signals import (
     wait_for_joinings,
     wait_for_round,
 )
-
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._settings.rdzv_conf import DIRECTORY_KEY, HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
 
 if TYPE_CHECKING:
-    from conftest import HungMount
+    from harness.fuse import HungMount
 
 pytestmark = pytest.mark.hungmount
 

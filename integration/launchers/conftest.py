@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from launcherjob import mark_task
+
+from harness.launcherjob import mark_task
 
 
 @pytest.fixture

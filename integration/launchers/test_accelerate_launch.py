@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcherjob import (
+from harness.common import free_port
+from harness.launcherjob import (
     MARKED,
     TASKS,
     TRAIN,
@@ -25,8 +26,6 @@ from launcherjob import (
     slurm_task,
     store_host,
 )
-
-from harness.common import free_port
 
 #: Not ``localhost``: accelerate would take the store for a port in use and refuse to start.
 STORE_ADDRESS = "127.0.0.2"

@@ -14,9 +14,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from launcherjob import Launch, launcher_env, run_together, slurm_task, store_host, worker_lines
 
 from harness.common import free_port
+from harness.launcherjob import (
+    Launch,
+    launcher_env,
+    run_together,
+    slurm_task,
+    store_host,
+    worker_lines,
+)
 
 FAIL_ONCE = Path(__file__).with_name("fail_once.py")
 

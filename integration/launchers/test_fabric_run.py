@@ -11,7 +11,8 @@ launchers.
 
 from __future__ import annotations
 
-from launcherjob import (
+from harness.common import free_port
+from harness.launcherjob import (
     MARKED,
     TASKS,
     TRAIN,
@@ -23,8 +24,6 @@ from launcherjob import (
     slurm_task,
     store_host,
 )
-
-from harness.common import free_port
 
 FABRIC_RUN = [
     "fabric",

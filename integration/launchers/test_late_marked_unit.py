@@ -17,7 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from launcherjob import (
+from harness.common import free_port
+from harness.launcherjob import (
     JOB_TIMEOUT,
     MARKED,
     launcher_env,
@@ -25,8 +26,6 @@ from launcherjob import (
     store_host,
     worker_lines,
 )
-
-from harness.common import free_port
 
 SLOW_TRAIN = Path(__file__).with_name("slow_train.py")
 

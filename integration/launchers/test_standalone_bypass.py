@@ -17,8 +17,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from launcherjob import JOB_TIMEOUT, MARKED, TRAIN, launcher_env, require_launcher, slurm_task
 
+from harness.launcherjob import (
+    JOB_TIMEOUT,
+    MARKED,
+    TRAIN,
+    launcher_env,
+    require_launcher,
+    slurm_task,
+)
 from nvrx_seghealth._logfmt import parse_fields
 
 SINGLE_NODE = ["--nnodes=1", "--nproc-per-node=1"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from launcherjob import (
+from harness.common import free_port
+from harness.launcherjob import (
     ARRAY_JOB,
     JOB_TIMEOUT,
     MARKED,
@@ -28,8 +29,6 @@ from launcherjob import (
     require_launcher,
     store_host,
 )
-
-from harness.common import free_port
 
 
 def test_torchx_dist_ddp_keeps_the_marked_replica_out(tmp_path, decisions) -> None:

@@ -12,36 +12,20 @@ skip and say how to enable them. In CI a missing or broken Slurm fails the tests
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
+from harness.slurm import SlurmCluster
+
 HERE = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_SLURM_INSTALL") == "1"
-
-#: Job states after which ``scontrol show job`` no longer changes.
-FINISHED_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "TIMEOUT",
-    }
-)
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -70,88 +54,6 @@ def _script(name: str, *args: str, timeout: float) -> None:
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name} {' '.join(args)} did not finish in {timeout}s", pytrace=False)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One record of ``scontrol show job``: a job, or one task of a job array."""
-
-    fields: dict[str, str]
-
-    @property
-    def job_id(self) -> str:
-        return self.fields["JobId"]
-
-    @property
-    def state(self) -> str:
-        return self.fields["JobState"]
-
-    @property
-    def exit_code(self) -> tuple[int, int]:
-        """``ExitCode=status:signal`` as integers."""
-        status, signal = self.fields["ExitCode"].split(":")
-        return int(status), int(signal)
-
-
-@dataclass(frozen=True)
-class SlurmCluster:
-    """A running private cluster; ``env`` is what its client commands need."""
-
-    state_dir: Path
-    env: dict[str, str]
-    nodes: tuple[str, ...]
-
-    def run(
-        self, *args: str, timeout: float = 30, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
-        """Run a command (``srun``, ``sbatch``, ``scontrol``, ...) against this cluster.
-
-        Output is captured as text; ``check`` fails the test on a non-zero exit.
-        """
-        result = subprocess.run(
-            args,
-            env=self.env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if check and result.returncode != 0:
-            pytest.fail(
-                f"{' '.join(args)} exited {result.returncode}\n"
-                f"--- stdout\n{result.stdout}--- stderr\n{result.stderr}",
-                pytrace=False,
-            )
-        return result
-
-    def sbatch(self, *args: str) -> str:
-        """Submit a batch job; return its job id (the array job id for an array)."""
-        return self.run("sbatch", "--parsable", *args).stdout.strip().split(";")[0]
-
-    def jobs(self, job_id: str) -> list[Job]:
-        """Read ``scontrol show job``: one record per job, or per task of an array."""
-        out = self.run("scontrol", "show", "job", "--oneliner", job_id).stdout
-        return [
-            Job(dict(re.findall(r"(?:^|\s)([^\s=]+)=(\S*)", line)))
-            for line in out.splitlines()
-            if line.strip()
-        ]
-
-    def wait_job(self, job_id: str, timeout: float = 60) -> list[Job]:
-        """Wait until every record of ``job_id`` has finished; return the records."""
-        deadline = time.monotonic() + timeout
-        while True:
-            jobs = self.jobs(job_id)
-            if all(job.state in FINISHED_STATES for job in jobs):
-                return jobs
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"job {job_id} not finished after {timeout}s: "
-                    + ", ".join(f"{job.job_id}={job.state}" for job in jobs),
-                    pytrace=False,
-                )
-            time.sleep(0.2)
 
 
 def _client_env(state_dir: Path) -> dict[str, str]:

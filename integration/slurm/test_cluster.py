@@ -15,7 +15,7 @@ import pytest
 from nvrx_seghealth import AllocationUnit, artifact_path
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from harness.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(90)]
 
@@ -60,10 +60,6 @@ def _wait_for_file(path: Path, timeout: float = 30) -> str:
             pytest.fail(f"{path} not written within {timeout}s", pytrace=False)
         time.sleep(0.1)
     return path.read_text().strip()
-
-
-def _node_state(cluster: SlurmCluster, node: str) -> str:
-    return cluster.run("sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
 
 
 def test_srun_runs_one_task_per_node(slurm_cluster: SlurmCluster) -> None:
@@ -174,21 +170,21 @@ def test_drain_does_not_evict_a_running_task(slurm_cluster: SlurmCluster, tmp_pa
     node = _wait_for_file(tmp_path / "node")
     try:
         slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=test")
-        assert _node_state(slurm_cluster, node) == "drng"
+        assert slurm_cluster.state_of(node) == "drng"
         time.sleep(1)  # give Slurm the chance to evict, which it must not take
         [job] = slurm_cluster.jobs(job_id)
         assert job.state == "RUNNING"
-        assert _node_state(slurm_cluster, node) == "drng"
+        assert slurm_cluster.state_of(node) == "drng"
     finally:
         (tmp_path / "go").touch()
     try:
         [job] = slurm_cluster.wait_job(job_id)
         assert (job.state, job.exit_code) == ("COMPLETED", (0, 0))
-        assert _node_state(slurm_cluster, node) == "drain"
+        assert slurm_cluster.state_of(node) == "drain"
     finally:
         slurm_cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
     # A resumed node reads idle* (not responding) for a moment before it is idle.
     deadline = time.monotonic() + 15
-    while (state := _node_state(slurm_cluster, node)) != "idle":
+    while (state := slurm_cluster.state_of(node)) != "idle":
         assert time.monotonic() < deadline, f"{node} is {state!r}, not idle, after resume"
         time.sleep(0.1)

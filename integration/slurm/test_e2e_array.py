@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import (
+
+from harness.slurmjob import (
     Training,
     array_task_exit_reported,
     exclusion_line,
@@ -26,7 +27,7 @@ from e2e import (
 )
 
 if TYPE_CHECKING:
-    from conftest import Job, SlurmCluster
+    from harness.slurm import Job, SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 

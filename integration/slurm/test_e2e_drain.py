@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import (
+
+from harness.commands import nvrx_seghealth
+from harness.slurm import node_state
+from harness.slurmjob import (
     array_task_exit_reported,
     exclusion_line,
     formed_world,
@@ -23,13 +26,10 @@ from e2e import (
     task_of,
     training,
 )
-from test_publish_drained import node_state
-
-from harness.commands import nvrx_seghealth
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from harness.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 

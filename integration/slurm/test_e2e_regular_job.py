@@ -14,10 +14,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import JOIN_TIMEOUT, exclusion_line, install_line, run_seconds, srun_exit_line, training
+
+from harness.slurmjob import (
+    JOIN_TIMEOUT,
+    exclusion_line,
+    install_line,
+    run_seconds,
+    srun_exit_line,
+    training,
+)
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from harness.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 

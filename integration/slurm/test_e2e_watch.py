@@ -21,14 +21,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from e2e import array_task_exit_reported, exclusion_line, formed_world, task_of, training
-from test_publish_drained import running_nodes
-from test_publish_drained_trigger import PROGRAM, drained, running_producer, trigger
 
+from harness.slurm import PROGRAM, drained, running_nodes, running_producer, trigger
+from harness.slurmjob import (
+    array_task_exit_reported,
+    exclusion_line,
+    formed_world,
+    task_of,
+    training,
+)
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from harness.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

@@ -23,11 +23,12 @@ import pytest
 
 from harness.commands import nvrx_seghealth
 from harness.common import wait_until
+from harness.slurm import node_state, running_nodes
 from nvrx_seghealth._producer.hostlist import expand
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from harness.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
 
@@ -73,19 +74,6 @@ class Array:
         return [(event["event"], event["task_id"]) for event in map(json.loads, lines)]
 
 
-def _node_state(cluster: SlurmCluster, node: str) -> str:
-    return cluster.run("sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
-
-
-def running_nodes(cluster: SlurmCluster, job_id: str) -> dict[str, list[str]]:
-    """The running array tasks of ``job_id``, each with its nodes (by ``squeue``)."""
-    out = cluster.run("squeue", "-j", job_id, "-r", "-h", "-t", "R", "-o", "%K %N").stdout
-    return {
-        task: cluster.run("scontrol", "show", "hostnames", hostlist).stdout.split()
-        for task, hostlist in (line.split() for line in out.splitlines())
-    }
-
-
 @pytest.fixture
 def array(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Array]:
     script = tmp_path / "sleep.sbatch"
@@ -113,24 +101,12 @@ def array(slurm_cluster: SlurmCluster, tmp_path: Path) -> Iterator[Array]:
         slurm_cluster.wait_job(job_id)
 
 
-@contextmanager
-def node_state(cluster: SlurmCluster, node: str, state: str, reason: str) -> Iterator[None]:
-    """Put ``node`` in ``state``; always resume it and wait until it responds again."""
-    try:
-        cluster.run("scontrol", "update", f"nodename={node}", f"state={state}", f"reason={reason}")
-        yield
-    finally:
-        cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-        # A resumed node reads "not responding" (*) for a moment; that is unavailable too.
-        wait_until(lambda: _node_state(cluster, node) in ("idle", "alloc", "mix"))
-
-
 def test_drain_publishes_only_the_affected_task_and_resume_clears_it(array: Array) -> None:
     node = array.nodes["1"][0]
     assert "0 published" in array.publish()
     assert [p.name for p in array.shc.iterdir() if not p.name.startswith(".")] == []
     with node_state(array.cluster, node, "drain", "disk errors"):
-        assert _node_state(array.cluster, node) == "drng"  # the task still runs there
+        assert array.cluster.state_of(node) == "drng"  # the task still runs there
         out = array.publish()
         text = array.decision("1").read_text()
         assert text == f"{TAG} unavailable nodes: {node} drng (disk errors)\n"
@@ -149,7 +125,7 @@ def test_drain_publishes_only_the_affected_task_and_resume_clears_it(array: Arra
 def test_a_failing_node_is_published(array: Array) -> None:
     node = array.nodes["0"][1]
     with node_state(array.cluster, node, "fail", "ecc errors"):
-        assert _node_state(array.cluster, node) == "failg"  # the task still runs there
+        assert array.cluster.state_of(node) == "failg"  # the task still runs there
         array.publish()
         assert array.decision("0").read_text() == (
             f"{TAG} unavailable nodes: {node} failg (ecc errors)\n"
@@ -189,11 +165,11 @@ def not_responding(cluster: SlurmCluster, node: str) -> Iterator[None]:
     try:
         cluster.run("scontrol", "update", f"nodename={node}", "state=drain", "reason=ping")
         cluster.run("scontrol", "update", f"nodename={node}", "state=resume")
-        wait_until(lambda: _node_state(cluster, node).endswith("*"))
+        wait_until(lambda: cluster.state_of(node).endswith("*"))
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
-    wait_until(lambda: not _node_state(cluster, node).endswith("*"))
+    wait_until(lambda: not cluster.state_of(node).endswith("*"))
 
 
 def test_not_responding_counts_only_after_three_passes_and_clears_after_three(array: Array) -> None:
@@ -212,7 +188,7 @@ def test_not_responding_counts_only_after_three_passes_and_clears_after_three(ar
             assert not array.decision("1").exists()
         assert "1 published" in array.publish(*watch)
         published = array.decision("1").read_text()
-        assert published == f"{TAG} unavailable nodes: {node} {_node_state(array.cluster, node)}\n"
+        assert published == f"{TAG} unavailable nodes: {node} {array.cluster.state_of(node)}\n"
     for _ in range(2):
         array.publish(*watch)
         assert array.decision("1").read_text() == published

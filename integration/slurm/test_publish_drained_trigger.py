@@ -22,24 +22,22 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from test_publish_drained import _node_state
 
 from harness.commands import COMMAND
 from harness.common import wait_until
+from harness.slurm import PROGRAM, drained, running_producer, trigger
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from conftest import SlurmCluster
+    from harness.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
-PROGRAM = Path(__file__).resolve().parents[2] / "examples" / "publish-drained-now.sh"
 #: Slurm looks at trigger events about every 15 s; a pass takes a second. Generous.
 TRIGGER_BOUND = 120.0
 SIGNAL_BOUND = 60.0
@@ -58,45 +56,6 @@ class Producer:
 
     def decision(self) -> Path:
         return self.shc / f"segment_health_check.{self.job_id}.{self.job_id}"
-
-
-def _pass_done(process: subprocess.Popen[str]) -> None:
-    assert process.stdout is not None
-    for line in process.stdout:
-        if "pass done" in line:
-            return
-    raise AssertionError("the producer ended before its first pass")
-
-
-@contextmanager
-def running_producer(
-    cluster: SlurmCluster, job_id: str, shc: Path, pid_file: Path
-) -> Iterator[subprocess.Popen[str]]:
-    """``publish-drained --interval 600 --pid-file pid_file`` for ``job_id`` into ``shc``,
-    once its first pass is done; afterwards it must stop on SIGTERM with exit 0 and
-    remove its pid file (it is killed and reaped in any case)."""
-    command = [
-        *COMMAND, "publish-drained", "--dir", str(shc), "--job-id", job_id,
-        "--interval", "600", "--pid-file", str(pid_file), "--producer-id", "t",
-        "--slurm-timeout", "10",
-    ]  # fmt: skip
-    process = subprocess.Popen(
-        command,
-        env=cluster.env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        _pass_done(process)
-        yield process
-        process.terminate()
-        assert process.wait(timeout=30) == 0
-        assert not pid_file.exists()
-    finally:
-        process.kill()
-        process.communicate()
 
 
 @pytest.fixture
@@ -130,32 +89,6 @@ def _any_decision(shc: Path) -> bool:
     return any(not p.name.startswith(".") for p in shc.iterdir())
 
 
-@contextmanager
-def drained(cluster: SlurmCluster, nodes: list[str], reason: str) -> Iterator[None]:
-    """Drain ``nodes`` in one update; always resume them and wait until they respond."""
-    names = ",".join(nodes)
-    try:
-        cluster.run("scontrol", "update", f"nodename={names}", "state=drain", f"reason={reason}")
-        yield
-    finally:
-        cluster.run("scontrol", "update", f"nodename={names}", "state=resume", check=False)
-        for node in nodes:
-            wait_until(lambda node=node: _node_state(cluster, node) in ("idle", "alloc", "mix"))
-
-
-@contextmanager
-def trigger(cluster: SlurmCluster, event: str, program: str) -> Iterator[None]:
-    """A permanent node trigger on every node for ``event``; cleared at the end."""
-    cluster.run("strigger", "--set", "--node", f"--{event}", "--flags=PERM", f"--program={program}")
-    rows = cluster.run("strigger", "--get", "--noheader").stdout.splitlines()
-    ids = [row.split()[0] for row in rows if row.rstrip().endswith(program)]
-    assert len(ids) == 1, rows
-    try:
-        yield
-    finally:
-        cluster.run("strigger", "--clear", f"--id={ids[0]}", check=False)
-
-
 def _expected(node: str, reason: str) -> str:
     return f"{producer_tag('t')} unavailable nodes: {node} drng ({reason})\n"
 
@@ -172,7 +105,7 @@ def test_a_drained_trigger_signals_the_producer(producer: Producer) -> None:
     cluster = producer.cluster
     node = producer.nodes[0]
     idle = next(n for n in cluster.nodes if n not in producer.nodes)
-    assert _node_state(cluster, idle) == "idle"
+    assert cluster.state_of(idle) == "idle"
     with (
         trigger(cluster, "drained", f"{PROGRAM} {producer.pid_file}"),
         drained(cluster, [node, idle], "switch swap"),
@@ -208,7 +141,7 @@ def test_a_trigger_after_its_producer_was_killed_signals_no_one(
     victim = subprocess.Popen(["sleep", "600"])
     try:
         pid_file.write_text(f"{victim.pid}\n")  # the pid's reuse, as the file sees it
-        idle = [n for n in slurm_cluster.nodes if _node_state(slurm_cluster, n) == "idle"][:1]
+        idle = [n for n in slurm_cluster.nodes if slurm_cluster.state_of(n) == "idle"][:1]
         assert idle, "no idle node to drain"
         with (
             trigger(slurm_cluster, "drained", f"{wrapper} {pid_file}"),

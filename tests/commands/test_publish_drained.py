@@ -2,8 +2,9 @@
 
 The fake Slurm (``harness/fakeslurm.py``) is a directory of small shell scripts named
 ``sinfo`` and ``squeue`` put first on PATH: they print canned answers, fail, or hang in a
-real ``sleep``. That is the only way to make Slurm misbehave on demand; the real-cluster behaviour (drain, a stopped
-slurmd, two producers) is covered by ``integration/slurm/test_publish_drained.py``.
+real ``sleep``. That is the only way to make Slurm misbehave on demand; the real-cluster
+behaviour (drain, a stopped slurmd, two producers) is covered by
+``integration/slurm/test_publish_drained.py``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,19 @@
 """A job of real torchrun agents in which a decision is written while the world trains.
 
-Array job :data:`~integration.launchers.launcherjob.ARRAY_JOB` has three units (array
-tasks 0, 1, 2, one launcher each) for a world of three (``--nnodes=3:3``) and a spare,
-task :data:`SPARE`, started once the first world formed (so it waits beside it, in
-torch's redundancy list). The launchers meet through an ``nvrx-seghealth store-host`` on
-127.0.0.1 (``is_host=false``) and run :mod:`watch_train` (a gloo collective every step).
-Unit :data:`LAGGED`'s agent looks at its workers only every
-:data:`LAG_MONITOR_INTERVAL` seconds (``--monitor-interval``): it learns of anything
-late, as an agent on a busy node does. Once the spare is up, unit
-:data:`~integration.launchers.launcherjob.MARKED` is marked (a producer's
-``publish_decision``); with :attr:`Variant.stall`, its worker first stops calling the
+Array job :data:`~harness.launcherjob.ARRAY_JOB` has three units (array tasks 0, 1, 2, one
+launcher each) for a world of three (``--nnodes=3:3``) and a spare, task :data:`SPARE`,
+started once the first world formed (so it waits beside it, in torch's redundancy list).
+The launchers meet through an ``nvrx-seghealth store-host`` on 127.0.0.1
+(``is_host=false``) and run :mod:`harness.watch_train` (a gloo collective every step).
+Unit :data:`LAGGED`'s agent looks at its workers only every :data:`LAG_MONITOR_INTERVAL`
+seconds (``--monitor-interval``): it learns of anything late, as an agent on a busy node
+does. Once the spare is up, unit :data:`~harness.launcherjob.MARKED` is marked (a
+producer's ``publish_decision``); with :attr:`Variant.stall`, its worker first stops calling the
 collective, so every peer blocks in it until the gloo timeout.
 
 The job then runs until a world without the marked unit formed or :attr:`Variant.window`
 seconds passed since the mark, whichever is first; then its workers are told to stop
-(:mod:`watch_train`'s stop file) and the launchers get :attr:`Variant.end_timeout`
+(:mod:`harness.watch_train`'s stop file) and the launchers get :attr:`Variant.end_timeout`
 seconds to end before the rest is stopped. :class:`Outcome` holds what every launcher
 printed and how it ended. Used by ``integration/watch/`` and ``bench/watch.py``.
 """
@@ -30,8 +29,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.common import free_port
-from integration.launchers.launcherjob import (
+from nvrx_seghealth._logfmt import parse_fields
+
+from .common import free_port
+from .launcherjob import (
     JOB_TIMEOUT,
     MARKED,
     launcher_env,
@@ -39,7 +40,6 @@ from integration.launchers.launcherjob import (
     slurm_task,
     store_host,
 )
-from nvrx_seghealth._logfmt import parse_fields
 
 __all__ = [
     "LAGGED",

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from simhelpers import JOINING, report
 
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 from nvrx_seghealth._demo.outcome import LauncherOutcome
 from nvrx_seghealth._launcher.events import EventName
+
+from .simjob import JOINING, report
 
 __all__ = [
     "BOTH",

@@ -1,4 +1,4 @@
-"""One cell of the configuration matrix (``test_config_matrix.py``): its job, what it
+"""One cell of the configuration matrix (``integration/test_config_matrix.py``): its job, what it
 came to, and how it is held to plain c10d's answer.
 
 A cell's job has three array tasks: tasks 0 and 1 form the world (``--nnodes`` = their
@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from matrix import REACH_TIMEOUT, Configuration, rank_zero_unit
-from simhelpers import JOB_TIMEOUT, report
 
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._demo.outcome import FaultEvent, Round
 from nvrx_seghealth._errors import ExclusionReason
+
+from .configurations import REACH_TIMEOUT, Configuration, rank_zero_unit
+from .simjob import JOB_TIMEOUT, report
 
 __all__ = [
     "MARGIN",
@@ -38,7 +39,7 @@ __all__ = [
 #: The world's units, and the spare.
 WORLD = (0, 1)
 SPARE = 2
-#: Seconds a cell may take beyond plain c10d's (as ``signals.MARGIN``: a loaded 2-core
+#: Seconds a cell may take beyond plain c10d's (as :data:`harness.sigterm.MARGIN`: a loaded 2-core
 #: machine stalls a launcher's start-up or a store connect by several seconds).
 MARGIN = 10.0
 #: And in proportion: c10d's job runs right after the cell's, but other test workers'

@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simhelpers import JOINED
-
 from nvrx_seghealth._decision.boundedstat import HELPER_TAG
 from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.outcome import JobResult, Round
 from nvrx_seghealth._demo.rendezvous_state import read_endpoint
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
 from nvrx_seghealth._launcher.watch import ARRIVED_KEY
+
+from .simjob import JOINED
 
 __all__ = [
     "CONFIGURATIONS",

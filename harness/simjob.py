@@ -1,4 +1,6 @@
-"""Helpers shared by the whole-job scenarios (imported by the tests and conftest.py)."""
+"""Simulated whole jobs (:mod:`nvrx_seghealth._demo`) as the scenarios of ``integration/``
+run them: the bound of one job, torch's log lines around a rendezvous, a job's report,
+and what an excluded unit's launchers must show."""
 
 from __future__ import annotations
 
