@@ -9,16 +9,17 @@ Usage: ``python pileup_probe.py HUNG_PATH NORMAL_PATH ROUNDS BOUND SETTLE``
 2. Waits for one line on stdin (the test has aborted the hung mount meanwhile).
 3. Without another stat, waits up to SETTLE seconds for every child that was stuck to
    have exited (``exited``: the children then), and up to SETTLE seconds more for them
-   to be reaped, gone from /proc (``reaped``). Then evaluates NORMAL_PATH once and
-   prints a second JSON line: ``exited``, ``reaped``, ``fresh`` (the outcome value of
-   that evaluation) and ``children_after_fresh``.
+   and their stuck records (which exit once their helper has) to be reaped, gone from
+   /proc (``reaped``). Then evaluates NORMAL_PATH once and prints a second JSON line:
+   ``exited``, ``reaped``, ``fresh`` (the outcome value of that evaluation) and
+   ``children_after_fresh``.
 
-A child is described as ``{"pid", "state", "stuck"}``: ``state`` is the process state
-letter (``Z`` for an exited child not yet reaped), ``stuck`` is true when one of its
+A child is described as ``{"pid", "state", "stuck", "record"}``: ``state`` is the process
+state letter (``Z`` for an exited child not yet reaped), ``stuck`` is true when one of its
 threads waits for the filesystem: for FUSE's answer (kernel wait channel
 ``request_wait_answer``; the wait is interruptible until a signal arrives, then
-uninterruptible) or in state ``D``. This process has no children but the ones its stats
-make.
+uninterruptible) or in state ``D``; ``record`` is true for a stuck record (its command
+line carries ``STUCK_TAG``). This process has no children but the ones its stats make.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nvrx_seghealth._decision.artifact import evaluate
+from nvrx_seghealth._decision.helperprocess import STUCK_TAG
 
 #: The bound of the final stat of NORMAL_PATH: generous, it may start a new helper.
 FRESH_BOUND = 5.0
@@ -57,9 +59,10 @@ def _children() -> list[dict]:
             if int(fields[1]) != os.getpid():
                 continue
             stuck = any(_waits_for_filesystem(task) for task in (proc / "task").iterdir())
+            record = STUCK_TAG.encode() in (proc / "cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError):
             continue  # exited meanwhile
-        found.append({"pid": int(proc.name), "state": fields[0], "stuck": stuck})
+        found.append({"pid": int(proc.name), "state": fields[0], "stuck": stuck, "record": record})
     return found
 
 
@@ -92,7 +95,10 @@ def main() -> None:
     exited = _settled(
         lambda found: all(c["state"] == "Z" for c in found if c["pid"] in stuck), float(settle)
     )
-    reaped = _settled(lambda found: not stuck & {c["pid"] for c in found}, float(settle))
+    # A stuck record exits once its helper has: on a loaded node, some time after it.
+    reaped = _settled(
+        lambda found: not [c for c in found if c["pid"] in stuck or c["record"]], float(settle)
+    )
     fresh = evaluate(normal, FRESH_BOUND).outcome.value
     print(
         json.dumps(
