@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from typing import cast
 
 from harness.etcd import (
     STORE,
@@ -162,6 +163,7 @@ def _trained_round(
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
     from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+    from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
     from nvrx_seghealth import SegmentHealthRendezvousHandler
     from nvrx_seghealth._launcher import backend
@@ -180,7 +182,7 @@ def _trained_round(
                 else:  # torch's etcd-v2 backend and store as they come
                     etcd_backend, store = create_backend(params)
                     inner = create_handler(store, etcd_backend, params)
-                traffic.append(Traffic(store.client))
+                traffic.append(Traffic(cast(EtcdStore, store).client))
                 env = {
                     "SLURM_ARRAY_JOB_ID": "900",
                     "SLURM_ARRAY_TASK_ID": str(task),

@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from harness.measure import Row, interleaved
+from nvrx_seghealth._decision.unit import SlurmId, validate_id
 from nvrx_seghealth._producer.debounce import DEFAULT_PASSES, Debouncer
 from nvrx_seghealth._producer.publisher import DrainedPublisher
 from nvrx_seghealth._producer.slurm import (
@@ -32,7 +33,7 @@ from nvrx_seghealth._producer.slurm import (
 )
 
 NODES, TASKS, PER_TASK = 12_000, 750, 16
-JOB = "4242"
+JOB = validate_id("--job-id", "4242")
 #: Seconds the parse of one pass may take.
 TARGET_S = 1.0
 
@@ -71,7 +72,7 @@ class RecordedSlurm:
         self.squeue = squeue
         self.sinfo = sinfo
 
-    def running_tasks(self, job_id: str) -> list[RunningTask]:
+    def running_tasks(self, job_id: SlurmId) -> list[RunningTask]:
         return parse_running_tasks(self.squeue, job_id)
 
     def nodes(self, partitions: object) -> list[NodeState]:

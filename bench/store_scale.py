@@ -95,7 +95,8 @@ def _round(port: int, directory: str, run_id: str, share: int, watch: bool, read
                 f"{run_id}/refused", 0
             ):
                 time.sleep(0.05)
-            return RendezvousInfo(round_store, 0, TASKS * NODES, None)
+            # No worker bootstraps from this round: no bootstrap store's address.
+            return RendezvousInfo(round_store, 0, TASKS * NODES, None)  # type: ignore[arg-type]
 
         def is_closed(self):
             return False

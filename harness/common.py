@@ -12,6 +12,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch.distributed import Store
 
+    _StandIn = Store  # what type checkers see: a CountingStore stands in for a Store
+else:
+    _StandIn = object  # torch is not imported to count calls
+
 __all__ = ["CountingStore", "free_port", "slurm_env", "wait_until"]
 
 
@@ -44,8 +48,9 @@ def wait_until(predicate: Callable[[], object], timeout: float = 30) -> None:
         time.sleep(0.05)
 
 
-class CountingStore:
-    """Forwards to a real store and counts the calls by method (``calls``)."""
+class CountingStore(_StandIn):
+    """Forwards to a real store and counts the calls by method (``calls``); it goes
+    wherever a torch ``Store`` goes."""
 
     def __init__(self, store: Store) -> None:
         self.store = store

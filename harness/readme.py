@@ -42,7 +42,9 @@ class Example:
 
 def readme_examples() -> list[Example]:
     """The fenced blocks of README.md in order (indented fences of list items included)."""
-    examples, heading, block, start = [], "", None, 0
+    examples: list[Example] = []
+    heading, language, start = "", "", 0
+    block: list[str] | None = None
     for number, line in enumerate(README.read_text().splitlines(), 1):
         fence = re.fullmatch(r"( *)```(\w*)", line)
         if block is None and line.startswith("#"):

@@ -12,7 +12,7 @@ import datetime
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from torch.distributed import Store, TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousHandler
@@ -100,7 +100,7 @@ def dynamic_handler(
 
 def launcher(
     master: TCPStore,
-    directory: str,
+    directory: str | None,
     env: dict[str, str],
     min_nodes: int = 2,
     max_nodes: int = 3,
@@ -145,7 +145,7 @@ def participants(master: TCPStore, run_id: str = RUN) -> int:
     return len(read_store(tcp_client(master), run_id).participants or ())
 
 
-def rendezvous_round(master: TCPStore, run_id: str = RUN) -> int:
+def rendezvous_round(master: TCPStore, run_id: str = RUN) -> int | None:
     """The round number in the rendezvous state (it advances only when a round re-forms)."""
     return read_store(tcp_client(master), run_id).round
 
@@ -165,7 +165,11 @@ def our_records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     ]
 
 
-class Join:
+#: The kind of handler a :class:`Join` joins with.
+H = TypeVar("H", bound=RendezvousHandler)
+
+
+class Join(Generic[H]):
     """``next_rendezvous()`` of one handler on its own thread; keeps the outcome.
 
     Attributes:
@@ -174,7 +178,7 @@ class Join:
             one it expects without first proving it is there.
     """
 
-    def __init__(self, handler: RendezvousHandler) -> None:
+    def __init__(self, handler: H) -> None:
         self.handler = handler
         self.result: Any = None
         self.error: Any = None
@@ -187,13 +191,13 @@ class Join:
         except BaseException as error:  # noqa: BLE001  (inspected by the test)
             self.error = error
 
-    def wait(self, timeout: float = 60) -> Join:
+    def wait(self, timeout: float = 60) -> Join[H]:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "next_rendezvous() did not return"
         return self
 
 
-def join_all(handlers: Iterable[RendezvousHandler], timeout: float = 60) -> list[Join]:
+def join_all(handlers: Iterable[H], timeout: float = 60) -> list[Join[H]]:
     """Start ``next_rendezvous()`` on every handler at once; wait for all of them."""
     joins = [Join(h) for h in handlers]
     return [j.wait(timeout) for j in joins]

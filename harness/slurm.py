@@ -9,6 +9,7 @@ The cluster itself is started by the ``slurm_cluster`` fixture
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 import time
@@ -149,6 +150,12 @@ def running_nodes(cluster: SlurmCluster, job_id: str) -> dict[str, list[str]]:
     }
 
 
+def _responds(cluster: SlurmCluster, node: str) -> bool:
+    """Whether ``node`` is back in service (a resumed node reads "not responding" (*) for
+    a moment; that is unavailable too)."""
+    return cluster.state_of(node) in ("idle", "alloc", "mix")
+
+
 @contextmanager
 def node_state(cluster: SlurmCluster, node: str, state: str, reason: str) -> Iterator[None]:
     """Put ``node`` in ``state``; always resume it and wait until it responds again."""
@@ -157,8 +164,7 @@ def node_state(cluster: SlurmCluster, node: str, state: str, reason: str) -> Ite
         yield
     finally:
         cluster.run("scontrol", "update", f"nodename={node}", "state=resume", check=False)
-        # A resumed node reads "not responding" (*) for a moment; that is unavailable too.
-        wait_until(lambda: cluster.state_of(node) in ("idle", "alloc", "mix"))
+        wait_until(functools.partial(_responds, cluster, node))
 
 
 @contextmanager
@@ -171,7 +177,7 @@ def drained(cluster: SlurmCluster, nodes: list[str], reason: str) -> Iterator[No
     finally:
         cluster.run("scontrol", "update", f"nodename={names}", "state=resume", check=False)
         for node in nodes:
-            wait_until(lambda node=node: cluster.state_of(node) in ("idle", "alloc", "mix"))
+            wait_until(functools.partial(_responds, cluster, node))
 
 
 @contextmanager

@@ -107,8 +107,10 @@ def install_line(process: int, directory: Path, job_id: str, task_id: str) -> re
 
 
 def formed_world(records: list[WorkerRecord], size: int) -> list[WorkerRecord]:
-    """The workers of the latest round with a formed world of ``size``, else none."""
-    for number in sorted({r.round for r in records if r.world_size == size}, reverse=True):
+    """The workers of the latest round with a formed world of ``size``, else none (a record
+    whose round could not be read belongs to no round)."""
+    rounds = {r.round for r in records if r.world_size == size and r.round is not None}
+    for number in sorted(rounds, reverse=True):
         world = [r for r in records if r.round == number and r.initialized_at is not None]
         if len(world) == size:
             return world

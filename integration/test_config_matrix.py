@@ -299,7 +299,7 @@ def _handoff(configuration: Configuration) -> Point:
         if job.spec.backend == "segment-health":
             job.wait_until(lambda: handoff_request_pending(job, 0), 30, "a pending request")
 
-    shape = {"no_kill_on_bad_exit": frozenset({0})}
+    shape: dict[str, object] = {"no_kill_on_bad_exit": frozenset({0})}
     return shape, {HANDOFF_TIMEOUT_KEY: str(LONG_BOUND)}, sibling, reach
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from nvrx_seghealth._demo import JobResult, JobSpec
 
 
-def facts(result: JobResult) -> dict[str, object]:
+def facts(result: JobResult) -> dict[str, Any]:
     """What a job did, leaving out what differs between any two runs (PIDs, ranks, times)."""
     final = result.final_round
     assert final is not None
@@ -24,7 +25,7 @@ def facts(result: JobResult) -> dict[str, object]:
 
 def test_segment_health_without_directory_is_c10d(simulate) -> None:
     # Task 1 has a decision file, but no launcher is told where decisions live.
-    common = {"tasks": 2, "marked": frozenset({1})}
+    common: dict[str, Any] = {"tasks": 2, "marked": frozenset({1})}
     plain = simulate(JobSpec(backend="c10d", **common), "c10d")
     wrapped = simulate(
         JobSpec(backend="segment-health", check_directory=False, **common), "segment-health"

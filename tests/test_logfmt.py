@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from nvrx_seghealth._logfmt import format_fields, parse_fields
+from nvrx_seghealth._logfmt import FieldValue, format_fields, parse_fields
 
 
 def test_fields_read_back_exactly():
-    fields = {
+    fields: dict[str, FieldValue] = {
         "path": "/shared/a b/segment_health_check.1.2",
         "detail": 'say "x=1"',
         "empty": "",

@@ -564,7 +564,9 @@ def test_exit_code_table_is_the_code_s():
         for command, statuses in EXIT_STATUSES.items()
     }
     assert rows == expected
-    subcommands = set(build_parser()._subparsers._group_actions[0].choices)
+    # argparse's own record of the subcommands: private, and typed as optional.
+    actions = build_parser()._subparsers._group_actions  # type: ignore[union-attr]
+    subcommands = set(actions[0].choices)  # type: ignore[arg-type]
     assert set(rows) == subcommands - {
         "run",
         "demo",

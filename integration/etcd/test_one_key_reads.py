@@ -13,6 +13,7 @@ import base64
 import threading
 import time
 import uuid
+from typing import cast
 
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
@@ -77,7 +78,7 @@ def build(server, run_id, directory, task, nodes):
         environ=slurm_env(task=task, array_job=700),
         watch_interval=WATCH,
     )
-    return handler, Traffic(store.client)
+    return handler, Traffic(cast(OneKeyEtcdStore, store).client)
 
 
 class Monitor:
@@ -173,7 +174,7 @@ def test_get_and_check_keep_torchs_meaning(crowded_etcd):
     assert store.get("a") == b"1"
     setter.join()
     assert store.check(["a"]) and not store.check(["a", "b"])
-    store.set("b", b"\xff\x00")
+    store.set("b", b"\xff\x00")  # type: ignore[arg-type]  # bytes too (torch's stub: str)
     assert store.check(["a", "b"]) and store.get("b") == b"\xff\x00"
     ours.set_timeout(datetime.timedelta(seconds=0.5))
     with pytest.raises(LookupError):

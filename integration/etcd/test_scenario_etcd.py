@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import re
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ STORE_PREFIX = "/torch/elastic/store"
 #: a spare. Task 0 is marked. Its process 1 is held back until process 0 has exited, with
 #: ``--kill-on-bad-exit=0`` for task 0, so that it meets the marker (not srun) and the
 #: round count does not depend on the race inside a task (tested on its own).
-SHAPE = {
+SHAPE: dict[str, Any] = {
     "tasks": 3,
     "max_nodes": 4,
     "marked": frozenset({0}),
@@ -193,7 +194,12 @@ def test_c10d_store_hosted_by_the_excluded_task_takes_the_job_down(request, tmp_
 #: once round 0 is complete and waits beside it. Round 0 trains until the scenario ends
 #: it; every later round trains three steps. No launcher is told about torch's shared
 #: agent store: the backend decides.
-RUNNING_WORLD = {"tasks": 3, "first_round_steps": 1000, "steps": 3, "disable_shared_store": None}
+RUNNING_WORLD: dict[str, Any] = {
+    "tasks": 3,
+    "first_round_steps": 1000,
+    "steps": 3,
+    "disable_shared_store": None,
+}
 SPARE = 2
 #: Which unit of the running world is excluded, and how many launchers each unit has:
 #: the unit whose launcher holds rank 0 (its launchers' bootstrap store leaves with it;

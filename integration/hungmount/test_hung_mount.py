@@ -147,6 +147,7 @@ def _run_pileup_probe(mount: HungMount, tmp_path: Path) -> tuple[dict, dict]:
             stderr=stderr,
             start_new_session=True,
         )
+    assert process.stdin is not None and process.stdout is not None  # both are pipes
     try:
         first = json.loads(_read_line(process.stdout, 30.0))
         print(f"probe, before the abort: {first}")

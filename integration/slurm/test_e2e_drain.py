@@ -83,6 +83,7 @@ def test_a_drained_task_is_excluded_at_the_next_rendezvous(
         (task, procid) for task in (0, 1, 2) for procid in (0, 1)]  # fmt: skip
     finished = [r for r in run.records(NAME) if r.completed]
     assert len(finished) == 4 and {r.world_size for r in finished} == {4}
+    assert finished[0].round is not None and first[0].round is not None
     assert len({r.round for r in finished}) == 1 and finished[0].round > first[0].round
     assert sorted((r.array_task, r.procid) for r in finished) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     [replacement] = [r for r in finished if (r.array_task, r.procid) == (0, 1)]

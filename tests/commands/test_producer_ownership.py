@@ -25,6 +25,7 @@ import pytest
 from harness.accounts import NOBODY, as_nobody, public_copy, require_root
 from harness.commands import nvrx_seghealth
 from harness.fakeslurm import ALL_FINE, NODES, FakeSlurm, dump, planted
+from nvrx_seghealth._decision.unit import validate_id
 from nvrx_seghealth._producer.audit import EventKind
 from nvrx_seghealth._producer.publisher import DrainedPublisher, producer_tag
 from nvrx_seghealth._producer.slurm import SlurmClient
@@ -43,7 +44,7 @@ def slurm(tmp_path, monkeypatch):
 def publisher(slurm, before_write):
     return DrainedPublisher(
         str(slurm.shc),
-        "500",
+        validate_id("--job-id", "500"),
         ("drain",),
         SlurmClient(10.0),
         producer_id="t1",

@@ -32,6 +32,8 @@ from nvrx_seghealth._producer.slurm import (
 
 TAG = producer_tag(PRODUCER)
 TASK1_TEXT = f"{TAG} unavailable nodes: n3 drng (disk errors | smart)\n"
+#: The fake Slurm's array job, as the command validates it.
+JOB = validate_id("--job-id", "500")
 
 
 # --- parsing -----------------------------------------------------------------------------
@@ -84,21 +86,21 @@ def test_parse_nodes_refuses_malformed_or_empty_answers(text):
 
 def test_parse_running_tasks():
     assert [
-        (t.job_id, t.task_id, t.partition, t.hosts) for t in parse_running_tasks(TASKS, "500")
+        (t.job_id, t.task_id, t.partition, t.hosts) for t in parse_running_tasks(TASKS, JOB)
     ] == [
         ("500", "0", "gpu", ("n1", "n2")),
         ("500", "1", "gpu", ("n3", "n4")),
         ("500", "2", "cpu", ("n5",)),
     ]
-    [regular] = parse_running_tasks("77|N/A|debug|n[1-2]\n", "77")
+    [regular] = parse_running_tasks("77|N/A|debug|n[1-2]\n", validate_id("--job-id", "77"))
     assert (regular.job_id, regular.task_id) == ("77", "77")
-    assert parse_running_tasks("", "500") == []
+    assert parse_running_tasks("", JOB) == []
     with pytest.raises(
         SlurmError,
         match=r"job 501 belongs to array job 500: give the array "
         r"job id \(--job-id 500\)",
     ):
-        parse_running_tasks("500|1|gpu|n[3-4]\n", "501")
+        parse_running_tasks("500|1|gpu|n[3-4]\n", validate_id("--job-id", "501"))
     for bad in (
         "500|1|gpu\n",
         "500|x|gpu|n1\n",
@@ -108,7 +110,7 @@ def test_parse_running_tasks():
         "500|1|n[3-4]\n",
     ):
         with pytest.raises(SlurmError):
-            parse_running_tasks(bad, "500")
+            parse_running_tasks(bad, JOB)
 
 
 def test_the_ids_of_running_tasks_are_validated_where_they_enter():
@@ -134,9 +136,12 @@ def test_a_pass_trusts_the_ids_and_the_directory_it_was_given(tmp_path, monkeypa
     calls = []
     for name in ("validate_id", "require_absolute_directory"):
         real = getattr(artifact, name)
-        monkeypatch.setattr(
-            artifact, name, lambda *args, real=real, name=name: calls.append(name) or real(*args)
-        )
+
+        def counted(*args, real=real, name=name):
+            calls.append(name)
+            return real(*args)
+
+        monkeypatch.setattr(artifact, name, counted)
     publisher = DrainedPublisher(
         str(slurm.shc), validate_id("--job-id", "500"), ("drain",), SlurmClient(10.0),
         producer_id=PRODUCER, passes={"drain": 1},
@@ -365,6 +370,7 @@ def test_interval_runs_passes_until_sigterm(slurm):
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert process.stdout is not None  # a pipe
     try:
         passes = [
             line for line in (process.stdout.readline() for _ in range(4)) if "pass done" in line

@@ -297,7 +297,7 @@ def test_the_backend_defaults_to_c10d_as_in_ft_launcher():
 
 
 def test_workers_are_identical_unless_the_environment_says_otherwise():
-    environ = {}
+    environ: dict[str, str] = {}
     agent_environment(environ)
     assert environ == {"TORCH_ELASTIC_WORKER_IDENTICAL": "1"}
     environ = {"TORCH_ELASTIC_WORKER_IDENTICAL": "0"}

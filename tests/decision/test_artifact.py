@@ -319,4 +319,4 @@ def test_integer_ids_make_the_same_path_and_other_types_are_a_type_error():
     with pytest.raises(
         TypeError, match="task_id must be a str of decimal digits or an int, got float 7.0"
     ):
-        artifact_path("/shared/job", 123, 7.0)
+        artifact_path("/shared/job", 123, 7.0)  # type: ignore[arg-type]  # on purpose

@@ -147,7 +147,7 @@ def test_many_stuck_calls_leave_at_most_one_stuck_helper(stopped_helper, tmp_pat
 def test_timeouts_out_of_range_are_configuration_errors(tmp_path):
     for bad in (0, -1, float("inf"), float("nan"), 1e10, True, None, "soon"):
         with pytest.raises(ConfigurationError):
-            evaluate(str(tmp_path / "x"), stat_timeout=bad)
+            evaluate(str(tmp_path / "x"), stat_timeout=bad)  # type: ignore[arg-type]  # on purpose
 
 
 def test_prepare_starts_the_helper_ahead_of_the_first_stat():

@@ -124,6 +124,7 @@ def test_a_planted_lock_is_refused_with_what_to_do(public):
         decisionfs.replace(str(directory / "segment_health_check.9.1"), b"x\n")
     assert refused.value.step == "lock"
     assert refused.value.filename == str(directory / LOCK_NAME)
+    assert refused.value.strerror is not None
     assert "is a FIFO, not a regular file: remove it" in refused.value.strerror
 
 
@@ -147,7 +148,7 @@ def test_a_temporary_file_swapped_for_a_symlink_never_changes_the_target(public,
     victim.write_text("root:SECRET\n")
     victim.chmod(0o600)
     real_fsync = os.fsync
-    swapped = []
+    swapped: list[str] = []
 
     def fsync_while_swapped(fd):
         if not swapped and stat.S_ISREG(os.fstat(fd).st_mode):

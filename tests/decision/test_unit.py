@@ -5,15 +5,22 @@ from nvrx_seghealth import publish_decision
 from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError, SlurmId, validate_id
 
 
+def unit_of(env: dict[str, str]) -> AllocationUnit:
+    """The allocation unit of ``env``, which names one."""
+    unit = AllocationUnit.from_env(env)
+    assert unit is not None
+    return unit
+
+
 def test_array_task_identity_comes_from_array_variables():
-    unit = AllocationUnit.from_env(slurm_env(task=7, procid=0, array_job=123, job=130))
+    unit = unit_of(slurm_env(task=7, procid=0, array_job=123, job=130))
     assert (unit.job_id, unit.task_id, unit.is_array) == ("123", "7", True)
     assert unit.is_process_zero
     assert unit.replacement_group == "7"
 
 
 def test_regular_job_uses_job_id_for_both_and_has_no_group():
-    unit = AllocationUnit.from_env(slurm_env(procid=0, job=55))
+    unit = unit_of(slurm_env(procid=0, job=55))
     assert (unit.job_id, unit.task_id, unit.is_array) == ("55", "55", False)
     assert unit.replacement_group is None
 
@@ -25,7 +32,7 @@ def test_only_procid_exactly_zero_is_process_zero(procid):
         del env["SLURM_PROCID"]
     else:
         env["SLURM_PROCID"] = procid
-    assert not AllocationUnit.from_env(env).is_process_zero
+    assert not unit_of(env).is_process_zero
 
 
 def test_no_job_id_means_no_unit():
@@ -84,12 +91,12 @@ def test_the_restart_count_is_read_with_the_ids_and_a_bad_one_leaves_the_unit_us
     env = slurm_env(task=1)
     if value is not None:
         env["SLURM_RESTART_COUNT"] = value
-    unit = AllocationUnit.from_env(env)
+    unit = unit_of(env)
     assert (unit.task_id, unit.restart_count) == ("1", expected)
 
 
 def test_ids_are_validated_once_into_slurm_ids_that_pass_unchanged():
-    unit = AllocationUnit.from_env(slurm_env(task=7, array_job=123))
+    unit = unit_of(slurm_env(task=7, array_job=123))
     assert all(isinstance(v, SlurmId) for v in (unit.job_id, unit.task_id, unit.restart_count))
     assert validate_id("task_id", unit.task_id) is unit.task_id
     given = AllocationUnit("123", "7", is_array=True, procid="0")  # an entry too

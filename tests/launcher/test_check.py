@@ -30,6 +30,7 @@ def warnings_(caplog):
 def test_process_zero_of_an_array_task_installs_and_logs_the_exact_line(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     check = get_segment_health_check(str(tmp_path), slurm_env(task=7, array_job=123))
+    assert check is not None  # process 0, with a directory
     assert check.path == os.path.join(tmp_path, "segment_health_check.123.7")
     assert installs(caplog) == [INSTALL.format(tmp_path, 123, 7)]
     assert [r.levelno for r in caplog.records] == [logging.INFO]
@@ -38,6 +39,7 @@ def test_process_zero_of_an_array_task_installs_and_logs_the_exact_line(tmp_path
 def test_regular_job_installs_with_job_id_twice(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     check = get_segment_health_check(str(tmp_path), slurm_env(job=55))
+    assert check is not None  # process 0, with a directory
     assert check.path.endswith("segment_health_check.55.55")
     assert installs(caplog) == [INSTALL.format(tmp_path, 55, 55)]
 
@@ -45,6 +47,7 @@ def test_regular_job_installs_with_job_id_twice(tmp_path, caplog):
 def test_install_line_once_however_often_the_check_runs(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     check = get_segment_health_check(str(tmp_path), slurm_env(task=1))
+    assert check is not None  # process 0, with a directory
     for _ in range(5):
         assert check() is True
     assert len(installs(caplog)) == 1
@@ -87,7 +90,9 @@ def test_hostile_identity_is_refused_with_one_warning(tmp_path, caplog):
 def test_environment_defaults_to_os_environ(tmp_path, monkeypatch):
     for key, value in slurm_env(task=4, array_job=77).items():
         monkeypatch.setenv(key, value)
-    assert get_segment_health_check(str(tmp_path)).path.endswith("segment_health_check.77.4")
+    check = get_segment_health_check(str(tmp_path))
+    assert check is not None  # process 0, with a directory
+    assert check.path.endswith("segment_health_check.77.4")
 
 
 def test_call_returns_false_only_for_a_non_empty_file(tmp_path, caplog):

@@ -15,10 +15,12 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Any, cast
 
 import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
 from harness.common import slurm_env, wait_until
 from harness.rendezvous import (
@@ -408,11 +410,12 @@ BAD = (-1, float("nan"), float("inf"))
 
 def test_configuration_is_validated_at_construction(tcp_store):
     inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
-    for kwargs, setting in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"directory": "rel/shc"}, "directory"),
         ({"directory": "/shc", "stat_timeout": -1}, "stat_timeout"),
         *(({"directory": "/shc", "handoff_timeout": bad}, "handoff_timeout") for bad in BAD),
-    ]:
+    ]
+    for kwargs, setting in cases:
         with pytest.raises(ConfigurationError) as refused:
             SegmentHealthRendezvousHandler(inner, store=None, **kwargs)
         assert refused.value.setting == setting
@@ -489,8 +492,10 @@ def test_an_excluded_launcher_leaves_its_round_without_closing_it(tcp_store, shc
     with pytest.raises(UnhealthyNodeException):
         excluded.next_rendezvous()
     assert participants(tcp_store) == 2
-    timer = excluded.inner._keep_alive_timer
-    wait_until(lambda: not timer._thread.is_alive(), timeout=10)  # torch's own timer stopped
+    timer = cast(DynamicRendezvousHandler, excluded.inner)._keep_alive_timer
+    thread = timer._thread if timer is not None else None  # started when the round formed
+    assert thread is not None
+    wait_until(lambda: not thread.is_alive(), timeout=10)  # torch's own timer stopped
     assert excluded.shutdown() is False
     assert not any(h.is_closed() for h in handlers)
 
@@ -549,7 +554,7 @@ def test_an_exclusion_is_recorded_once_with_its_marker_and_verdict(tcp_store, sh
         assert seen.fields("proceed", healthy)[0]["outcome"] == "absent"
         assert seen.fields("verdict_published", healthy)[0]["standing"] == "true"
     (excluded,) = [e for e in seen.ours("1") if e.name == "nvrx_seghealth.excluded"]
-    node = handlers[1].inner._this_node
+    node = cast(DynamicRendezvousHandler, handlers[1].inner)._this_node
     assert (excluded.run_id, excluded.hostname, excluded.pid, excluded.local_id) == (
         RUN,
         node.addr,
@@ -572,7 +577,7 @@ def test_a_sibling_records_the_verdict_it_waited_for_and_its_exclusion(tcp_store
     sibling_events = [
         parse_fields(e.message) | {"name": e.name}
         for e in seen.ours("1")
-        if e.local_id == sibling.handler.inner._this_node.local_id
+        if e.local_id == cast(DynamicRendezvousHandler, sibling.handler.inner)._this_node.local_id
     ]
     assert [e["name"] for e in sibling_events] == [
         "nvrx_seghealth.verdict_waited",
@@ -714,6 +719,7 @@ def test_a_streak_of_failed_looks_is_one_warning_and_its_end_one_line(
     caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1, keep_alive_attempts=30)
     handler.next_rendezvous()  # starts the responder
+    assert handler.handoff is not None  # task 1's process 0
     read, failing, looks = handler.handoff.read, threading.Event(), []
 
     def flaky():
@@ -768,18 +774,20 @@ def test_a_dead_store_is_asked_less_and_less_often_between_rounds(shc):
     server = subprocess.Popen(
         [sys.executable, "-c", STORE_SERVER, str(port)], stdout=subprocess.PIPE, text=True
     )
+    assert server.stdout is not None  # a pipe
     try:
         assert server.stdout.readline().strip() == "serving"
         master = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=STORE_TIMEOUT)
         handler = launcher(master, shc, slurm_env(task=1), 1, 1, keep_alive_attempts=30)
         handler.next_rendezvous()  # starts the responder
+        assert handler.handoff is not None  # task 1's process 0
         read, looks = handler.handoff.read, []
 
         def counted():
             looks.append(time.monotonic())
             return read()
 
-        handler.handoff.read = counted
+        handler.handoff.read = counted  # type: ignore[method-assign]  # injected
         wait_until(lambda: len(looks) >= 2, timeout=30)
     finally:
         server.kill()

@@ -109,6 +109,7 @@ def test_concurrent_thread_publishers_lose_nothing(tcp_store):
 
 
 def _publish_from_process(kind, address, groups, start):
+    store: dist.Store
     if kind == "tcp":
         store = dist.TCPStore(
             "127.0.0.1", address, is_master=False, timeout=datetime.timedelta(seconds=60)
@@ -123,6 +124,8 @@ def _publish_from_process(kind, address, groups, start):
 
 @pytest.mark.parametrize("kind", ["tcp", "file"])
 def test_concurrent_process_publishers_lose_nothing(kind, tmp_path):
+    store: dist.Store
+    address: int | str
     if kind == "tcp":
         store = dist.TCPStore(
             "127.0.0.1",

@@ -101,6 +101,7 @@ def test_an_exclusion_between_the_rendezvous_and_the_watch_tells_the_world(tcp_s
     zero = watched(tcp_store, shc, 0, nodes=(2, 2))
     one = watched(tcp_store, shc, 1, nodes=(2, 2))
     process_zero = zero._coordinator
+    assert process_zero is not None  # task 0's process 0, with a directory
     out_of_rendezvous = process_zero.out_of_rendezvous
 
     def in_the_window():  # the window held open until the responder excluded the unit
@@ -111,7 +112,7 @@ def test_an_exclusion_between_the_rendezvous_and_the_watch_tells_the_world(tcp_s
         asking.wait()
         assert isinstance(asking.error, UnhealthyNodeException)  # refused by the verdict
 
-    process_zero.out_of_rendezvous = in_the_window
+    process_zero.out_of_rendezvous = in_the_window  # type: ignore[method-assign]  # injected
     joined_zero, joined_one = join_all([zero, one])
     assert isinstance(joined_zero.error, UnhealthyNodeException)
     assert joined_one.error is None
@@ -128,6 +129,7 @@ def test_a_look_waiting_for_its_stat_holds_neither_a_restart_nor_the_exit(tcp_st
     alone = watched(tcp_store, shc, 0, nodes=(1, 1))
     alone.next_rendezvous()
     check = alone.check
+    assert check is not None  # process 0, with a directory
     real, entered, release = check.evaluate, threading.Event(), threading.Event()
     looking = []
 
@@ -138,7 +140,7 @@ def test_a_look_waiting_for_its_stat_holds_neither_a_restart_nor_the_exit(tcp_st
             release.wait(120)
         return real(warn=warn)
 
-    check.evaluate = evaluate
+    check.evaluate = evaluate  # type: ignore[method-assign]  # injected
     try:
         wait_until(entered.is_set)
         restart = Join(alone).wait(30)  # the agent restarts it: not held by the look

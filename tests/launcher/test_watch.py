@@ -154,7 +154,8 @@ def test_a_failing_store_restarts_nobody_and_warns_once(tcp_store, caplog):
             return fail
 
     events = recorder(tcp_store)
-    signal = watch.WorldSignal(Broken(), 2, FailOpen(events), events)
+    # A store whose every call fails stands in for a torch Store.
+    signal = watch.WorldSignal(Broken(), 2, FailOpen(events), events)  # type: ignore[arg-type]
     for _ in range(3):
         signal._next_look = 0.0  # every call is a look
         assert not signal.restart_due()

@@ -4,6 +4,7 @@ field by field, one line per event kind."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -11,7 +12,7 @@ from nvrx_seghealth._producer.audit import READ, AuditEvent, EventKind
 
 WHEN = "2024-05-01T12:00:00+00:00"
 COMMON = {"time": WHEN, "job_id": "500", "producer_id": "ops"}
-TASK = {"task_id": "3", "path": "/d/segment_health_check.500.3"}
+TASK: dict[str, Any] = {"task_id": "3", "path": "/d/segment_health_check.500.3"}
 
 
 @pytest.mark.parametrize(

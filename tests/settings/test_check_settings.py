@@ -24,7 +24,7 @@ def test_the_defaults_and_the_handoff_bound_that_follows_the_stat_bound():
 
 def test_settings_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
-        CheckSettings.validate("/shc").directory = "/elsewhere"
+        CheckSettings.validate("/shc").directory = "/elsewhere"  # type: ignore[misc]  # on purpose
 
 
 @pytest.mark.parametrize("directory", [None, ""])

@@ -57,11 +57,12 @@ def test_a_document_that_refers_to_itself_is_walked_once_per_node(tmp_path, text
 
 
 def test_yaml_of_any_kind_of_error_is_a_configuration_error_naming_the_file(tmp_path):
-    for name, text in [
+    files: list[tuple[str, str | bytes]] = [
         ("deep.yaml", "[" * 100_000 + "]" * 100_000),
         ("bad.yaml", "a: [1,\n"),
         ("binary.yaml", b"\xff\xfe\x00a"),
-    ]:
+    ]
+    for name, text in files:
         cfg = tmp_path / name
         cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
         with pytest.raises(ConfigurationError) as refused:
