@@ -32,7 +32,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "integration/hungmount/": ("hungmount",),
     "integration/launchers/": ("launchers",),
     # Whole jobs that live beside the unit tests they belong to.
-    "tests/test_readme.py": ("integration", "torch"),
+    "tests/test_docs_runs.py": ("integration", "torch"),
     "tests/test_dev.py": ("integration", "serial"),
     "tests/commands/test_demo.py": ("integration", "torch"),
     "tests/commands/test_run.py": ("integration", "torch"),
@@ -43,6 +43,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tests/commands/test_store_host.py": ("torch",),
     "tests/commands/test_doctor.py": ("torch",),
     "tests/test_public_api.py": ("torch",),
+    "tests/test_docs.py": ("torch",),
     "tests/test_errors.py": ("torch",),
 }
 

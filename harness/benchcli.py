@@ -1,5 +1,5 @@
 """The command line of ``python -m bench`` (``bench/run``, ``./dev bench``): its options and
-the keys of its rows, which ``tests/test_readme.py`` holds README's commands to."""
+the keys of its rows, which ``tests/test_docs.py`` holds the documented commands to."""
 
 from __future__ import annotations
 

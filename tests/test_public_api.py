@@ -10,22 +10,31 @@ from pathlib import Path
 
 import nvrx_seghealth
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "python-api.md"
 
 
-def readme_api() -> set[str]:
-    """The names the README's "The Python API" table lists (remarks in parentheses aside)."""
-    section = README.read_text().split("### The Python API", 1)[1].split("\n#", 1)[0]
+def documented_api() -> set[str]:
+    """The names the table of docs/reference/python-api.md lists (remarks in parentheses
+    aside)."""
+    section = API_PAGE.read_text().split("## The public names", 1)[1].split("\n#", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`" in line]
     cells = [re.sub(r"\([^)]*\)", "", row.split("|")[2]) for row in rows]
     return {name for cell in cells for name in re.findall(r"`([A-Za-z_]+)`", cell)}
 
 
-def test_the_package_exports_what_the_readme_lists_and_every_name_resolves():
-    assert set(nvrx_seghealth.__all__) == readme_api()
+def test_the_package_exports_what_the_docs_list_and_every_name_resolves():
+    assert set(nvrx_seghealth.__all__) == documented_api()
     assert len(nvrx_seghealth.__all__) == 21  # a change of the public API is deliberate
     for name in nvrx_seghealth.__all__:
         assert getattr(nvrx_seghealth, name) is not None, name
+
+
+def test_the_docs_render_every_public_name_from_its_docstring():
+    """Each public name has its autodoc directive in the API page, and nothing else has."""
+    rendered = re.findall(
+        r"^\.\. auto\w+:: nvrx_seghealth\.(\w+)$", API_PAGE.read_text(), re.MULTILINE
+    )
+    assert sorted(rendered) == sorted(nvrx_seghealth.__all__)
 
 
 def test_every_other_module_is_private():

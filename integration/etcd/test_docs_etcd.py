@@ -1,8 +1,9 @@
-"""README's etcd command line serves what the etcd-v2 rendezvous needs: etcd's v2 API.
+"""The documented etcd command line serves what the etcd-v2 rendezvous needs: etcd's v2 API.
 
-The command is read from README.md and run as written, with a private data directory and
-free loopback ports in place of ``/var/lib/etcd-rdzv``, ``0.0.0.0:2379`` and
-``etcd-host:2379`` (and a free peer port, so it cannot meet another etcd).
+The command is read from docs/cluster.md ("When to choose etcd-v2 over c10d") and run as
+written, with a private data directory and free loopback ports in place of
+``/var/lib/etcd-rdzv``, ``0.0.0.0:2379`` and ``etcd-host:2379`` (and a free peer port, so it
+cannot meet another etcd).
 """
 
 from __future__ import annotations
@@ -13,17 +14,17 @@ import time
 import pytest
 
 from harness.common import free_port
-from harness.readme import commands, examples_under
+from harness.docs import commands, examples_under
 
 pytestmark = pytest.mark.etcd
 
 
-def test_the_readme_etcd_command_serves_the_v2_api(etcd_server, tmp_path):
+def test_the_documented_etcd_command_serves_the_v2_api(etcd_server, tmp_path):
     import etcd
 
     (argv,) = [
         argv
-        for e in examples_under("When to choose etcd-v2 over c10d")
+        for e in examples_under("docs/cluster.md", "When to choose etcd-v2 over c10d")
         for argv in commands(e.text)
         if argv[0] == "etcd"
     ]
@@ -57,12 +58,12 @@ def test_the_readme_etcd_command_serves_the_v2_api(etcd_server, tmp_path):
         while True:
             assert server.poll() is None, (tmp_path / "etcd.log").read_text()[-2000:]
             try:
-                client.write("/nvrx-seghealth-readme", "v2")
+                client.write("/nvrx-seghealth-docs", "v2")
                 break
             except etcd.EtcdConnectionFailed:
                 assert time.monotonic() < deadline, (tmp_path / "etcd.log").read_text()[-2000:]
                 time.sleep(0.2)
-        assert client.read("/nvrx-seghealth-readme").value == "v2"
+        assert client.read("/nvrx-seghealth-docs").value == "v2"
     finally:
         server.terminate()
         server.wait(timeout=20)
