@@ -1,4 +1,4 @@
-"""The configurations the README offers, and helpers for whole jobs that exclude a unit
+"""The configurations the docs offer, and helpers for whole jobs that exclude a unit
 from a running job: who holds rank 0, who waits as a spare, the store of a round.
 
 A :class:`Configuration` is one way to run the ``segment-health`` backend: where the
@@ -111,7 +111,7 @@ class Configuration:
 
 
 #: Every configuration of the matrix. A launcher hosting the store is run with one
-#: launcher per unit: the README offers it only with a warning (its unit's exclusion
+#: launcher per unit: the docs offer it only with a warning (its unit's exclusion
 #: takes the store down), and what two launchers per unit add is the store-host's.
 CONFIGURATIONS: tuple[Configuration, ...] = (
     *(

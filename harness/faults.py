@@ -1,6 +1,6 @@
 """The fault matrix: ordinary failures that torchrun survives, each defined once.
 
-"Do no harm" (README.md, "Do no harm"): with the check on and nothing marked, every
+"Do no harm" (docs/concepts.md, "Do no harm"): with the check on and nothing marked, every
 failure torchrun survives must be survived the same way and about as fast through the
 ``segment-health`` wrapper as through plain ``c10d``, and so with the wrapper's watch on
 (``segment_health_check_watch_interval``): a watch that finds nothing restarts nobody.

@@ -1,9 +1,9 @@
-"""Every configuration the README offers, each scenario a whole job, beside plain c10d.
+"""Every configuration the docs offer, each scenario a whole job, beside plain c10d.
 
 Configurations (``harness.configurations.CONFIGURATIONS``): the store outside every unit
 (c10d with a store host, ``is_host=false``) or in etcd (``inner_backend=etcd-v2``), the
 watch off or on (a look every second), one or two launchers per unit; and c10d with the
-store in a launcher (``is_host=true``, one launcher per unit), which the README offers with
+store in a launcher (``is_host=true``, one launcher per unit), which the docs offer with
 a warning. No launcher is told ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``: the backend decides.
 Three array tasks: tasks 0 and 1 form the world (``--nnodes`` = their launchers), task
 2 is the spare.
@@ -35,17 +35,20 @@ sigterm                    store host and etcd: SIGTERM to       the same SIGTER
 Not run, and why: with the watch on, a decision written during training never waits for a
 restart (the watch's own restart is the one that takes the spare in: during-training); a
 launcher hosting the store is never in the excluded unit (the store would go with it: the
-README says so and ``etcd/test_scenario_etcd.py`` shows the whole job failing), and
+docs say so and ``etcd/test_scenario_etcd.py`` shows the whole job failing), and
 SIGTERM to one of its other launchers is the store host's case.
 
 "Same outcome or better, never slower beyond a small margin": every cell's job completes
 in a world of the unit that stays and the spare; where c10d has an answer and reaches
 that outcome too (its own unit holding rank 0 may be another), it needed at least as many
 rounds, and the cell took at most 1.5 times c10d's seconds plus
-``harness.matrixcell.MARGIN`` (10 s). c10d runs right after the cell's own job (SIGTERM:
-right before), under the same load; in the at-restart scenarios it gets the cell's time
-plus the margin and a little more to form its world, since torch's c10d may re-form on and
-on when three units' launchers compete for two units' places. Each cell prints one
+``harness.matrixcell.MARGIN`` (10 s). c10d's job does not depend on where a cell's store
+lives or on its watch: each distinct c10d job runs once per session, right after the first
+cell that needs it (SIGTERM: right before), under the suite's load, and every other cell
+with the same job takes that run (``Cell.c10d_once``): ten c10d jobs for 28 cells. In the
+at-restart scenarios it gets the first cell's time plus the margin and a little more to
+form its world, since torch's c10d may re-form on and on when three units' launchers
+compete for two units' places. Each cell prints one
 ``MATRIX`` line: configuration, scenario, outcome, seconds, c10d's.
 """
 
@@ -98,7 +101,7 @@ from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
 
-#: A cell runs its job and plain c10d's beside it.
+#: A cell runs its job, and plain c10d's beside it or waits for another cell's run of it.
 pytestmark = pytest.mark.timeout(3 * JOB_TIMEOUT)
 
 #: The unit marked before launch.
@@ -148,7 +151,8 @@ def before_launch(cell: Cell) -> None:
     assert_excluded_and_reformed(gated, MARKED, 0, after_joining=False)
     assert gated.round_count == 1, gated.summary()
 
-    c10d = cell.run("c10d", plain_c10d(base), lambda job: None)
+    plain = plain_c10d(base)
+    c10d = cell.c10d_once(cell.scenario, plain, lambda: cell.run("c10d", plain, lambda job: None))
     cell.record(measure(gated, MARKED), measure(c10d, None))
 
 
@@ -219,7 +223,9 @@ def at_restart(cell: Cell, rank_zero: bool) -> None:
     assert measured.seconds is not None
     # The world the marked unit joins computes until its node fails (round 1 or later).
     plain = dataclasses.replace(plain_c10d(spec), compute_rounds=LONG)
-    result, c10d_acted = run("c10d", plain, measured.seconds + MARGIN + C10D_GRACE)
+    # Shared with every cell of this scenario: the first one's patience bounds it.
+    patience = measured.seconds + MARGIN + C10D_GRACE
+    result, c10d_acted = cell.c10d_once(cell.scenario, plain, lambda: run("c10d", plain, patience))
     cell.record(measured, measure(result, c10d_acted, None))
 
 
@@ -276,7 +282,14 @@ def sigterm(cell: Cell) -> None:
             rdzv_conf=conf,
         )
 
-    runs = compare_terminations(cell.request, cell.workdir, spec_for, label, reach)
+    runs = compare_terminations(
+        cell.request,
+        cell.workdir,
+        spec_for,
+        label,
+        reach,
+        c10d_once=lambda run: cell.c10d_once(f"sigterm:{wait}", spec_for("c10d"), run),
+    )
     assert_exits_as_with_c10d(runs)
     c10d, wrapped = runs["c10d"], runs["segment-health"]
     cell.record(

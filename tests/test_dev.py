@@ -1,4 +1,4 @@
-"""``./dev``: the set-up-and-run command of a checkout (README's quick start).
+"""``./dev``: the set-up-and-run command of a checkout (the front page's "Try it").
 
 A fresh clone's first ``./dev test`` is what CI runs (``.ci/run``), so setting up from
 nothing is proven there. These tests cover the rest: usage errors, and that a set-up

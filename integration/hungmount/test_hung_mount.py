@@ -1,4 +1,4 @@
-"""A hung filesystem cannot hold a launcher's exit (README.md, "A hung decision directory").
+"""A hung filesystem cannot hold a launcher's exit (docs/concepts.md, "A hung decision directory").
 
 Every test stats the decision file on a real hung FUSE mount (the ``hung_mount``
 fixture): the stat blocks in the kernel, as on a hung Lustre or NFS client, and no

@@ -1,4 +1,4 @@
-"""A restart with the store outside every launcher, set up as the README says.
+"""A restart with the store outside every launcher, set up as docs/cluster.md says.
 
 Two launchers of one job (``--nnodes=2``, one worker each), the rendezvous store served by
 ``nvrx-seghealth store-host`` and ``is_host=false``, ``--max-restarts=1``; every worker fails

@@ -2,7 +2,7 @@
 
 Exit codes: :data:`EXIT_STATUSES` is the one definition of every operator command's exit
 statuses; each command's ``--help`` shows its own (built from it by
-:func:`~.arguments.add_command`), and the README's table states the same. The codes
+:func:`~.arguments.add_command`), and docs/reference/exit-codes.md's table states the same. The codes
 follow one rule: ``0`` success, ``1`` the thing asked about is not fine (excluded, a
 problem found, a failed pass or write), ``2`` a usage or configuration error (nothing
 was done). ``run`` exits as torchrun does and is not listed.
@@ -54,7 +54,7 @@ _NOT_WRITTEN = (
 )
 
 #: Every operator command's exit statuses, by command name: the single source of the
-#: ``--help`` texts and of the README's table.
+#: ``--help`` texts and of docs/reference/exit-codes.md's table.
 EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
     "check": (
         (EXIT_OK, "the unit proceeds: healthy, or the decision cannot be judged (fail open)"),

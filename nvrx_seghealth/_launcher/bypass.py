@@ -27,7 +27,7 @@ one token with ``=`` or two; where the command line is silent, ``PET_RDZV_BACKEN
 not know (another launcher's) is taken to have a value unless written with ``=``, so the
 scan may read on into the script's arguments rather than stop early. A spelling torchrun
 also accepts by abbreviation (``--rdzv-b``) is not recognised; nor is a launcher that
-sets the backend in its own configuration file. The README and ``nvrx-seghealth doctor``
+sets the backend in its own configuration file. docs/reference/backend.md and ``nvrx-seghealth doctor``
 say how to avoid those routes.
 
 Standard library only, but for torch's registry, which :func:`watch` imports when the

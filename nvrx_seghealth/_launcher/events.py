@@ -28,7 +28,7 @@ Nothing is built when torch's destination still has its default ``NullHandler`` 
 torch does for its own rendezvous events) and recording never raises: a failing
 events or metrics handler costs one WARNING, then DEBUG lines, and the decision
 stands. Both are configured by the application before the rendezvous starts; see
-the README ("Events and metrics").
+docs/reference/events.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a ``publish-drained`` pass did, as typed events: one line each in ``--audit-log``.
 
-The audit file is public (README, "one JSON line per ..."): each line is one JSON object
+The audit file is public (docs/operators.md, "one JSON line per ..."): each line is one JSON object
 with sorted keys, ``time`` (ISO 8601 UTC, to the second), ``event`` (an
 :class:`EventKind` token), ``job_id``, ``producer_id`` and the fields of its kind:
 

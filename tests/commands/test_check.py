@@ -121,7 +121,7 @@ def test_no_nested_brackets_in_the_verdict(shc):
         (
             ["--dir", "/shc", "--job-id", "123_7", "--task-id", "7"],
             {},
-            ["'123_7'", "give --job-id 123 --task-id 7"],  # the fix the README states
+            ["'123_7'", "give --job-id 123 --task-id 7"],  # the fix docs/operators.md states
         ),
     ],
 )

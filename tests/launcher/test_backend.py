@@ -228,7 +228,7 @@ def test_with_the_check_on_the_workers_never_share_a_launchers_store(
 def test_a_composed_handler_with_the_check_on_keeps_the_workers_off_the_agent_store(
     tcp_store, shc, monkeypatch, directory, kept
 ):
-    """Composition (README, "Compose it in your own launcher") takes the same path as the
+    """Composition (docs/reference/python-api.md, "Compose it in your own launcher") takes the same path as the
     registered backend: the handler itself sets the variable when it has a directory."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_backend

@@ -248,7 +248,7 @@ def test_a_failing_handler_never_raises_and_warns_once(caplog):
 
 
 def test_a_thousand_decisions_reach_a_real_file_one_line_each(tmp_path):
-    """To a real file, as the README's routing does. (What recording costs is not
+    """To a real file, as docs/reference/events.md's routing does. (What recording costs is not
     bounded here: a loaded machine is no clock.)"""
     file_handler = logging.FileHandler(tmp_path / "events.jsonl")
     with routed(file_handler, torch_metrics.NullMetricHandler()):
