@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -21,6 +22,7 @@ from nvrx_seghealth._demo.outcome import FaultEvent, Round
 from nvrx_seghealth._errors import ExclusionReason
 
 from .configurations import REACH_TIMEOUT, Configuration, rank_zero_unit
+from .shared import once_per_session
 from .simjob import JOB_TIMEOUT, report
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "spare_labels",
     "victim_of",
 ]
+
+T = TypeVar("T")
 
 #: The world's units, and the spare.
 WORLD = (0, 1)
@@ -101,6 +105,17 @@ class Cell:
         with SimulatedJob(spec, workdir) as job:
             result = job.stop_now() if act(job) else job.wait(JOB_TIMEOUT)
         return report(self.request, name, result)
+
+    def c10d_once(self, kind: str, spec: JobSpec, run: Callable[[], T]) -> T:
+        """Plain c10d's run of ``spec`` (a :func:`plain_c10d` job) in scenario ``kind``:
+        ``run()`` by the first cell of the session that needs it, shared with every other
+        (:func:`harness.shared.once_per_session`). c10d's job does not depend on where a
+        cell's store lives or on its watch, so ten runs answer every cell; each runs in
+        the same session, under the suite's load, as the cells it answers."""
+        shared = once_per_session(self.request, f"c10d|{kind}|{spec!r}", run)
+        if shared.computed_by != self.request.node.nodeid:
+            print(f"--- c10d: the reference run of {shared.computed_by} (same job)")
+        return shared.value
 
     def record(self, measured: Measured, c10d: Measured | None) -> None:
         """Print the cell's ``MATRIX`` line; with c10d's answer, hold the cell to it."""

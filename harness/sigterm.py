@@ -186,12 +186,15 @@ def compare_terminations(
     spec_for: Callable[[str], JobSpec],
     label: str,
     reach: Callable[[SimulatedJob], None],
+    c10d_once: Callable[[Callable[[], Termination]], Termination] | None = None,
 ) -> dict[str, Termination]:
     """SIGTERM ``label`` at the point ``reach`` brings each run to, on c10d then on
     segment-health (``spec_for(backend)``); print both exit times side by side.
 
     The wrapped run waits for c10d's time plus :data:`MARGIN`, and a little more, so
-    that a late exit is measured rather than cut off at the bound.
+    that a late exit is measured rather than cut off at the bound. ``c10d_once(run)``,
+    when given, returns c10d's run: ``run()``, or the same job's run made for another
+    test (the configuration matrix shares one per job).
     """
     runs: dict[str, Termination] = {}
     for backend in BACKENDS:
@@ -199,9 +202,15 @@ def compare_terminations(
         assert spec.backend == backend and spec.record_telemetry
         c10d = runs.get("c10d")
         patience = C10D_PATIENCE if c10d is None else (c10d.seconds or 0.0) + MARGIN + 5.0
-        run = _terminate(spec, tmp_path / backend, label, reach, patience)
-        report(request, backend, run.result)
-        runs[backend] = run
+
+        def terminate(spec: JobSpec = spec, patience: float = patience) -> Termination:
+            run = _terminate(spec, tmp_path / spec.backend, label, reach, patience)
+            report(request, spec.backend, run.result)
+            return run
+
+        runs[backend] = (
+            c10d_once(terminate) if backend == "c10d" and c10d_once is not None else terminate()
+        )
     c10d, wrapped = runs["c10d"], runs["segment-health"]
     line = (
         f"SIGTERM {request.node.name} {label}: c10d {c10d.shown} (exit {c10d.launcher.returncode}),"
