@@ -44,6 +44,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "tests/commands/test_doctor.py": ("torch",),
     "tests/test_public_api.py": ("torch",),
     "tests/test_docs.py": ("torch",),
+    "tests/test_docs_launchers.py": ("torch",),
     "tests/test_errors.py": ("torch",),
 }
 
