@@ -8,7 +8,7 @@ it is put in; a module may add more marks of its own.
 
 Tests that share something machine-wide (the private Slurm cluster on its fixed ports,
 the count of ``./dev loaded-test``'s CPU hogs) are marked ``serial``: ``./dev`` runs
-them after the others, in one process, and everything else in ``pytest-xdist`` workers.
+them in one process of their own, beside ``pytest-xdist`` workers that run everything else.
 """
 
 from __future__ import annotations
