@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent
 
 #: Fixtures that tests of more than one folder use (the etcd servers), from the harness.
-pytest_plugins = ["harness.fixtures"]
+pytest_plugins = ["harness.fixtures", "harness.summary"]
 
 #: Path prefix (relative to the repository, ``/``-separated) -> marks. Every prefix that
 #: matches a test's file applies.

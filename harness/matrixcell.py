@@ -24,6 +24,7 @@ from nvrx_seghealth._errors import ExclusionReason
 from .configurations import REACH_TIMEOUT, Configuration, rank_zero_unit
 from .shared import once_per_session
 from .simjob import JOB_TIMEOUT, report
+from .summary import MATRIX
 
 __all__ = [
     "MARGIN",
@@ -126,7 +127,7 @@ class Cell:
             f"{'-' if c10d is None else _seconds(c10d.seconds)}"
         )
         print(line)
-        self.request.node.user_properties.append(("matrix", line))
+        self.request.node.user_properties.append((MATRIX, line))
         if c10d is None or c10d.seconds is None:
             return  # no answer, or c10d never reached the cell's outcome
         assert measured.rounds <= c10d.rounds, f"more rounds than c10d: {line}"

@@ -32,6 +32,7 @@ from nvrx_seghealth._demo.outcome import LauncherOutcome
 from nvrx_seghealth._launcher.events import EventName
 
 from .simjob import JOINING, report
+from .summary import SIGTERM_EXIT
 
 __all__ = [
     "BOTH",
@@ -217,7 +218,7 @@ def compare_terminations(
         f" segment-health {wrapped.shown} (exit {wrapped.launcher.returncode})"
     )
     print(line)
-    request.node.user_properties.append(("sigterm_exit_seconds", line))
+    request.node.user_properties.append((SIGTERM_EXIT, line))
     return runs
 
 

@@ -12,6 +12,8 @@ from nvrx_seghealth._demo import JobResult, StartAfter, render_report
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
 
+from .summary import SIMULATED_JOB
+
 #: Bound for one simulated job. A healthy 6-launcher job takes 20-30 s on 2 busy cores;
 #: the slowest scenario (the race, with a restart) about 60 s.
 JOB_TIMEOUT = 180.0
@@ -20,9 +22,6 @@ JOB_TIMEOUT = 180.0
 JOINING = r"Rendezvous'ing worker group"
 #: torch's agent logs this once ranks are assigned after a completed round.
 JOINED = r"Rendezvous complete for workers"
-
-#: Where each test keeps (name, result) of its simulated jobs for the final summary.
-RESULTS_KEY = pytest.StashKey[list[tuple[str, JobResult]]]()
 
 
 def siblings_after_process_zero(unit: int, nodes_per_task: int = 2) -> dict[str, StartAfter]:
@@ -43,7 +42,8 @@ def report(request: pytest.FixtureRequest, name: str, result: JobResult) -> JobR
     """Print ``result``'s report (shown when the test fails) and keep it for the summary."""
     print(f"--- {name}: {result.summary()}\n{render_report(result)}")
     print(f"files (logs, decisions, worker records): {result.paths.workdir}")
-    request.config.stash.setdefault(RESULTS_KEY, []).append((f"{request.node.name} {name}", result))
+    summary = f"{request.node.name} {name}: {result.summary()}"
+    request.node.user_properties.append((SIMULATED_JOB, summary))
     return result
 
 

@@ -2,7 +2,7 @@
 
 Every scenario runs real ``torchrun`` agents on 127.0.0.1 through the package's own
 simulation harness and asserts on recorded facts. Each simulated job's duration and
-round count are listed at the end of the pytest run.
+round count are listed at the end of the pytest run (``harness.summary``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.simjob import JOB_TIMEOUT, RESULTS_KEY, report
+from harness.simjob import JOB_TIMEOUT, report
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 
 
@@ -28,12 +28,3 @@ def simulate(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., Jo
         return report(request, name, result)
 
     return run
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """List every simulated job of the run with its duration and rounds."""
-    results = terminalreporter.config.stash.get(RESULTS_KEY, [])
-    if results:
-        terminalreporter.section("simulated jobs: duration and rendezvous rounds")
-        for name, result in results:
-            terminalreporter.write_line(f"{name}: {result.summary()}")
