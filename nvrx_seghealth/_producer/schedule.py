@@ -8,26 +8,40 @@ The contract (:class:`PassSchedule`):
   pass coalesce into that one extra pass, so a burst of them (a Slurm trigger firing for
   several nodes) never piles passes up;
 * SIGINT or SIGTERM stops the producer at once: a sleep ends, and a pass (or the start-up
-  work before the first) is interrupted by :class:`Stopped`, which the caller reports.
+  work before the first) is interrupted by :class:`Stopped`, which the caller reports. A
+  step that must not be cut in two (starting a Slurm command) holds the stop until it
+  has ended (:func:`stops_held`).
 
 The handlers are Python signal handlers, so they run in the main thread between two
-bytecodes; the schedule must be used from the main thread.
+bytecodes; the schedule must be used from the main thread. A handler only sets a flag
+(or raises): one that waited for a lock the main thread holds would wait for ever. A
+signal that arrives just before the main thread blocks in its sleep, or that the kernel
+gives to another thread, does not interrupt that sleep, and its handler runs only when the
+sleep ends; so every signal also writes a byte to the schedule's wake-up pipe
+(:func:`signal.set_wakeup_fd`), which the sleep waits on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import os
+import select
 import signal
-import threading
+import time
 from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any, final
 
-__all__ = ["WAKE_SIGNAL", "PassSchedule", "Stopped", "Wake"]
+__all__ = ["WAKE_SIGNAL", "PassSchedule", "Stopped", "Wake", "stops_held"]
 
 #: The signal that asks for a pass now (as NVRx's own producer after 0.7.0).
 WAKE_SIGNAL = signal.SIGUSR1
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+#: One entry per :func:`stops_held` block, innermost last: the stop signal that arrived
+#: inside it, or 0. Module-wide, as the signal handlers are process-wide.
+_held: list[int] = []
 
 
 class Stopped(BaseException):
@@ -52,27 +66,54 @@ class Wake(str, enum.Enum):
     SIGNAL = "signal"
 
 
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Let the block end before SIGINT or SIGTERM interrupts it: a stop that arrives
+    inside it raises :class:`Stopped` as the block ends, instead of halfway through.
+
+    For a step that, cut in two, would leave something behind: a Slurm command
+    interrupted as it starts would run on, and nobody would know its pid to end it.
+    Outside an entered :class:`PassSchedule` the block runs as it is.
+    """
+    _held.append(0)
+    try:
+        yield
+    finally:
+        signum = _held.pop()
+        if signum and _held:
+            _held[-1] = signum  # the outer block raises it
+        elif signum:
+            raise Stopped(signum)
+
+
 @final
 class PassSchedule:
     """A context manager that owns SIGINT, SIGTERM and SIGUSR1 while it is entered.
 
     Usage: ``with PassSchedule(30.0) as schedule: prepare(); for wake in
-    schedule.passes(): one_pass()``. Entering installs the handlers (and restores the
-    previous ones on exit); ``prepare()`` and each pass are interruptible by
-    :class:`Stopped`; the iteration ends, without an exception, when SIGINT or SIGTERM
-    arrives while it sleeps.
+    schedule.passes(): one_pass()``. Entering installs the handlers and the wake-up pipe
+    (and restores the previous ones on exit); ``prepare()`` and each pass are
+    interruptible by :class:`Stopped`; the iteration ends, without an exception, when
+    SIGINT or SIGTERM arrives while it sleeps.
     """
 
     def __init__(self, interval: float) -> None:
         if not interval > 0:
             raise ValueError(f"the interval must be a positive number of seconds, not {interval}")
         self._interval = interval
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        self._stopped = False
+        self._asked = False  # a SIGUSR1 asked for a pass
         self._busy = True  # before the first sleep: a stop signal interrupts at once
         self._previous: dict[signal.Signals, Any] = {}  # a handler, SIG_DFL, SIG_IGN or None
+        self._pipe: tuple[int, int] | None = None  # the wake-up pipe's ends
+        self._previous_wakeup = -1
 
     def __enter__(self) -> PassSchedule:
+        reader, writer = os.pipe()
+        for end in (reader, writer):
+            os.set_blocking(end, False)
+        self._pipe = (reader, writer)
+        self._previous_wakeup = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
         self._previous[WAKE_SIGNAL] = signal.signal(WAKE_SIGNAL, self._on_wake)
         for sig in _STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_stop)
@@ -88,24 +129,62 @@ class PassSchedule:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
+        signal.set_wakeup_fd(self._previous_wakeup)
+        if self._pipe is not None:
+            for end in self._pipe:
+                os.close(end)
+            self._pipe = None
 
     def passes(self) -> Iterator[Wake]:
         """Yield once per pass to run, with why it runs; see the module doc."""
         wake = Wake.START
-        while not self._stop.is_set():
+        while not self._stopped:
             self._busy = True
-            self._wake.clear()  # a SIGUSR1 from here on asks for one more pass
+            self._drain()
+            self._asked = False  # a SIGUSR1 from here on asks for one more pass
             yield wake
             self._busy = False
-            woken = self._wake.wait(self._interval)
-            wake = Wake.SIGNAL if woken else Wake.INTERVAL
+            wake = Wake.SIGNAL if self._sleep() else Wake.INTERVAL
+
+    def _sleep(self) -> bool:
+        """Sleep until the next pass is due, a SIGUSR1 asks for one (``True``), or a stop
+        signal arrives; each signal ends the wait on the wake-up pipe, and is taken from
+        the pipe too, whenever its handler runs."""
+        deadline = time.monotonic() + self._interval
+        while not (self._stopped or self._asked):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            select.select([self._reader], [], [], remaining)
+            for signum in self._drain():
+                if signum == WAKE_SIGNAL:
+                    self._asked = True
+                elif signum in _STOP_SIGNALS:
+                    self._stopped = True
+        return self._asked and not self._stopped
+
+    @property
+    def _reader(self) -> int:
+        assert self._pipe is not None, "the schedule is used inside its with block"
+        return self._pipe[0]
+
+    def _drain(self) -> bytes:
+        """The signal numbers written to the wake-up pipe since it was last read."""
+        signums = b""
+        with contextlib.suppress(BlockingIOError):
+            while chunk := os.read(self._reader, 512):
+                signums += chunk
+        return signums
 
     def _on_wake(self, _signum: int, _frame: FrameType | None) -> None:
-        self._wake.set()
+        self._asked = True
 
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._busy:
-            self._busy = False
+        self._stopped = True
+        if not self._busy:
+            return
+        self._busy = False
+        if _held:
+            _held[-1] = signum
+        else:
             raise Stopped(signum)

@@ -16,7 +16,11 @@ Commands used (Slurm 22.05 formats):
   (``none`` when there is none; may contain ``|``).
 
 A command killed by a signal handler's exception (SIGTERM of the producer) is killed
-with its process group too.
+with its process group too, also when the signal arrives as the command starts
+(:func:`~.schedule.stops_held`). Its output is waited for in slices of
+:data:`SIGNAL_SLICE` seconds: a signal that arrives just before a wait blocks does not end
+that wait (CPython runs a Python signal handler between two bytecodes), so it is acted on
+when the slice ends.
 """
 
 from __future__ import annotations
@@ -26,15 +30,18 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .._decision.unit import InvalidIdentityError, SlurmId, validate_id
 from .._errors import SegmentHealthError
 from .hostlist import HostlistError, expand
+from .schedule import stops_held
 
 __all__ = [
     "NODE_STATES",
+    "SIGNAL_SLICE",
     "NodeState",
     "RunningTask",
     "SlurmClient",
@@ -43,6 +50,10 @@ __all__ = [
     "parse_running_tasks",
     "run_slurm_command",
 ]
+
+#: The longest a stop signal may wait to be acted on while a Slurm command runs (see the
+#: module doc).
+SIGNAL_SLICE = 0.25
 
 #: ``--states`` names and the compact ``sinfo %t`` states each one covers.
 #: ``no_respond`` is the ``*`` suffix that any state can carry.
@@ -105,8 +116,26 @@ def run_slurm_command(argv: Sequence[str], timeout: float) -> str:
     Raises:
         SlurmError: the command is missing, exits non-zero, or does not finish in time.
     """
+    process: subprocess.Popen[str] | None = None
     try:
-        process = subprocess.Popen(
+        with stops_held():  # a stop as it starts would leave it running, its pid unknown
+            process = _start(argv)
+        out, err = _output(process, argv, timeout)
+    except BaseException:  # the timeout, or a signal handler's exception: leave nothing running
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+        raise
+    if process.returncode != 0:
+        detail = " ".join(err.split()) or "no error message"
+        raise SlurmError(f"{' '.join(argv)}: exit status {process.returncode}: {detail}")
+    return out
+
+
+def _start(argv: Sequence[str]) -> subprocess.Popen[str]:
+    try:
+        return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -117,22 +146,21 @@ def run_slurm_command(argv: Sequence[str], timeout: float) -> str:
         )
     except OSError as error:
         raise SlurmError(f"{argv[0]}: cannot run: {error}") from None
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise SlurmError(f"{' '.join(argv)}: no answer within {timeout:g} s (killed)") from None
-    except BaseException:  # a signal handler ended the wait: leave nothing running
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        raise
-    if process.returncode != 0:
-        detail = " ".join(err.split()) or "no error message"
-        raise SlurmError(f"{' '.join(argv)}: exit status {process.returncode}: {detail}")
-    return out
+
+
+def _output(process: subprocess.Popen[str], argv: Sequence[str], timeout: float) -> tuple[str, str]:
+    """The command's stdout and stderr once it has ended, waited for in slices of
+    :data:`SIGNAL_SLICE` seconds, at most ``timeout`` seconds in all."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return process.communicate(timeout=max(0.0, min(SIGNAL_SLICE, remaining)))
+        except subprocess.TimeoutExpired:
+            if remaining <= SIGNAL_SLICE:
+                raise SlurmError(
+                    f"{' '.join(argv)}: no answer within {timeout:g} s (killed)"
+                ) from None
 
 
 def _lines(text: str) -> list[str]:

@@ -1,0 +1,83 @@
+"""When ``publish-drained --interval`` runs its passes, and what its signals do to them.
+
+The schedule runs in a child program with its real signal handlers. Most signals reach a
+process's main thread while it waits, as the command's own tests
+(``tests/commands/test_publish_drained.py``) send them; here they land beside the main
+thread (:class:`harness.stopsignals.SignalledChild`), as one does that arrives just
+before the main thread blocks in its wait.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from harness.common import wait_until
+from harness.stopsignals import SignalledChild
+
+#: One pass, then one each time SIGUSR1 asks; each pass prints why it runs.
+SLEEPER = """
+from nvrx_seghealth._producer.schedule import PassSchedule
+with PassSchedule(600) as schedule:
+    for wake in schedule.passes():
+        print(wake.value, flush=True)
+print("ended", flush=True)
+"""
+
+
+def test_a_wake_signal_that_lands_as_the_sleep_begins_runs_a_pass_now():
+    """The main thread sleeps until the next pass (600 s) when SIGUSR1 arrives beside it:
+    the pass runs at once all the same; so does the end on SIGTERM."""
+    with SignalledChild(SLEEPER) as child:
+        assert child.next_line() == "start"
+        wait_until(child.waiting)
+        child.send(signal.SIGUSR1)
+        assert child.next_line() == "signal"
+        wait_until(child.waiting)
+        child.send(signal.SIGTERM)
+        assert child.next_line() == "ended"
+        assert child.process.wait(60) == 0
+
+
+def test_a_stop_signal_that_lands_as_the_sleep_begins_ends_the_passes_at_once():
+    with SignalledChild(SLEEPER) as child:
+        assert child.next_line() == "start"
+        wait_until(child.waiting)
+        child.send(signal.SIGTERM)
+        assert child.next_line() == "ended"
+        assert child.process.wait(60) == 0
+
+
+#: Passes one millisecond apart for 3 s, whatever signals arrive; SIGUSR1 is ignored after.
+BUSY = """
+import signal, time
+from nvrx_seghealth._producer.schedule import PassSchedule
+with PassSchedule(0.001) as schedule:
+    print("ready", flush=True)
+    end = time.monotonic() + 3
+    for wake in schedule.passes():
+        if time.monotonic() > end:
+            break
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+print("done", flush=True)
+"""
+
+
+def test_a_flood_of_wake_signals_never_stops_the_schedule():
+    """SIGUSR1 every millisecond while the schedule goes from pass to sleep and back:
+    each one lands wherever the main thread is, and none of them hangs or ends it."""
+    child = subprocess.Popen([sys.executable, "-c", BUSY], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None  # a pipe
+    try:
+        assert child.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 60
+        while child.poll() is None and time.monotonic() < deadline:
+            child.send_signal(signal.SIGUSR1)
+            time.sleep(0.001)
+        assert child.wait(1) == 0
+        assert child.stdout.read() == "done\n"
+    finally:
+        child.kill()
+        child.communicate()
