@@ -15,11 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from nvrx_seghealth._producer.debounce import NodeRecord
+from nvrx_seghealth._producer.publisher import producer_tag
 from nvrx_seghealth._producer.state import ProducerState
 
 from .commands import nvrx_seghealth
 
-__all__ = ["ALL_FINE", "NODES", "PRODUCER", "TASKS", "FakeSlurm", "dump", "planted"]
+__all__ = [
+    "ALL_FINE",
+    "NODES",
+    "PRODUCER",
+    "TASK1_DRAINED",
+    "TASKS",
+    "FakeSlurm",
+    "dump",
+    "planted",
+]
 
 #: ``sinfo``'s answer: node n3 (task 1's) draining, listed twice (two partitions).
 NODES = """n1|alloc|none
@@ -35,6 +45,8 @@ ALL_FINE = NODES.replace("drng", "alloc")
 TASKS = "500|0|gpu|n[1-2]\n500|1|gpu|n[3-4]\n500|2|cpu|n5\n"
 #: The producer id of :meth:`FakeSlurm.args`.
 PRODUCER = "t1"
+#: What producer :data:`PRODUCER` publishes for task 1, whose node n3 drains.
+TASK1_DRAINED = f"{producer_tag(PRODUCER)} unavailable nodes: n3 drng (disk errors | smart)\n"
 
 
 class FakeSlurm:

@@ -1,7 +1,7 @@
-"""Whose decision is it: the producer never destroys a decision that is not its own.
+"""Whose decision is it: ``publish-drained`` never destroys a decision that is not its own
+(a ``mark`` landing between the producer's read of a decision and its write is the
+publisher's test, ``tests/producer/test_publisher.py``):
 
-* the read-vs-rename race, with the window held open: a ``mark`` (the real command)
-  that lands between the producer's read of a decision and its write survives;
 * a decision the producer cannot read, for real: the producer runs as user ``nobody``
   and the decision belongs to root, mode 0600. It is never overwritten nor cleared;
 * a state file that another account planted is not trusted: a producer running as
@@ -23,86 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.accounts import NOBODY, as_nobody, public_copy, require_root
-from harness.commands import nvrx_seghealth
 from harness.fakeslurm import ALL_FINE, NODES, FakeSlurm, dump, planted
-from nvrx_seghealth._decision.unit import validate_id
-from nvrx_seghealth._producer.audit import EventKind
-from nvrx_seghealth._producer.publisher import DrainedPublisher, producer_tag
-from nvrx_seghealth._producer.slurm import SlurmClient
-
-TAG = producer_tag("t1")
-MARK = "ops: bad psu (ticket 7)\n"
-
-
-@pytest.fixture
-def slurm(tmp_path, monkeypatch):
-    fake = FakeSlurm(tmp_path)
-    monkeypatch.setenv("PATH", fake.env["PATH"])
-    return fake
-
-
-def publisher(slurm, before_write):
-    return DrainedPublisher(
-        str(slurm.shc),
-        validate_id("--job-id", "500"),
-        ("drain",),
-        SlurmClient(10.0),
-        producer_id="t1",
-        before_write=before_write,
-    )
-
-
-def mark_in_the_window(slurm, task):
-    """A ``before_write`` hook: while the producer waits between its read and its
-    write of ``task``'s decision, run a real ``nvrx-seghealth mark`` to its end."""
-    held = []
-
-    def hook(path):
-        if path == str(slurm.decision(task)):
-            done = nvrx_seghealth(
-                "mark",
-                "--dir",
-                str(slurm.shc),
-                "--job-id",
-                "500",
-                "--task-id",
-                str(task),
-                "--reason",
-                MARK.strip(),
-            )
-            assert done.returncode == 0, done.stderr
-            held.append(path)
-
-    return hook, held
-
-
-@pytest.mark.parametrize(
-    "before,sinfo,intended",
-    [
-        (None, NODES, "published"),  # absent -> publish
-        (f"{TAG} unavailable nodes: n3 drng (old)\n", NODES, "updated"),  # ours -> rewrite
-        (f"{TAG} unavailable nodes: n3 drng (x)\n", NODES.replace("drng", "alloc"), "cleared"),
-    ],
-)
-def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, intended):
-    if before is not None:
-        slurm.decision(1).write_text(before)
-    slurm.answer("sinfo", sinfo)
-    hook, held = mark_in_the_window(slurm, 1)
-    result = publisher(slurm, hook).run_pass()
-    assert held, "the window was not reached"
-    assert slurm.decision(1).read_text() == MARK
-    [event] = [e for e in result.events if e.task_id == "1"]
-    assert (event.kind, event.intended, event.found) == (
-        EventKind.CONFLICT,
-        EventKind(intended),
-        MARK.strip(),
-    )
-    assert result.ok
-    # the next pass sees the operator's decision and leaves it alone
-    again = publisher(slurm, None).run_pass()
-    assert slurm.decision(1).read_text() == MARK
-    assert [e for e in again.events if e.task_id == "1"] == []
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""``nvrx-seghealth publish-drained`` without a cluster: parsing, and passes against a fake Slurm.
+"""``nvrx-seghealth publish-drained`` without a cluster: the command's passes against a fake Slurm.
 
 The fake Slurm (``harness/fakeslurm.py``) is a directory of small shell scripts named
 ``sinfo`` and ``squeue`` put first on PATH: they print canned answers, fail, or hang in a
@@ -20,137 +20,10 @@ import pytest
 
 from harness.commands import COMMAND, nvrx_seghealth
 from harness.common import wait_until
-from harness.fakeslurm import NODES, PRODUCER, TASKS, FakeSlurm
-from nvrx_seghealth._decision.unit import SlurmId, validate_id
+from harness.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, TASKS, FakeSlurm
 from nvrx_seghealth._producer.publisher import producer_tag
-from nvrx_seghealth._producer.slurm import (
-    NodeState,
-    SlurmError,
-    parse_nodes,
-    parse_running_tasks,
-)
 
 TAG = producer_tag(PRODUCER)
-TASK1_TEXT = f"{TAG} unavailable nodes: n3 drng (disk errors | smart)\n"
-#: The fake Slurm's array job, as the command validates it.
-JOB = validate_id("--job-id", "500")
-
-
-# --- parsing -----------------------------------------------------------------------------
-
-
-def test_parse_nodes_dedupes_partitions_and_keeps_reasons_with_bars():
-    nodes = parse_nodes(NODES + "n6|idle*|none\nn7|down~|Not responding\n")
-    assert [n.describe() for n in nodes] == [
-        "n1 alloc",
-        "n2 alloc",
-        "n3 drng (disk errors | smart)",
-        "n4 alloc",
-        "n5 mix",
-        "n6 idle*",
-        "n7 down~ (Not responding)",
-    ]
-
-
-@pytest.mark.parametrize(
-    "state,flags,matches",
-    [
-        ("drng", "", {"drain"}),
-        ("drain", "", {"drain"}),
-        ("drain", "*", {"drain", "no_respond"}),
-        ("down", "", {"down"}),
-        ("down", "*", {"down", "no_respond"}),
-        ("fail", "", {"fail"}),
-        ("failg", "", {"fail"}),
-        ("idle", "*", {"no_respond"}),
-        ("alloc", "", set()),
-        ("mix", "-", set()),
-        ("comp", "", set()),
-    ],
-)
-def test_node_states(state, flags, matches):
-    node = NodeState("n1", state, flags, "")
-    assert {
-        name for name in ("drain", "down", "fail", "no_respond") if node.matches([name])
-    } == matches
-
-
-@pytest.mark.parametrize(
-    "text",
-    ["", "\n", "n1 alloc none\n", "n1|alloc\n", "n1|ALLOC|x\n", "n1|alloc|none\n|idle|none\n"],
-)
-def test_parse_nodes_refuses_malformed_or_empty_answers(text):
-    with pytest.raises(SlurmError):
-        parse_nodes(text)
-
-
-def test_parse_running_tasks():
-    assert [
-        (t.job_id, t.task_id, t.partition, t.hosts) for t in parse_running_tasks(TASKS, JOB)
-    ] == [
-        ("500", "0", "gpu", ("n1", "n2")),
-        ("500", "1", "gpu", ("n3", "n4")),
-        ("500", "2", "cpu", ("n5",)),
-    ]
-    [regular] = parse_running_tasks("77|N/A|debug|n[1-2]\n", validate_id("--job-id", "77"))
-    assert (regular.job_id, regular.task_id) == ("77", "77")
-    assert parse_running_tasks("", JOB) == []
-    with pytest.raises(
-        SlurmError,
-        match=r"job 501 belongs to array job 500: give the array "
-        r"job id \(--job-id 500\)",
-    ):
-        parse_running_tasks("500|1|gpu|n[3-4]\n", validate_id("--job-id", "501"))
-    for bad in (
-        "500|1|gpu\n",
-        "500|x|gpu|n1\n",
-        "500|1|gpu|n1 n2\n",
-        "500|1|gpu|n[3-\n",
-        "500|1|gpu|n[4-3]\n",
-        "500|1|n[3-4]\n",
-    ):
-        with pytest.raises(SlurmError):
-            parse_running_tasks(bad, JOB)
-
-
-def test_the_ids_of_running_tasks_are_validated_where_they_enter():
-    """Each task id becomes a ``SlurmId`` when ``squeue``'s answer is parsed; one Slurm
-    never writes (leading zeros) fails the pass there, as any unexpected answer does."""
-    job = validate_id("--job-id", "500")
-    tasks = parse_running_tasks(TASKS + "500|N/A|gpu|n1\n", job)
-    assert all(isinstance(t.job_id, SlurmId) and isinstance(t.task_id, SlurmId) for t in tasks)
-    with pytest.raises(SlurmError, match="007"):
-        parse_running_tasks("500|007|gpu|n1\n", job)
-
-
-def test_a_pass_trusts_the_ids_and_the_directory_it_was_given(tmp_path, monkeypatch):
-    """The producer's ids are ``SlurmId`` s and its directory was validated by the command:
-    no pass validates them again for each task (counted: the validators behind
-    ``artifact_path``)."""
-    from nvrx_seghealth._decision import artifact
-    from nvrx_seghealth._producer.publisher import DrainedPublisher
-    from nvrx_seghealth._producer.slurm import SlurmClient
-
-    slurm = FakeSlurm(tmp_path)
-    monkeypatch.setenv("PATH", slurm.env["PATH"])
-    calls = []
-    for name in ("validate_id", "require_absolute_directory"):
-        real = getattr(artifact, name)
-
-        def counted(*args, real=real, name=name):
-            calls.append(name)
-            return real(*args)
-
-        monkeypatch.setattr(artifact, name, counted)
-    publisher = DrainedPublisher(
-        str(slurm.shc), validate_id("--job-id", "500"), ("drain",), SlurmClient(10.0),
-        producer_id=PRODUCER, passes={"drain": 1},
-    )  # fmt: skip
-    for _ in range(2):
-        result = publisher.run_pass()
-        assert result.error is None and result.running == 3
-    assert slurm.decision(1).read_text() == TASK1_TEXT
-    assert calls == []
 
 
 # --- passes against a fake Slurm ---------------------------------------------------------
@@ -168,17 +41,17 @@ def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
     done = slurm.run()
     assert done.returncode == 0, done.stderr
     assert slurm.decision(0).read_bytes() == b""
-    assert slurm.decision(1).read_text() == TASK1_TEXT
+    assert slurm.decision(1).read_text() == TASK1_DRAINED
     assert slurm.decision(2).read_text() == "ops: bad cable\n"
     assert f"task 0: cleared {slurm.decision(0)}" in done.stdout
-    assert f"task 1: published {slurm.decision(1)}: {TASK1_TEXT.strip()}" in done.stdout
+    assert f"task 1: published {slurm.decision(1)}: {TASK1_DRAINED.strip()}" in done.stdout
     assert (
         "pass done: unavailable nodes: n3 drng (disk errors | smart); 3 running tasks; "
         "1 published, 0 updated, 1 cleared, 0 conflict, 0 write-failed, 1 unchanged" in done.stdout
     )
     events = slurm.audit_events()
     assert [(e["event"], e["task_id"]) for e in events] == [("cleared", "0"), ("published", "1")]
-    assert events[1]["text"] == TASK1_TEXT.strip() and events[1]["job_id"] == "500"
+    assert events[1]["text"] == TASK1_DRAINED.strip() and events[1]["job_id"] == "500"
     assert events[1]["producer_id"] == PRODUCER
     assert all(e["time"].endswith("+00:00") for e in events)
     # sinfo is asked about the job's partitions only, after squeue named them
@@ -195,7 +68,7 @@ def test_a_pass_publishes_affected_tasks_clears_its_own_and_keeps_others(slurm):
 
     slurm.answer("sinfo", NODES.replace("n4|alloc|none", "n4|down|Not responding"))
     slurm.run()  # down counts after 2 passes (the default): the first changes nothing
-    assert slurm.decision(1).read_text() == TASK1_TEXT
+    assert slurm.decision(1).read_text() == TASK1_DRAINED
     done = slurm.run()
     assert done.returncode == 0
     assert slurm.decision(1).read_text() == (
@@ -314,11 +187,11 @@ def test_a_failed_pass_writes_nothing_and_keeps_the_last_decisions(slurm, comman
 
 def test_failing_passes_keep_decisions_status_says_since_when_and_an_opt_in_window_clears(slurm):
     assert slurm.run().returncode == 0
-    assert slurm.decision(1).read_text() == TASK1_TEXT
+    assert slurm.decision(1).read_text() == TASK1_DRAINED
     slurm.script("sinfo", "exit 1\n")
     for _ in range(2):
         assert slurm.run().returncode == 1
-    assert slurm.decision(1).read_text() == TASK1_TEXT  # never a false clean
+    assert slurm.decision(1).read_text() == TASK1_DRAINED  # never a false clean
     status = nvrx_seghealth("status", "--dir", str(slurm.shc))
     assert re.search(
         rf"producer {PRODUCER} \(job 500\): FAILING since \S+Z \(\d+s, 2 passes; "
@@ -337,7 +210,7 @@ def test_failing_passes_keep_decisions_status_says_since_when_and_an_opt_in_wind
     assert [e["event"] for e in slurm.audit_events()][-2:] == ["pass-failed", "stale-cleared"]
     slurm.answer("sinfo", NODES)
     assert slurm.run().returncode == 0  # Slurm is back: the drain counts again at once
-    assert slurm.decision(1).read_text() == TASK1_TEXT
+    assert slurm.decision(1).read_text() == TASK1_DRAINED
     status = nvrx_seghealth("status", "--dir", str(slurm.shc))
     assert re.search(rf"producer {PRODUCER} \(job 500\): last pass \d+s ago, ok", status.stdout)
 

@@ -1,5 +1,6 @@
-"""Asking Slurm, strictly and under a timeout: a command run by the producer never
-outlives the pass that started it, however the producer is stopped.
+"""Asking Slurm, strictly and under a timeout: ``sinfo``'s and ``squeue``'s answers parsed
+or refused, and a command run by the producer never outliving the pass that started it,
+however the producer is stopped.
 
 The commands are real processes; SIGTERM is real, sent to a child program that runs the
 producer's schedule and one Slurm command.
@@ -14,8 +15,111 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.common import wait_until
+from harness.fakeslurm import NODES, TASKS
 from harness.stopsignals import SignalledChild
+from nvrx_seghealth._decision.unit import SlurmId, validate_id
+from nvrx_seghealth._producer.slurm import (
+    NodeState,
+    SlurmError,
+    parse_nodes,
+    parse_running_tasks,
+)
+
+#: The fake Slurm's array job, as the command validates it.
+JOB = validate_id("--job-id", "500")
+
+# --- answers -----------------------------------------------------------------------------
+
+
+def test_parse_nodes_dedupes_partitions_and_keeps_reasons_with_bars():
+    nodes = parse_nodes(NODES + "n6|idle*|none\nn7|down~|Not responding\n")
+    assert [n.describe() for n in nodes] == [
+        "n1 alloc",
+        "n2 alloc",
+        "n3 drng (disk errors | smart)",
+        "n4 alloc",
+        "n5 mix",
+        "n6 idle*",
+        "n7 down~ (Not responding)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "state,flags,matches",
+    [
+        ("drng", "", {"drain"}),
+        ("drain", "", {"drain"}),
+        ("drain", "*", {"drain", "no_respond"}),
+        ("down", "", {"down"}),
+        ("down", "*", {"down", "no_respond"}),
+        ("fail", "", {"fail"}),
+        ("failg", "", {"fail"}),
+        ("idle", "*", {"no_respond"}),
+        ("alloc", "", set()),
+        ("mix", "-", set()),
+        ("comp", "", set()),
+    ],
+)
+def test_node_states(state, flags, matches):
+    node = NodeState("n1", state, flags, "")
+    assert {
+        name for name in ("drain", "down", "fail", "no_respond") if node.matches([name])
+    } == matches
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n", "n1 alloc none\n", "n1|alloc\n", "n1|ALLOC|x\n", "n1|alloc|none\n|idle|none\n"],
+)
+def test_parse_nodes_refuses_malformed_or_empty_answers(text):
+    with pytest.raises(SlurmError):
+        parse_nodes(text)
+
+
+def test_parse_running_tasks():
+    assert [
+        (t.job_id, t.task_id, t.partition, t.hosts) for t in parse_running_tasks(TASKS, JOB)
+    ] == [
+        ("500", "0", "gpu", ("n1", "n2")),
+        ("500", "1", "gpu", ("n3", "n4")),
+        ("500", "2", "cpu", ("n5",)),
+    ]
+    [regular] = parse_running_tasks("77|N/A|debug|n[1-2]\n", validate_id("--job-id", "77"))
+    assert (regular.job_id, regular.task_id) == ("77", "77")
+    assert parse_running_tasks("", JOB) == []
+    with pytest.raises(
+        SlurmError,
+        match=r"job 501 belongs to array job 500: give the array "
+        r"job id \(--job-id 500\)",
+    ):
+        parse_running_tasks("500|1|gpu|n[3-4]\n", validate_id("--job-id", "501"))
+    for bad in (
+        "500|1|gpu\n",
+        "500|x|gpu|n1\n",
+        "500|1|gpu|n1 n2\n",
+        "500|1|gpu|n[3-\n",
+        "500|1|gpu|n[4-3]\n",
+        "500|1|n[3-4]\n",
+    ):
+        with pytest.raises(SlurmError):
+            parse_running_tasks(bad, JOB)
+
+
+def test_the_ids_of_running_tasks_are_validated_where_they_enter():
+    """Each task id becomes a ``SlurmId`` when ``squeue``'s answer is parsed; one Slurm
+    never writes (leading zeros) fails the pass there, as any unexpected answer does."""
+    job = validate_id("--job-id", "500")
+    tasks = parse_running_tasks(TASKS + "500|N/A|gpu|n1\n", job)
+    assert all(isinstance(t.job_id, SlurmId) and isinstance(t.task_id, SlurmId) for t in tasks)
+    with pytest.raises(SlurmError, match="007"):
+        parse_running_tasks("500|007|gpu|n1\n", job)
+
+
+# --- a stopped pass ----------------------------------------------------------------------
+
 
 #: A pass that runs ``{command}`` (a Slurm command that hangs) and says what stopped it.
 STOPPED_PASS = """
