@@ -1,6 +1,8 @@
 """In-process launchers on real torch stores: each one a real c10d-backed dynamic handler
 with its own TCPStore client, wrapped by the package's handler, joining from its own
-thread; and the agent's monitor loop over a handler (:class:`Monitor`).
+thread; the agent's monitor loop over a handler (:class:`Monitor`); and a launcher's
+coordinator built alone (:func:`coordinator`), or read from its handler
+(:func:`coordinator_of`).
 
 Used by the launcher's and the demo's unit tests (``tests/launcher/``, ``tests/demo/``)
 and by the etcd tests (``integration/etcd/``).
@@ -24,7 +26,12 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 
 from nvrx_seghealth import SegmentHealthRendezvousHandler
 from nvrx_seghealth._demo.rendezvous_state import read_store
+from nvrx_seghealth._launcher.coordinator import Coordinator
+from nvrx_seghealth._launcher.events import DecisionRecorder
+from nvrx_seghealth._launcher.handoff import VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
+from nvrx_seghealth._launcher.roles import coordinator_for
+from nvrx_seghealth._settings.check_settings import check_settings
 
 from .common import slurm_env
 
@@ -37,13 +44,18 @@ __all__ = [
     "WATCH",
     "Join",
     "Monitor",
+    "coordinator",
+    "coordinator_of",
+    "dead_store",
     "dynamic_handler",
+    "excluded",
     "join_all",
     "launcher",
     "our_records",
     "participants",
     "publish_concurrently",
     "rendezvous_round",
+    "sibling_view",
     "tcp_client",
     "waiting_for_a_verdict",
     "watched",
@@ -138,6 +150,55 @@ def watched(
         environ=slurm_env(task=task, **env),
         watch_interval=watch_interval,
     )
+
+
+def coordinator(
+    master: TCPStore,
+    directory: str,
+    env: dict[str, str],
+    *,
+    handoff_timeout: float | None = None,
+    watch_interval: float = 0.0,
+) -> Coordinator | None:
+    """The coordinator a launcher of the job around ``master`` gets in the Slurm
+    environment ``env``, built as the handler builds it
+    (:func:`~nvrx_seghealth._launcher.roles.coordinator_for`), on its own store client;
+    its events name a dynamic handler of the run. ``None``: the launcher has none."""
+    store = tcp_client(master)
+    settings = check_settings(
+        directory, handoff_timeout=handoff_timeout, watch_interval=watch_interval
+    )
+    assert settings is not None, "a coordinator needs a directory"
+    events = DecisionRecorder(dynamic_handler(store, 1, 1))
+    return coordinator_for(settings, store=store, run_id=RUN, events=events, environ=env)
+
+
+def coordinator_of(handler: SegmentHealthRendezvousHandler) -> Coordinator | None:
+    """The coordinator ``handler`` asks around each join (``None``: it only delegates).
+    A handler keeps it to itself; tests that drive a launcher through its handler read
+    it here."""
+    return handler._coordinator
+
+
+def excluded(handler: SegmentHealthRendezvousHandler) -> bool:
+    """Whether the unit of ``handler``'s launcher has been excluded."""
+    role = coordinator_of(handler)
+    return role is not None and role.exclusion is not None
+
+
+def sibling_view(master: TCPStore, task: str = "1") -> VerdictHandoff:
+    """The hand-off of array task ``task`` as its sibling sees it."""
+    return VerdictHandoff(ReplacementGroupMarkers(master, RUN, str(ARRAY)), task, "0")
+
+
+def dead_store() -> TCPStore:
+    """A TCPStore client whose server is gone: every operation fails for real."""
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    client = TCPStore(
+        "127.0.0.1", master.port, is_master=False, timeout=datetime.timedelta(seconds=5)
+    )
+    del master
+    return client
 
 
 def participants(master: TCPStore, run_id: str = RUN) -> int:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from harness.common import free_port
 from harness.docs import ROOT, clean_environment, commands, examples_under, without_srun
+from harness.rendezvous import coordinator_of
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
@@ -188,7 +189,7 @@ def test_composition_example(tcp_store):
     handler = namespace["handler"]
     assert type(handler).__name__ == "SegmentHealthRendezvousHandler"
     assert handler.get_backend() == "c10d" and handler.get_run_id() == "run-42"
-    assert handler.check is None  # not under Slurm here: nothing installed
+    assert coordinator_of(handler) is None  # not under Slurm here: nothing installed
 
 
 def test_events_launcher_script(tmp_path, tcp_store):

@@ -14,7 +14,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
 from harness.common import slurm_env
-from harness.rendezvous import join_all
+from harness.rendezvous import coordinator_of, join_all
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,
@@ -64,7 +64,9 @@ def test_excluded_task_and_its_sibling_stay_out_and_the_rest_forms(etcd_server, 
     assert ("1", "0") in excluded and ("1", "1") in excluded and len(excluded) == 2
     worlds = {joins[k].result.world_size for k in joins if k not in excluded}
     assert worlds <= {4, 5}
-    markers = ReplacementGroupMarkers(handlers[0].markers.store, run, "600")
+    role = coordinator_of(handlers[0])
+    assert role is not None and role.markers is not None  # an array task's process 0
+    markers = ReplacementGroupMarkers(role.markers.store, run, "600")
     assert markers.marked_groups() == ["1"]
     raw = {
         base64.b64decode(k.rsplit("/", 1)[1]).decode(): base64.b64decode(v).decode()
@@ -83,8 +85,8 @@ handler = get_rendezvous_handler(RendezvousParameters(
     "segment-health", "{etcd_server.endpoint}", "run-{uuid.uuid4().hex[:8]}", 1, 1,
     inner_backend="etcd-v2", segment_health_check_dir={str(tmp_path)!r}))
 print(json.dumps({{"backend": handler.get_backend(), "inner": handler.inner.get_backend(),
-                  "store": type(handler.markers.store).__name__,
-                  "check": handler.check is not None}}))
+                  "store": type(handler._coordinator.markers.store).__name__,
+                  "check": type(handler._coordinator).__name__ == "ProcessZero"}}))
 """
     done = subprocess.run(
         [sys.executable, "-c", code],

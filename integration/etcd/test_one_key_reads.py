@@ -20,7 +20,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from harness.common import slurm_env, wait_until
 from harness.etcd import STORE, Traffic, plant_old_keys
-from harness.rendezvous import join_all
+from harness.rendezvous import coordinator_of, excluded, join_all
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._launcher import backend, watch
 from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
@@ -118,7 +118,7 @@ def test_a_watch_look_and_a_barrier_poll_read_one_key_each(crowded_etcd, launche
     for monitor in monitors:
         monitor.thread.join(90)
         assert monitor.answers and monitor.answers[-1] == 1
-    assert handlers[1].excluded
+    assert excluded(handlers[1])
     watched = [traffic.since(mark) for (_, traffic), mark in zip(built, marks)]
     looks = sum(traffic.reads(watch.EXCLUDED_KEY) for _, traffic in built)
     polls = sum(traffic.reads(watch.RESTART_KEY) for _, traffic in built)
@@ -134,14 +134,16 @@ def test_the_responder_looks_for_requests_without_writing(crowded_etcd, launcher
     run = f"run-{uuid.uuid4().hex[:8]}"
     handler, traffic = launcher(crowded_etcd, run, str(tmp_path), 3, (1, 1))
     assert join_all([handler], timeout=120)[0].error is None
-    counter = VerdictHandoff(handler.markers, "3", "0").key
+    role = coordinator_of(handler)
+    assert role is not None and role.markers is not None  # an array task's process 0
+    counter = VerdictHandoff(role.markers, "3", "0").key
     etcd_key = f"{STORE}/{base64.b64encode(counter.encode()).decode()}"
     client = crowded_etcd.client()
     written = client.get(etcd_key).modifiedIndex
     looked = traffic.reads(counter)
     wait_until(lambda: traffic.reads(counter) >= looked + 10)
     assert client.get(etcd_key).modifiedIndex == written  # ten looks, no write
-    sibling = VerdictHandoff(handler.markers, "3", "0")
+    sibling = VerdictHandoff(role.markers, "3", "0")
     request, _ = sibling.request()
     assert sibling.wait(request, 30) is Verdict.HEALTHY  # answered by a look
 

@@ -15,6 +15,7 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
 from harness.common import free_port, slurm_env, wait_until
+from harness.rendezvous import coordinator_of, excluded
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth import (
     BACKEND_NAME,
@@ -50,8 +51,9 @@ handler = get_rendezvous_handler(RendezvousParameters(
     "segment-health", "127.0.0.1:{free_port()}", "run", 1, 1, is_host="true",
     segment_health_check_dir={str(tmp_path)!r}))
 print(json.dumps({{"type": type(handler).__name__, "backend": handler.get_backend(),
-                  "inner": handler.inner.get_backend(), "check": handler.check is not None,
-                  "markers": handler.markers is not None}}))
+                  "inner": handler.inner.get_backend(),
+                  "coordinator": type(handler._coordinator).__name__,
+                  "markers": handler._coordinator.markers is not None}}))
 """
     done = run_python(code, slurm_env(task=3))
     assert done.returncode == 0, done.stderr
@@ -59,7 +61,7 @@ print(json.dumps({{"type": type(handler).__name__, "backend": handler.get_backen
         "type": "SegmentHealthRendezvousHandler",
         "backend": "segment-health",
         "inner": "c10d",
-        "check": True,
+        "coordinator": "ProcessZero",  # the check is installed
         "markers": True,
     }
     assert "Exception while registering out of tree plugin" not in done.stderr
@@ -77,7 +79,7 @@ def test_register_into_a_launchers_own_registry_under_any_name(tmp_path):
     )
     assert handler.get_backend() == "my-health"
     ours = cast(SegmentHealthRendezvousHandler, handler)  # the registry made the wrapper
-    assert ours.check is None  # no directory: pure pass-through
+    assert coordinator_of(ours) is None  # no directory: pure pass-through
     handler.shutdown()
 
 
@@ -103,7 +105,9 @@ def test_the_handoff_is_on_by_default_and_the_key_turns_it_off(
             **conf,
         )
     )
-    assert (handler.handoff is not None) is expected
+    role = coordinator_of(handler)
+    assert role is not None  # the task's other launcher
+    assert (role.handoff is not None) is expected
     handler.shutdown()
 
 
@@ -369,7 +373,7 @@ def test_the_watch_interval_key_turns_the_watch_on(tmp_path, monkeypatch):
     handler.next_rendezvous()
     assert handler.num_nodes_waiting() == 0
     publish_decision(str(tmp_path), "1000", "3", "drained")
-    wait_until(lambda: handler.excluded)
+    wait_until(lambda: excluded(handler))
     wait_until(lambda: handler.num_nodes_waiting() == 1)
     handler.shutdown()
 

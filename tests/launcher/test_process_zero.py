@@ -1,226 +1,409 @@
-"""Process 0 with the watch on: its look right after joining, its looks outside the lock,
-a hung stat's diagnostic, and the warning for a world that cannot shrink.
+"""Process 0 of a unit (:class:`~nvrx_seghealth._launcher.process_zero.ProcessZero`): it
+judges the decision file before each join, excludes its unit and marks its group, and
+answers its siblings, at each attempt and, between rounds, from its responder.
 
-Real dynamic handlers on a real TCPStore, each launcher on its own thread, as in
-``test_watch.py``. Two faults cannot be made real in a unit test and are injected: a
-stat that does not answer (the stat helper stopped with SIGSTOP, as
-``tests/decision/test_boundedstat.py`` does; ``integration/hungmount/`` mounts a real
-hung filesystem) and, where the look must block while the helper still serves process
-0's own stat, a look whose evaluation waits on an event.
+Most tests run launchers as in ``test_sibling.py`` (real dynamic handlers on a real
+TCPStore, each on its own thread). Those that break a piece of process 0's own work
+build the coordinator alone, as its handler does, on a real TCPStore
+(``make_coordinator``), and call it as the handler would: before joining, out of the
+rendezvous, after joining.
 """
 
 from __future__ import annotations
 
+import datetime
+import itertools
 import logging
 import os
-import signal
+import subprocess
+import sys
 import threading
+import time
+from collections import Counter
+from typing import cast
 
 import pytest
+import torch.distributed as dist
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from harness.common import slurm_env, wait_until
+from harness.common import free_port, slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
-    WATCH,
     Join,
-    Monitor,
+    dead_store,
     dynamic_handler,
     join_all,
+    launcher,
     our_records,
+    participants,
+    rendezvous_round,
+    sibling_view,
     tcp_client,
-    watched,
 )
-from harness.stathelpers import only_helper
 from harness.telemetry import captured
-from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
-from nvrx_seghealth._demo.rendezvous_state import read_store
-from nvrx_seghealth._errors import ExclusionReason, UnhealthyNodeException
-from nvrx_seghealth._launcher import watch
+from nvrx_seghealth import (
+    ReplacementGroupMarkers,
+    SegmentHealthRendezvousHandler,
+    UnhealthyNodeException,
+    publish_decision,
+)
+from nvrx_seghealth._decision import artifact
+from nvrx_seghealth._errors import ExclusionReason
 from nvrx_seghealth._launcher.events import parse_fields
+from nvrx_seghealth._launcher.handoff import Verdict
+from nvrx_seghealth._launcher.process_zero import RESPONDER_INTERVAL, ProcessZero
 
 pytestmark = pytest.mark.usefixtures("release_handlers")
 
 
-@pytest.fixture
-def own_bootstrap_stores(monkeypatch):
-    """Workers host their own bootstrap store, as the backend sets it for a store outside
-    the launchers: a spare that joins a later round as rank 1 otherwise waits for an
-    address that rank 0, which kept its rank, never publishes again (pytorch#135712)."""
-    monkeypatch.setenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+def process_zero(make_coordinator, **options) -> ProcessZero:
+    """Process 0 of array task 1, built alone (``make_coordinator``)."""
+    role = make_coordinator(slurm_env(task=1), **options)
+    assert isinstance(role, ProcessZero)
+    return role
 
 
-def spares(master):
-    """How many nodes wait in the rendezvous' redundancy list (beyond the maximum)."""
-    return len(read_store(tcp_client(master), RUN).spares or ())
+def attempt(zero: ProcessZero) -> None:
+    """One attempt of process 0's launcher, as its handler makes it around a round of
+    one: before joining (which starts the responder), out of the rendezvous, joined."""
+    zero.before_joining()
+    zero.out_of_rendezvous()
+    zero.after_joining(0, None)
 
 
-@pytest.mark.usefixtures("own_bootstrap_stores")
-def test_a_spare_marked_while_it_waits_never_trains(tcp_store, shc):
-    """Tasks 0 and 1 train, spare task 2 waits beyond the maximum and is marked there;
-    then task 1 is marked. The training world restarts once; the spare, admitted to the
-    next round on the stat it made before it waited, judges again right after joining:
-    it never gets a rendezvous result (its agent never starts workers), and it tells
-    that round, whose other member restarts at once, released by the count."""
-    handlers = [watched(tcp_store, shc, task, nodes=(2, 2)) for task in (0, 1, 2)]
-    with captured() as seen:
-        trained = join_all(handlers[:2])
-        assert [j.error for j in trained] == [None, None]
-        spare = Join(handlers[2])
-        wait_until(lambda: spares(tcp_store) == 1)
-        publish_decision(shc, str(ARRAY), "2", "drained while waiting")
-        publish_decision(shc, str(ARRAY), "1", "drained during training")
-        monitors = [Monitor(h) for h in handlers[:2]]
-        for monitor in monitors:
-            monitor.thread.join(60)
-            assert monitor.restarted
-        zero, one = join_all(handlers[:2])
-        assert isinstance(one.error, UnhealthyNodeException)
-        spare.wait()
-        assert spare.result is None  # never a rendezvous result: no workers
-        assert isinstance(spare.error, UnhealthyNodeException)
-        assert spare.error.reason is ExclusionReason.DECISION_FILE
-        assert spare.error.after_joining
-        assert zero.error is None and zero.result.world_size == 2  # the round with the spare
-        monitor = Monitor(handlers[0])
-        monitor.thread.join(60)
-        assert monitor.restarted
-        assert zero.result.store.add(watch.ARRIVED_KEY, 0) == 2  # the spare counted itself
-    by_task = {f["task_id"]: f["when"] for f in seen.fields("excluded")}
-    assert by_task == {"1": "during-training", "2": "after-joining"}
-    # the world that trained restarted once (both members); the spare's round was told
-    # at joining, so task 0 restarted it without waiting for the spare
-    restarts = [(e["task_id"], e["aligned"]) for e in seen.fields("world_restart")]
-    assert sorted(restarts) == [("0", "true"), ("0", "true"), ("1", "true")]
-
-
-def test_an_exclusion_between_the_rendezvous_and_the_watch_tells_the_world(tcp_store, shc):
-    """Process 0 of task 0 is out of the inner rendezvous but its watch has not started
-    when a sibling's request gets a fresh stat that excludes the unit: the round it just
-    joined is told (its other member restarts), and it does not return to its agent."""
-    zero = watched(tcp_store, shc, 0, nodes=(2, 2))
-    one = watched(tcp_store, shc, 1, nodes=(2, 2))
-    process_zero = zero._coordinator
-    assert process_zero is not None  # task 0's process 0, with a directory
-    out_of_rendezvous = process_zero.out_of_rendezvous
-
-    def in_the_window():  # the window held open until the responder excluded the unit
-        out_of_rendezvous()
-        publish_decision(shc, str(ARRAY), "0", "drained")
-        asking = Join(watched(tcp_store, shc, 0, nodes=(2, 2), procid=1))
-        wait_until(lambda: process_zero.exclusion is not None)
-        asking.wait()
-        assert isinstance(asking.error, UnhealthyNodeException)  # refused by the verdict
-
-    process_zero.out_of_rendezvous = in_the_window  # type: ignore[method-assign]  # injected
-    joined_zero, joined_one = join_all([zero, one])
-    assert isinstance(joined_zero.error, UnhealthyNodeException)
-    assert joined_one.error is None
-    monitor = Monitor(one)
-    monitor.thread.join(60)
-    assert monitor.restarted
-    assert joined_one.result.store.add(watch.ARRIVED_KEY, 0) == 2
-
-
-def test_a_look_waiting_for_its_stat_holds_neither_a_restart_nor_the_exit(tcp_store, shc):
-    """The watch's look is in its stat (injected: its evaluation waits) when the agent
-    restarts the launcher, and when it shuts down: neither waits for the look. What the
-    look finds once it returns belongs to a round that is over and is dropped."""
-    alone = watched(tcp_store, shc, 0, nodes=(1, 1))
-    alone.next_rendezvous()
-    check = alone.check
-    assert check is not None  # process 0, with a directory
-    real, entered, release = check.evaluate, threading.Event(), threading.Event()
-    looking = []
-
-    def evaluate(*, warn=True):
-        if not warn and not entered.is_set():  # the watch's next look waits
-            looking.append(threading.current_thread())
-            entered.set()
-            release.wait(120)
-        return real(warn=warn)
-
-    check.evaluate = evaluate  # type: ignore[method-assign]  # injected
-    try:
-        wait_until(entered.is_set)
-        restart = Join(alone).wait(30)  # the agent restarts it: not held by the look
-        assert restart.error is None
-        stopping = threading.Thread(target=alone.shutdown, daemon=True)
-        stopping.start()
-        stopping.join(30)
-        assert not stopping.is_alive()
-        assert not release.is_set()  # all of it while the look waited
-        publish_decision(shc, str(ARRAY), "0", "drained")  # the look will find it
-    finally:
-        release.set()
-    looking[0].join(30)
-    assert not looking[0].is_alive()
-    assert not alone.excluded
-
-
-@pytest.mark.usefixtures("own_bootstrap_stores")
-def test_the_watch_off_admits_a_marked_spare_as_before(tcp_store, shc):
-    """The watch off: a spare marked while it waits joins the next round as it does
-    without the watch; it is refused at its next join."""
-    handlers = [watched(tcp_store, shc, task, watch_interval=0, nodes=(2, 2)) for task in (0, 1, 2)]
-    assert [j.error for j in join_all(handlers[:2])] == [None, None]
-    spare = Join(handlers[2])
-    wait_until(lambda: spares(tcp_store) == 1)
-    publish_decision(shc, str(ARRAY), "2", "drained while waiting")
-    publish_decision(shc, str(ARRAY), "1", "drained during training")
-    zero, one = join_all(handlers[:2])
-    assert zero.error is None and isinstance(one.error, UnhealthyNodeException)
-    spare.wait()
-    assert spare.error is None and spare.result.world_size == 2
-    assert not handlers[2].excluded
-
-
-def test_a_stat_that_does_not_answer_is_reported_with_the_decision_file(tcp_store, shc, caplog):
-    """The watch's fail-open names the file whose stat hangs, not only its directory."""
-    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
-    store = tcp_client(tcp_store)
-    alone = SegmentHealthRendezvousHandler(
-        dynamic_handler(store, 1, 1),
-        store=store,
-        directory=shc,
-        environ=slurm_env(task=0),
-        stat_timeout=0.5,
-        watch_interval=WATCH,
+def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_store, shc, caplog):
+    publish_decision(shc, str(ARRAY), "1", "n3 drained")
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 1, 2)]
+    healthy0, excluded, healthy2 = join_all(handlers)
+    assert isinstance(excluded.error, UnhealthyNodeException)
+    assert (excluded.error.job_id, excluded.error.task_id) == (str(ARRAY), "1")
+    assert excluded.error.path == os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    assert excluded.error.size == len("n3 drained")
+    assert excluded.error.reason is ExclusionReason.DECISION_FILE
+    assert [j.error for j in (healthy0, healthy2)] == [None, None]
+    assert {j.result.world_size for j in (healthy0, healthy2)} == {2}
+    assert sorted(j.result.rank for j in (healthy0, healthy2)) == [0, 1]
+    assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).marked_groups() == ["1"]
+    errors = our_records(caplog, logging.ERROR)
+    assert len(errors) == 1
+    fields = parse_fields(errors[0])  # the line's tokens
+    assert (fields["reason"], fields["after_joining"], fields["task_id"]) == (
+        "decision-file",
+        "false",
+        "1",
     )
-    with captured() as seen:
-        alone.next_rendezvous()
-        helper = only_helper()
-        os.kill(helper, signal.SIGSTOP)
-        try:
-            wait_until(lambda: seen.fields("fail_open"))
-        finally:
-            os.kill(helper, signal.SIGCONT)
-    (failed,) = seen.fields("fail_open")
-    assert failed["reason"] == "unreadable" and failed["trigger"] == "watch"
-    assert f"segment_health_check.{ARRAY}.0" in failed["detail"]
-    assert not alone.excluded
 
 
-@pytest.mark.parametrize(
-    "nodes,watch_interval,warned", [((2, 2), WATCH, 1), ((1, 2), WATCH, 0), ((2, 2), 0, 0)]
-)
-def test_a_watch_in_a_world_that_cannot_shrink_is_warned_once(
-    tcp_store, shc, caplog, nodes, watch_interval, warned
-):
-    """min_nodes == max_nodes: an exclusion during training leaves the others waiting for
-    a spare until the join timeout; said once, by process 0, when the handler is made."""
-    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
-    watched(tcp_store, shc, 0, nodes=nodes, watch_interval=watch_interval)
-    watched(tcp_store, shc, 0, nodes=nodes, watch_interval=watch_interval, procid=1)
-    fixed = [
-        parse_fields(m)
-        for m in our_records(caplog, logging.WARNING)
-        if parse_fields(m).get("min_nodes")
+def test_process_zero_answers_at_each_attempt(tcp_store, shc, tmp_path):
+    handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
+    view = sibling_view(tcp_store)
+    request, _ = view.request()
+    handler.next_rendezvous()
+    assert view.wait(request, 0) is Verdict.HEALTHY
+    os.mkdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))  # not a regular file
+    request, _ = view.request()
+    handler.next_rendezvous()
+    assert view.wait(request, 5) is Verdict.UNCHECKED
+    os.rmdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    request, _ = view.request()
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    assert view.wait(request, 5) is Verdict.EXCLUDED
+    request, _ = view.request()
+    with pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()  # excluded for good ...
+    assert view.wait(request, 0) is Verdict.EXCLUDED
+    assert view.wait(request + 1000, 0) is Verdict.EXCLUDED  # ... for every request
+
+
+def test_exclusion_sticks_even_if_the_decision_is_cleared(shc, make_coordinator):
+    path = publish_decision(shc, str(ARRAY), "1", "bad")
+    zero = process_zero(make_coordinator)
+    with pytest.raises(UnhealthyNodeException):
+        zero.before_joining()
+    os.unlink(path)
+    with pytest.raises(UnhealthyNodeException) as again:
+        zero.before_joining()
+    assert (again.value.reason, again.value.path) == (ExclusionReason.DECISION_FILE, path)
+    assert zero.exclusion is again.value
+
+
+def test_decision_is_consumed_at_the_next_rendezvous(tcp_store, shc):
+    """A unit that joined round 0 healthy is excluded at its next ``next_rendezvous()``."""
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 2, 2) for t in (0, 1)]
+    assert [j.result.world_size for j in join_all(handlers)] == [2, 2]
+    publish_decision(shc, str(ARRAY), "1", "drained while running")
+    with pytest.raises(UnhealthyNodeException):
+        handlers[1].next_rendezvous()
+    assert ReplacementGroupMarkers(tcp_store, RUN, str(ARRAY)).is_marked("1")
+
+
+def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc, caplog):
+    publish_decision(shc, str(ARRAY), "1", "bad")
+    handler = SegmentHealthRendezvousHandler(
+        dynamic_handler(tcp_client(tcp_store), 1, 1),
+        store=dead_store(),
+        directory=shc,
+        environ=slurm_env(task=1),
+    )
+    with captured() as telemetry, pytest.raises(UnhealthyNodeException):
+        handler.next_rendezvous()
+    actions = [f["action"] for f in telemetry.fields("fail_open")]
+    assert "publish-marker" in actions and "publish-verdict" in actions
+
+
+def test_a_failing_check_fails_open_with_one_warning(make_coordinator, caplog, monkeypatch):
+    """Nothing but an exclusion leaves process 0 as an error: its launcher joins."""
+    zero = process_zero(make_coordinator)
+
+    def broken():
+        raise RuntimeError("a bug in the check")
+
+    monkeypatch.setattr(zero.check, "evaluate", broken)
+    with captured() as telemetry:
+        attempt(zero)
+    assert len(our_records(caplog, logging.WARNING)) == 1
+    failed = telemetry.fields("fail_open")
+    assert [(f["action"], f["error"].split(":")[0]) for f in failed] == [
+        ("evaluate", "RuntimeError")
     ]
-    assert len(fixed) == warned
-    if warned:
-        assert (fixed[0]["min_nodes"], fixed[0]["max_nodes"], fixed[0]["join_timeout_s"]) == (
-            "2",
-            "2",
-            "30",
+
+
+# -- between rounds: the responder ---------------------------------------------------------
+
+
+def count_stats(monkeypatch, path):
+    """Record every stat of ``path`` (the helper call the artifact makes)."""
+    real_stat_within = artifact.stat_within
+    stats = []
+
+    def counting_stat(target, timeout):
+        if target == path:
+            stats.append(time.monotonic())
+        return real_stat_within(target, timeout)
+
+    monkeypatch.setattr(artifact, "stat_within", counting_stat)
+    return stats
+
+
+def test_a_sibling_restarting_alone_is_answered_while_process_zero_trains(
+    tcp_store, shc, monkeypatch
+):
+    """Process 0 is outside the rendezvous (its workers run): it still answers, at once,
+    with a fresh stat, so the sibling joins and pulls the others into a new round."""
+    path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    stats = count_stats(monkeypatch, path)
+    process0, sibling = (
+        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2) for p in (0, 1)
+    )
+    assert [j.result.world_size for j in join_all([process0, sibling])] == [2, 2]
+    assert len(stats) == 1  # one stat for the round: the sibling asked while process 0 joined
+    started = time.monotonic()
+    restart = Join(sibling)  # the sibling's worker failed; process 0's still run
+    wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=10)
+    assert time.monotonic() - started < 5  # not the 30 s bound
+    assert len(stats) == 2  # answered with a fresh stat, not the round's old verdict
+    again = Join(process0)  # process 0's agent sees the waiting node and restarts
+    assert restart.wait().result.world_size == again.wait().result.world_size == 2
+    assert rendezvous_round(tcp_store) == 1
+
+
+def test_a_decision_found_between_rounds_refuses_the_restarting_sibling(tcp_store, shc):
+    process0, sibling = (
+        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 3) for p in (0, 1)
+    )
+    task0 = launcher(tcp_store, shc, slurm_env(task=0), 2, 3)
+    assert [j.result.world_size for j in join_all([process0, sibling, task0])] == [3, 3, 3]
+    publish_decision(shc, str(ARRAY), "1", "drained while training")  # DRAIN: no eviction
+    refused = Join(sibling).wait(timeout=10)
+    assert isinstance(refused.error, UnhealthyNodeException)
+    assert refused.error.after_joining is False
+    assert process0.num_nodes_waiting() == 0  # the sibling never entered the wait list
+    with pytest.raises(UnhealthyNodeException):  # process 0 at its next boundary
+        process0.next_rendezvous()
+
+
+def test_a_request_while_process_zero_joins_costs_no_second_stat(tcp_store, shc, monkeypatch):
+    path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    stats = count_stats(monkeypatch, path)
+    process0 = Join(launcher(tcp_store, shc, slurm_env(task=1), 2, 2))
+    wait_until(lambda: participants(tcp_store) == 1)  # process 0 waits inside the round
+    sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2))
+    assert process0.wait().result.world_size == sibling.wait().result.world_size == 2
+    assert len(stats) == 1
+
+
+def test_a_streak_of_failed_looks_is_one_warning_and_its_end_one_line(
+    make_coordinator, caplog, monkeypatch
+):
+    """The responder looks every 0.2 s; a store that fails for a while costs one WARNING
+    and one fail-open event for the whole streak, and one INFO line when it answers."""
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
+    zero = process_zero(make_coordinator)
+    attempt(zero)  # starts the responder
+    assert zero.handoff is not None  # task 1's process 0
+    read, failing, looks = zero.handoff.read, threading.Event(), []
+
+    def flaky():
+        if failing.is_set():
+            looks.append(time.monotonic())
+            raise RuntimeError("store gone for a while")
+        return read()
+
+    monkeypatch.setattr(zero.handoff, "read", flaky)
+    caplog.clear()
+    with captured() as telemetry:
+        failing.set()
+        wait_until(lambda: telemetry.fields("fail_open") and len(looks) >= 3, timeout=30)
+        failing.clear()
+        wait_until(lambda: our_records(caplog, logging.INFO), timeout=30)  # readable again
+    assert [f["action"] for f in telemetry.fields("fail_open")] == ["read-requests"]
+    assert len(our_records(caplog, logging.WARNING)) == 1
+    assert len(our_records(caplog, logging.INFO)) == 1
+
+
+def test_a_dead_store_is_asked_less_and_less_often_between_rounds(make_coordinator):
+    """A store that died between rounds: each failed look doubles the responder's pause (up
+    to RESPONDER_BACKOFF_LIMIT), so torch's store client does not print a warning five
+    times a second for as long as the workers train."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", STORE_SERVER, str(port)], stdout=subprocess.PIPE, text=True
+    )
+    assert server.stdout is not None  # a pipe
+    try:
+        assert server.stdout.readline().strip() == "serving"
+        master = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=STORE_TIMEOUT)
+        zero = process_zero(make_coordinator, master=master)
+        attempt(zero)  # starts the responder
+        assert zero.handoff is not None  # task 1's process 0
+        read, looks = zero.handoff.read, []
+
+        def counted():
+            looks.append(time.monotonic())
+            return read()
+
+        zero.handoff.read = counted  # type: ignore[method-assign]  # injected
+        wait_until(lambda: len(looks) >= 2, timeout=30)
+    finally:
+        server.kill()
+        server.wait()
+    dead = len(looks)
+    time.sleep(12 * RESPONDER_INTERVAL)  # 2.4 s: 12 looks without the back-off
+    failed = looks[dead - 1 :]
+    # Pauses of at least 0.2, 0.4, 0.8, 1.6 s: at most 4 looks fit (fewer when loaded).
+    assert len(failed) <= 5
+    pauses = [b - a for a, b in itertools.pairwise(failed)]
+    assert all(p >= RESPONDER_INTERVAL * 2**k * 0.95 for k, p in enumerate(pauses))
+    zero.stop()
+
+
+STORE_TIMEOUT = datetime.timedelta(seconds=2)
+
+
+STORE_SERVER = """
+import datetime, sys, time
+from torch.distributed import TCPStore
+store = TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, wait_for_workers=False,
+                 timeout=datetime.timedelta(seconds=30))
+print("serving", flush=True)
+time.sleep(3600)
+"""
+
+
+# -- each decision recorded once, as torch's rendezvous events and metrics -------------
+
+
+def test_an_exclusion_is_recorded_once_with_its_marker_and_verdict(tcp_store, shc):
+    publish_decision(shc, str(ARRAY), "1", "n3 drained")
+    with captured() as seen:
+        handlers = [launcher(tcp_store, shc, slurm_env(task=t)) for t in (0, 1, 2)]
+        joins = join_all(handlers)
+        with pytest.raises(UnhealthyNodeException):  # again: excluded for good, not re-recorded
+            handlers[1].next_rendezvous()
+    assert isinstance(joins[1].error, UnhealthyNodeException)
+    path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
+    assert seen.names("1") == ["installed", "excluded", "marker_published", "verdict_published"]
+    assert seen.fields("excluded", "1") == [
+        {"job_id": "1000", "task_id": "1", "by": "decision-file", "path": path, "size": "10"}
+    ]
+    assert seen.fields("marker_published", "1")[0]["group"] == "1"
+    assert seen.fields("verdict_published", "1")[0]["verdict"] == "excluded"
+    for healthy in ("0", "2"):
+        assert seen.names(healthy) == ["installed", "proceed", "verdict_published"]
+        assert seen.fields("proceed", healthy)[0]["outcome"] == "absent"
+        assert seen.fields("verdict_published", healthy)[0]["standing"] == "true"
+    (excluded,) = [e for e in seen.ours("1") if e.name == "nvrx_seghealth.excluded"]
+    node = cast(DynamicRendezvousHandler, handlers[1].inner)._this_node
+    assert (excluded.run_id, excluded.hostname, excluded.pid, excluded.local_id) == (
+        RUN,
+        node.addr,
+        node.pid,
+        node.local_id,
+    )
+    assert excluded.rank is None  # it never joined a round
+    assert seen.values("excluded") == [1]
+    assert len(seen.values("check.duration.us")) == 3  # one stat per process 0
+
+
+def test_a_fail_open_is_recorded_with_its_reason(shc, make_coordinator, monkeypatch):
+    os.mkdir(os.path.join(shc, f"segment_health_check.{ARRAY}.1"))  # not a regular file
+    with captured() as seen:
+        zero = process_zero(make_coordinator)
+        attempt(zero)
+
+        def broken():
+            raise RuntimeError("a bug in the check")
+
+        monkeypatch.setattr(zero.check, "evaluate", broken)
+        attempt(zero)
+    assert seen.names() == [
+        "installed",
+        "fail_open",
+        "verdict_published",
+        "fail_open",
+        "verdict_published",
+    ]
+    first, second = seen.fields("fail_open")
+    assert (first["reason"], first["trigger"]) == ("not-a-regular-file", "attempt")
+    assert first["detail"] == "not a regular file: directory"
+    assert (second["reason"], second["action"]) == ("wrapper-error", "evaluate")
+    assert second["error"] == "RuntimeError: a bug in the check"
+    assert [f["verdict"] for f in seen.fields("verdict_published")] == ["unchecked"] * 2
+    assert seen.values("fail_open.not-a-regular-file") == [1]
+    assert seen.values("fail_open.wrapper-error") == [1]
+
+
+def test_the_responder_records_its_answers_never_its_looks(tcp_store, shc):
+    """Between rounds process 0 looks for requests every 0.2 s: only an answer is a
+    decision, recorded once, with the rank of the round process 0 trains in."""
+    with captured() as seen:
+        process0, sibling = (
+            launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, keep_alive_attempts=30)
+            for p in (0, 1)
         )
+        joined = join_all([process0, sibling])
+        time.sleep(10 * RESPONDER_INTERVAL)  # ten looks, no request
+        quiet = seen.names()
+        restart = Join(sibling)
+        wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=10)
+        wait_until(lambda: len(seen.names()) >= len(quiet) + 3, timeout=10)
+        time.sleep(5 * RESPONDER_INTERVAL)  # five more looks, no new request
+        answered = seen.names()
+        Join(process0).wait()
+        restart.wait()
+    # Two threads record (process 0's and the sibling's): the events, not their order.
+    assert Counter(quiet) == Counter(
+        ["installed", "proceed", "verdict_published", "verdict_waited"]
+    )
+    assert Counter(answered[len(quiet) :]) == Counter(
+        ["proceed", "verdict_published", "verdict_waited"]
+    )
+    request_events = [e for e in seen.ours() if parse_fields(e.message).get("trigger") == "request"]
+    assert [e.name for e in request_events] == [
+        "nvrx_seghealth.proceed",
+        "nvrx_seghealth.verdict_published",
+    ]
+    assert {e.rank for e in request_events} == {joined[0].result.rank}

@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.api import (
 )
 
 from harness.common import slurm_env, wait_until
-from harness.rendezvous import launcher, waiting_for_a_verdict
+from harness.rendezvous import excluded, launcher, waiting_for_a_verdict
 from harness.telemetry import captured
 from nvrx_seghealth import ReplacementGroupMarkers, publish_decision
 from nvrx_seghealth._decision import artifact
@@ -55,7 +55,7 @@ def test_a_sigterm_during_the_wait_for_process_zero_ends_the_call(
     sender.join(60)
     assert raised.value.sigval == signal.SIGTERM
     assert wrapper_errors(seen) == []
-    assert not sibling.excluded
+    assert not excluded(sibling)
 
 
 def wrapper_errors(seen):

@@ -22,6 +22,7 @@ from harness.rendezvous import (
     Join,
     Monitor,
     dynamic_handler,
+    excluded,
     join_all,
     our_records,
     participants,
@@ -56,7 +57,7 @@ def test_a_decision_during_training_restarts_every_member_together(tcp_store, sh
         assert monitor.restarted
     late_asked = monitors[2].asked[-1][0]
     assert all(m.asked[-1][1] >= late_asked for m in monitors)  # nobody went first
-    assert handlers[1].excluded
+    assert excluded(handlers[1])
     again = join_all(handlers)
     assert isinstance(again[1].error, UnhealthyNodeException)
     assert again[1].error.reason is ExclusionReason.DECISION_FILE
@@ -127,7 +128,7 @@ def test_the_watch_off_is_todays_handler(tcp_store, shc):
     for monitor in monitors:
         monitor.stop()
         assert monitor.asked and not monitor.restarted
-    assert not handlers[1].excluded
+    assert not excluded(handlers[1])
 
 
 def recorder(master):
@@ -200,7 +201,7 @@ def test_the_watch_records_decisions_not_looks(tcp_store, shc, caplog):
         )
         time.sleep(2 * WATCH)  # looks that find nothing
         publish_decision(shc, str(ARRAY), "0", "drained")
-        wait_until(lambda: alone.excluded)
+        wait_until(lambda: excluded(alone))
         monitor = Monitor(alone)
         monitor.thread.join(30)
         assert monitor.restarted  # a world of one restarts without waiting
