@@ -46,13 +46,10 @@ from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .agentstore import EXCLUSIONS, keep_workers_off_the_agent_store
-from .check import SegmentHealthCheck
 from .coordinator import Coordinator
 from .events import DecisionRecorder
 from .exiting import quiet_at_exit, shut_at_exit
 from .failopen import FailOpen
-from .handoff import VerdictHandoff
-from .markers import ReplacementGroupMarkers
 from .process_zero import ProcessZero
 from .roles import coordinator_for
 from .watch import WorldSignal
@@ -162,27 +159,6 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
     def inner(self) -> RendezvousHandler:
         """The wrapped handler."""
         return self._inner
-
-    @property
-    def check(self) -> SegmentHealthCheck | None:
-        """The installed check (process 0 only), else ``None``."""
-        coordinator = self._coordinator
-        return coordinator.check if isinstance(coordinator, ProcessZero) else None
-
-    @property
-    def markers(self) -> ReplacementGroupMarkers | None:
-        """The markers of this launcher's array job, when it has a store and a group."""
-        return None if self._coordinator is None else self._coordinator.markers
-
-    @property
-    def handoff(self) -> VerdictHandoff | None:
-        """The hand-off with process 0, for an array launcher with a store, else ``None``."""
-        return None if self._coordinator is None else self._coordinator.handoff
-
-    @property
-    def excluded(self) -> bool:
-        """Whether this launcher's unit has been excluded."""
-        return self._exclusion is not None
 
     @property
     def _exclusion(self) -> UnhealthyNodeException | None:
