@@ -24,6 +24,7 @@ __all__ = [
     "Example",
     "Link",
     "anchors",
+    "ci_commands",
     "clean_environment",
     "commands",
     "doc_examples",
@@ -131,6 +132,13 @@ def without_srun(argv: list[str]) -> list[str]:
     while rest[0].startswith("-"):
         rest = rest[1:]
     return rest
+
+
+def ci_commands() -> set[str]:
+    """The commands ``.ci/run`` runs, one per line as written, without what a line adds to
+    keep a command's status for later (``./dev test-all || status=$?`` is ``./dev test-all``)."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    return {line.split(" || ")[0] for line in lines}
 
 
 def clean_environment() -> dict[str, str]:
