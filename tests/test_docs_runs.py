@@ -179,7 +179,7 @@ def test_install_lines(tmp_path):
     assert wheel_file.is_file(), sorted(p.name for p in (tmp_path / "dist").iterdir())
     names = zipfile.ZipFile(wheel_file).namelist()
     assert "nvrx_seghealth/py.typed" in names
-    assert not [n for n in names if n.startswith(("tests/", "integration/", "bench/"))]
+    assert not [n for n in names if n.startswith(("tests/", "integration/", "bench/", "harness/"))]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel_file).read(entry_points).decode()
     assert "[torchrun.handlers]" in text and "segment-health" in text
