@@ -68,9 +68,11 @@ class Measured:
 
 @dataclass(frozen=True)
 class Acted:
-    """What a scenario did to a running job: the unit it marked (``victim``), the unit of
-    the world that stays, and the fault it recorded (the worker's failure, the mark)."""
+    """What a scenario did to a running job: the round of the world it acted on
+    (``first``), the unit it marked (``victim``), the unit of that world that stays, and
+    the fault it recorded (the worker's failure, the mark)."""
 
+    first: int
     victim: int
     survivor: int
     fault: FaultEvent
@@ -152,14 +154,16 @@ def outcome(result: JobResult, excluded: int | None) -> str:
 
 
 def assert_excluded_and_reformed(
-    result: JobResult, victim: int, survivor: int, *, after_joining: bool
+    result: JobResult, victim: int, survivor: int, *, after_joining: bool, after: int | None = None
 ) -> None:
-    """The job completed in a world of ``survivor`` and the spare; the victim's process 0
-    left on its decision file (``after_joining`` as given), all of its launchers ended
-    non-zero, every other launcher exits 0."""
+    """The job completed in a world of ``survivor`` and the spare, the very next round
+    after round ``after`` when given; the victim's process 0 left on its decision file
+    (``after_joining`` as given), all of its launchers ended non-zero, every other
+    launcher exits 0."""
     final = result.final_round
     assert result.completed and not result.timed_out, result.summary()
     assert final is not None and final.units == tuple(sorted((survivor, SPARE))), result.summary()
+    assert after is None or final.number == after + 1, result.summary()
     assert final.world_size == len(WORLD) * result.spec.nodes_per_task
     assert exclusion(result.launcher(victim, 0).log()) == Exclusion(
         ExclusionReason.DECISION_FILE, after_joining

@@ -29,6 +29,7 @@ import pytest
 
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 from nvrx_seghealth._demo.outcome import LauncherOutcome
+from nvrx_seghealth._launcher import exiting
 from nvrx_seghealth._launcher.events import EventName
 
 from .simjob import JOINING, report
@@ -40,7 +41,6 @@ __all__ = [
     "LONG_BOUND",
     "MARGIN",
     "PROCESS_ZERO",
-    "SIBLING",
     "SIGNAL_EXCEPTION",
     "Termination",
     "assert_exits_as_with_c10d",
@@ -53,8 +53,7 @@ __all__ = [
 
 #: The two launchers of the one array task of :func:`job_spec`.
 PROCESS_ZERO = "task0.proc0"
-SIBLING = "task0.proc1"
-BOTH = (PROCESS_ZERO, SIBLING)
+BOTH = (PROCESS_ZERO, "task0.proc1")
 
 #: torch's agent logs this when a ``SignalException`` for SIGTERM reaches its run loop
 #: (``SimpleElasticAgent.run``), right before it stops its workers.
@@ -228,7 +227,9 @@ def assert_exits_as_with_c10d(runs: dict[str, Termination]) -> None:
     c10d itself must have exited through torch's exit path; the wrapped launcher then
     within c10d's time plus :data:`MARGIN`, with c10d's exit code, torch's
     ``DEATH_SIGNAL`` line and ``SignalException`` in its log, no ``fail_open`` event
-    recorded after the signal, and no worker started after the signal.
+    recorded after the signal, no store call holding its exit (:mod:`exiting
+    <nvrx_seghealth._launcher.exiting>` logs nothing), and no worker started after the
+    signal.
     """
     c10d, wrapped = runs["c10d"], runs["segment-health"]
     for run in (c10d, wrapped):
@@ -251,3 +252,9 @@ def assert_exits_as_with_c10d(runs: dict[str, Termination]) -> None:
         if e.name == EventName.FAIL_OPEN.value and e.time >= wrapped.signalled_at
     ]
     assert not fail_opens, f"the wrapper failed open after SIGTERM: {fail_opens}"
+    # The wrapper's exit logs only when a store call held it (its bounded wait, then the
+    # connections shut): the exit here waited for none.
+    exit_records = [
+        line for line in wrapped.launcher.log().splitlines() if f"{exiting.__name__}:" in line
+    ]
+    assert not exit_records, f"a store call held the exit: {exit_records}"

@@ -39,7 +39,8 @@ docs say so and ``etcd/test_scenario_etcd.py`` shows the whole job failing), and
 SIGTERM to one of its other launchers is the store host's case.
 
 "Same outcome or better, never slower beyond a small margin": every cell's job completes
-in a world of the unit that stays and the spare; where c10d has an answer and reaches
+in a world of the unit that stays and the spare (at a restart and during training: in
+the very next round after the world it acted on); where c10d has an answer and reaches
 that outcome too (its own unit holding rank 0 may be another), it needed at least as many
 rounds, and the cell took at most 1.5 times c10d's seconds plus
 ``harness.matrixcell.MARGIN`` (10 s). c10d's job does not depend on where a cell's store
@@ -186,7 +187,7 @@ def at_restart(cell: Cell, rank_zero: bool) -> None:
                 job.publish_decision(victim)
             worker = next(w for w in first.workers if w.launcher == f"task{survivor}.proc0")
             fault = job.kill_worker(worker)
-            acted.append(Acted(victim, survivor, fault))
+            acted.append(Acted(first.number, victim, survivor, fault))
             if patience is None:
                 return False
             failed: list[str] = []
@@ -218,7 +219,9 @@ def at_restart(cell: Cell, rank_zero: bool) -> None:
         return Measured(ended, healthy.number + 1, healthy.formed_at - acted.fault.at)
 
     gated, acted = run("segment-health", spec, None)
-    assert_excluded_and_reformed(gated, acted.victim, acted.survivor, after_joining=False)
+    assert_excluded_and_reformed(
+        gated, acted.victim, acted.survivor, after_joining=False, after=acted.first
+    )
     measured = measure(gated, acted, acted.victim)
     assert measured.seconds is not None
     # The world the marked unit joins computes until its node fails (round 1 or later).
@@ -241,11 +244,13 @@ def during_training(cell: Cell, rank_zero: bool) -> None:
         wait_for_spares(job, spare_labels(job.spec))
         victim, survivor = victim_of(job, first, rank_zero)
         fault = job.mark_while_training(victim, after_steps=2, timeout=REACH_TIMEOUT)
-        acted.append(Acted(victim, survivor, fault))
+        acted.append(Acted(first.number, victim, survivor, fault))
 
     result = cell.run("segment-health", spec, act)
     (done,) = acted
-    assert_excluded_and_reformed(result, done.victim, done.survivor, after_joining=True)
+    assert_excluded_and_reformed(
+        result, done.victim, done.survivor, after_joining=True, after=done.first
+    )
     assert {w.restart_count for w in result.workers} == {0}, "a restart was charged"
     measured = Measured(
         outcome(result, done.victim), result.round_count, result.recovery(done.fault)

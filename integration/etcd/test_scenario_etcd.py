@@ -8,11 +8,10 @@ completes. The contrast runs the same job with c10d and that launcher hosting th
 (``is_host=true``): its exclusion takes the store and the whole job down (the TCPStore
 lives in its host launcher and dies with it).
 
-The exclusion of a unit from a world that already trains, with a spare taking its place
-at the restart that follows (decided by the watch, or at the next rendezvous without
-it), including the unit whose launcher held rank 0: the new world forms and completes
-because the workers never bootstrap from a launcher's store (the launchers are not told
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``; the backend sets it).
+The exclusion of a unit from a world that already trains on etcd-v2 (with the watch, or
+at the next rendezvous without it; the unit holding rank 0 or the other one; one or two
+launchers per unit) is a set of cells of the configuration matrix
+(``integration/test_config_matrix.py``).
 
 Rounds are counted from facts, never from timing: the worker records (each worker reads
 its round from the rendezvous state) and, for etcd-v2, the rendezvous state in etcd itself.
@@ -21,19 +20,11 @@ its round from the rendezvous state) and, for etcd-v2, the rendezvous state in e
 from __future__ import annotations
 
 import base64
-import dataclasses
 import re
 from typing import Any
 
 import pytest
 
-from harness.configurations import (
-    REACH_TIMEOUT,
-    rank_zero_unit,
-    spare_after_round_zero,
-    wait_for_spares,
-    wait_for_world,
-)
 from harness.simjob import (
     JOB_TIMEOUT,
     JOINED,
@@ -43,10 +34,7 @@ from harness.simjob import (
     siblings_after_process_zero,
 )
 from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
-from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
-from nvrx_seghealth._demo.outcome import Round
 from nvrx_seghealth._demo.rendezvous_state import decode as decode_state
-from nvrx_seghealth._errors import ExclusionReason
 from nvrx_seghealth._launcher.handoff import EVERY_REQUEST, Answer, Verdict, decode
 
 #: Where torch's etcd-v2 backend keeps the rendezvous state (one key per run) and its
@@ -188,104 +176,3 @@ def test_c10d_store_hosted_by_the_excluded_task_takes_the_job_down(request, tmp_
         assert own, f"task{unit}: srun ended every launcher"
         for outcome in own:
             assert "The connection to the C10d store has failed" in outcome.log()
-
-
-#: A world of two array tasks (``--nnodes`` for both) and task 2, a spare that starts
-#: once round 0 is complete and waits beside it. Round 0 trains until the scenario ends
-#: it; every later round trains three steps. No launcher is told about torch's shared
-#: agent store: the backend decides.
-RUNNING_WORLD: dict[str, Any] = {
-    "tasks": 3,
-    "first_round_steps": 1000,
-    "steps": 3,
-    "disable_shared_store": None,
-}
-SPARE = 2
-#: Which unit of the running world is excluded, and how many launchers each unit has:
-#: the unit whose launcher holds rank 0 (its launchers' bootstrap store leaves with it;
-#: with two launchers per unit a survivor stays non-zero) or the other one (the launcher
-#: holding rank 0 stays rank 0, and the spare joins as rank 1 or more).
-CASES = [("other", 1), ("rank-0", 1), ("rank-0", 2)]
-
-
-def _running_world_spec(etcd_server, nodes_per_task: int, **fields) -> JobSpec:
-    spec = JobSpec(
-        **RUNNING_WORLD,
-        nodes_per_task=nodes_per_task,
-        max_nodes=2 * nodes_per_task,
-        inner_backend="etcd-v2",
-        etcd_endpoint=etcd_server.endpoint,
-    )
-    return dataclasses.replace(spec, start_after=spare_after_round_zero(spec, SPARE), **fields)
-
-
-def _victim(first: Round, holder: str) -> tuple[int, int]:
-    """(the unit to exclude, the unit that stays) of ``first``, by ``holder``."""
-    zero = rank_zero_unit(first)
-    other = next(u for u in first.units if u != zero)
-    return (zero, other) if holder == "rank-0" else (other, zero)
-
-
-def _assert_reformed_with_the_spare(result, victim: int, survivor: int, after: int) -> None:
-    """The world after round ``after`` is the survivor and the spare, and it completed;
-    the victim's launchers ended non-zero, every other launcher exits 0."""
-    final = result.final_round
-    assert result.completed and not result.timed_out, result.summary()
-    assert final is not None and final.number == after + 1, result.summary()
-    assert final.units == tuple(sorted((survivor, SPARE)))
-    assert final.world_size == 2 * result.spec.nodes_per_task
-    for outcome in result.unit_launchers(victim):
-        assert outcome.returncode not in (None, 0, 93), outcome.label
-    for unit in (survivor, SPARE):
-        assert [o.returncode for o in result.unit_launchers(unit)] == [0] * len(
-            result.unit_launchers(unit)
-        )
-
-
-@pytest.mark.etcd
-@pytest.mark.parametrize(("holder", "nodes_per_task"), CASES)
-def test_etcd_v2_watch_excludes_a_unit_during_training_and_the_world_reforms_with_the_spare(
-    etcd_server, request, tmp_path, holder, nodes_per_task
-) -> None:
-    """The watch (a look every second) excludes a unit of the running world: every
-    launcher restarts its workers as a membership change (no restart charged with
-    ``--max-restarts=0``), and the survivor and the spare form a new world and complete.
-    With torch's shared agent store the new world never forms: the spare's workers wait
-    for a bootstrap address that no launcher publishes in the new round, or a survivor's
-    for a master that left with the excluded unit."""
-    spec = _running_world_spec(etcd_server, nodes_per_task, watch_interval=1)
-    with SimulatedJob(spec, tmp_path) as job:
-        first = wait_for_world(job)
-        wait_for_spares(job, [spec.label(SPARE, p) for p in range(nodes_per_task)])
-        victim, survivor = _victim(first, holder)
-        job.mark_while_training(victim, after_steps=2, timeout=REACH_TIMEOUT)
-        result = report(request, f"etcd-v2, watch, {holder} excluded", job.wait(JOB_TIMEOUT))
-
-    _assert_reformed_with_the_spare(result, victim, survivor, first.number)
-    assert exclusion(result.launcher(victim, 0).log()) == Exclusion(
-        ExclusionReason.DECISION_FILE, after_joining=True
-    )
-    assert {w.restart_count for w in result.workers} == {0}
-
-
-@pytest.mark.etcd
-@pytest.mark.parametrize(("holder", "nodes_per_task"), CASES)
-def test_etcd_v2_a_spare_joins_at_a_restart_that_refuses_a_marked_unit(
-    etcd_server, request, tmp_path, holder, nodes_per_task
-) -> None:
-    """Without the watch a decision written during training waits for the next
-    rendezvous: a worker of the other unit fails, every launcher enters the rendezvous
-    again, the marked unit is refused before it joins, and the spare takes its place."""
-    spec = _running_world_spec(etcd_server, nodes_per_task, max_restarts=1)
-    with SimulatedJob(spec, tmp_path) as job:
-        first = wait_for_world(job)
-        wait_for_spares(job, [spec.label(SPARE, p) for p in range(nodes_per_task)])
-        victim, survivor = _victim(first, holder)
-        job.publish_decision(victim)
-        job.kill_worker(next(w for w in first.workers if w.array_task == survivor))
-        result = report(request, f"etcd-v2, {holder} refused", job.wait(JOB_TIMEOUT))
-
-    _assert_reformed_with_the_spare(result, victim, survivor, first.number)
-    assert exclusion(result.launcher(victim, 0).log()) == Exclusion(
-        ExclusionReason.DECISION_FILE, after_joining=False
-    )
