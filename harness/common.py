@@ -1,5 +1,6 @@
 """What every kind of test uses: a free port on 127.0.0.1, a Slurm-like environment, a
-condition awaited instead of a fixed sleep, and a store that counts its calls."""
+condition awaited instead of a fixed sleep, a store that counts its calls, and the mark
+of torch's race for a port."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ if TYPE_CHECKING:
 else:
     _StandIn = object  # torch is not imported to count calls
 
-__all__ = ["CountingStore", "free_port", "slurm_env", "wait_until"]
+__all__ = ["PORT_TAKEN", "CountingStore", "free_port", "slurm_env", "wait_until"]
+
+#: What a worker prints when the port that its agent chose for the workers' store was
+#: taken before the worker could listen on it. torch's agent picks a free port and closes
+#: it; rank 0's worker binds it after importing torch, seconds later on a busy node, and
+#: any socket of the machine may take that port in between (an outgoing connection's
+#: local port included). A worker failure, which the agent restarts and counts. Workers
+#: bind that port whenever they do not share the agent's store
+#: (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, which the backend sets with the check on).
+PORT_TAKEN = "EADDRINUSE"
 
 
 def slurm_env(

@@ -67,15 +67,16 @@ def test_a_command_on_a_hung_directory_gives_up_says_so_and_exits_1(
         os.close(read_end)
         os.close(write_end)
     assert done.returncode == 1, done.stderr
-    # The call gives up at its bound, 1 s, or later on a loaded node: it says how long
-    # it waited, as it measured it.
+    # The call says how long it waited, as it measured it: what was left of the command's
+    # 1 s (other calls spent some), or more on a loaded node.
     waited = re.search(
-        rf"{re.escape(str(shc))}: no answer after (\d+\.\d) s \(a hung shared filesystem\?\)",
+        rf"{re.escape(str(shc))}: no answer after \d+\.\d s \(a hung shared filesystem\?\)",
         done.stderr,
     )
     assert (
-        waited is not None and float(waited[1]) >= 1.0
-    ) or f"{shc} did not answer within 1 s (a hung shared filesystem?)" in done.stderr, done.stderr
+        waited is not None
+        or f"{shc} did not answer within 1 s (a hung shared filesystem?)" in done.stderr
+    ), done.stderr
     if command[0] != "status":
         assert "whether the decision was written is unknown" in done.stderr
     assert 1.0 <= done.seconds < 10

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.common import PORT_TAKEN
 from harness.slurm import PROGRAM, drained, running_nodes, running_producer, trigger
 from harness.slurmjob import (
     array_task_exit_reported,
@@ -94,8 +95,12 @@ def test_a_drain_during_training_reaches_a_new_world_through_the_trigger_and_the
     assert tasks == sorted({0, 1, 2} - {victim})
     assert {r.world_size for r in finished} == {2} and len({r.round for r in finished}) == 1
     assert finished[0].round is not None and finished[0].round > 0
-    # Restarted by a membership change, not a failure: no restart is counted.
-    assert [r.restart_count for r in finished] == [0, 0]
+    # Restarted by a membership change, not a failure: no restart is counted, unless a
+    # worker lost torch's race for the port of the workers' store (its task says so).
+    for record in finished:
+        if record.restart_count:
+            restarted = task_of(jobs, str(record.array_task))
+            assert PORT_TAKEN in run.output(NAME, restarted), (record, "a restart was counted")
     assert not [r for r in run.records(NAME) if r.round == 0 and r.completed]
 
     out = run.output(NAME, excluded)
