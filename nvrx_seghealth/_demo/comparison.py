@@ -136,7 +136,8 @@ class Comparison:
 
     @property
     def seconds_saved(self) -> float | None:
-        """Seconds sooner to a healthy world with it; ``None`` unless both reached one."""
+        """Seconds sooner to a healthy world with it (negative: later, as measured);
+        ``None`` unless both reached one."""
         off, on = self.off.healthy_after, self.on.healthy_after
         return None if off is None or on is None else off - on
 
@@ -201,6 +202,14 @@ class Comparison:
             never = f"; the {self.keys[0]} run never did" if off is None else ""
             return f"{self.subject} reached a healthy world in {rounds}{sooner}{never}."
         rounds = f"{self.rounds_saved} round{'' if self.rounds_saved == 1 else 's'}"
+        if saved is not None and saved < 0:
+            # The runs ran one after the other: load that changed in between can outweigh
+            # the round saved. Say what was measured, not a negative saving.
+            return (
+                f"{self.subject} saved {rounds}, yet its healthy world formed {-saved:.1f} s "
+                f"later than the {self.keys[0]} run's: the two runs ran one after the other "
+                "and the machine's load changed in between."
+            )
         if saved is not None:
             return f"{self.subject} saved {rounds} and {saved:.1f} s to a healthy world."
         return (

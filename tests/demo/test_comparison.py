@@ -70,3 +70,22 @@ def test_the_next_world_is_timed_from_the_decision(tmp_path: Path) -> None:
         "1": {"tasks": [0, 2], "state": "completed"},
     }
     assert facts["rounds_saved"] == -1 and facts["seconds_saved"] is None
+
+
+def test_a_saved_round_measured_slower_is_said_as_measured(tmp_path: Path) -> None:
+    """Ungated, the marked task's round fails and the next forms at 14.5 s; gated, the
+    only round forms at 20 s (a load between the two runs): a round saved, 5.5 s later."""
+    ungated = [
+        worker(0, 0, 5.0, done=False),
+        worker(1, 0, 5.0, done=False),
+        worker(0, 1, 14.5, done=True),
+        worker(2, 1, 14.0, done=True),
+    ]
+    gated = [worker(0, 0, 20.0, done=True), worker(2, 0, 19.0, done=True)]
+    comparison = Comparison(
+        Variant("ungated", result(tmp_path / "off", ungated, 1.0, 0.0)),
+        Variant("gated", result(tmp_path / "on", gated, 1.0, 0.0)),
+    )
+    assert (comparison.rounds_saved, comparison.seconds_saved) == (1, -5.5)
+    verdict = comparison.render().splitlines()[-1]
+    assert "saved 1 round" in verdict and "5.5 s later" in verdict and "-5.5" not in verdict
