@@ -1,12 +1,15 @@
 """A restart with the store outside every launcher, set up as docs/cluster.md says.
 
 Two launchers of one job (``--nnodes=2``, one worker each), the rendezvous store served by
-``nvrx-seghealth store-host`` and ``is_host=false``, ``--max-restarts=1``; every worker fails
-once after the world formed (``fail_once.py``), so both agents restart their workers.
+``nvrx-seghealth store-host`` and ``is_host=false``; every worker fails once after the
+world formed (``fail_once.py``), so both agents restart their workers.
+``--max-restarts=2``: one restart for that failure, and the room docs/troubleshooting.md advises for torch's port
+race (a restarted rank-0 worker whose bootstrap port another process took fails with
+``EADDRINUSE``; CI saw it once), which the test accepts only where the output shows it.
 torch's default (sharing the agent's store with the workers) makes restarted workers read
 the first attempt's addresses and fail (pytorch#135712); the backend avoids that without
 being told. Side by side, plain ``c10d`` as a torch user must run it: with
-``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``. Both restart once and complete.
+``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``. Both restart and complete.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import free_port
+from harness.common import PORT_TAKEN, free_port
 from harness.launcherjob import (
     Launch,
     launcher_env,
@@ -26,6 +29,8 @@ from harness.launcherjob import (
 )
 
 FAIL_ONCE = Path(__file__).with_name("fail_once.py")
+#: torch's agent logs this for each worker that failed.
+WORKER_FAILED = "failed (exitcode: 1) local_rank: 0"
 
 
 def launchers(backend: str, endpoint: str, run_id: str, decisions: Path) -> list[list[str]]:
@@ -37,7 +42,7 @@ def launchers(backend: str, endpoint: str, run_id: str, decisions: Path) -> list
             "torchrun",
             "--nnodes=2",
             "--nproc-per-node=1",
-            "--max-restarts=1",
+            "--max-restarts=2",
             f"--rdzv-backend={backend}",
             f"--rdzv-endpoint={endpoint}",
             f"--rdzv-id={run_id}",
@@ -67,5 +72,9 @@ def test_a_restart_with_the_store_outside_the_launchers_completes(tmp_path, back
         finished = run_together(launches, tmp_path / "logs", cwd=tmp_path)
     tail = {done.task: done.output[-3000:] for done in finished}
     assert [done.returncode for done in finished] == [0, 0], tail
+    # Each agent saw its worker fail once (the planned failure); a second failure only
+    # from torch's port race.
+    failures = [done.output.count(WORKER_FAILED) for done in finished]
+    assert failures == [1, 1] or any(PORT_TAKEN in done.output for done in finished), tail
     seen = sorted(line for done in finished for line in worker_lines(done.output))
     assert seen == [(0, 2, 1), (1, 2, 1)], tail  # the restarted world of 2 completed
