@@ -107,8 +107,9 @@ class HelperTimeout(TimeoutError, SegmentHealthError):
         subject: what the call was about, as its message names it (the stat of a path,
             ``stat('/shared/shc/segment_health_check.7.3')``; else the key).
         key: what the call may hang on: the directory it went to.
-        waited: seconds the pending call has been running so far; ``earlier``: seconds
-            the earlier call has been stuck.
+        waited: seconds of its bound the call used: waiting for another thread's call
+            and for the answer, not starting a helper; ``earlier``: seconds the earlier
+            call has been stuck.
         earlier: the call was not sent: an earlier call with ``key`` is still stuck
             (:func:`stuck_for`).
     """
@@ -472,7 +473,7 @@ class HelperClient:
                 raise
             if reply is None:
                 self._abandon(key, helper, sent)
-                raise HelperTimeout(subject, key, time.monotonic() - started)
+                raise HelperTimeout(subject, key, queued_for + time.monotonic() - started)
             return reply
         finally:
             self._lock.release()
