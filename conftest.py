@@ -9,13 +9,18 @@ it is put in; a module may add more marks of its own.
 Tests that share something machine-wide (the private Slurm cluster on its fixed ports,
 the count of ``./dev loaded-test``'s CPU hogs) are marked ``serial``: ``./dev`` runs
 them in one process of their own, beside ``pytest-xdist`` workers that run everything else.
+The whole jobs run first, spread over those workers (:func:`harness.schedule.heavy_first`),
+so that the run ends on short tests.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from harness.schedule import heavy_first
 
 ROOT = Path(__file__).resolve().parent
 
@@ -63,3 +68,13 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     """Mark each test by its folder as it is collected (:data:`TIERS`)."""
     for name in marks_for(item.path):
         item.add_marker(name)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order the selected tests (after ``-m`` deselected the others): the whole jobs
+    (marked ``integration``) first in each xdist worker's share, the rest after them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = heavy_first(
+        items, lambda item: item.get_closest_marker("integration") is not None, workers
+    )
