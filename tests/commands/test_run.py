@@ -6,8 +6,6 @@ Launches are real torchrun agents through the command, rendezvous on 127.0.0.1.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from harness.commands import nvrx_seghealth
@@ -186,16 +184,15 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
         options = ["--rdzv-backend=static", "--nnodes=2", flag]
     elif case == "configured twice":
         options = [f"--rdzv-conf=segment_health_check_dir={job / 'env'}", flag]
-    started = time.monotonic()
     # torch's own import warnings (e.g. "Failed to initialize NumPy" without numpy) are not
     # the command's output.
     done = launch(job, *options, env={**(env or {}), "PYTHONWARNINGS": "ignore::UserWarning"})
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("nvrx-seghealth run: error: ")
     assert message.format(cfg=cfg) in done.stderr
-    assert len(done.stderr.splitlines()) == 1  # one line, no traceback, no launcher log
+    # One line, no traceback, no launcher log: no agent started, so no rendezvous was joined.
+    assert len(done.stderr.splitlines()) == 1
     assert done.stdout == "" and not (job / "worker-ran").exists()
-    assert time.monotonic() - started < 30
 
 
 def test_a_configuration_error_inside_torchrun_is_torchruns_failure_not_a_usage_error(job):
