@@ -3,8 +3,9 @@
 A whole-job test records a line per fact worth seeing after the run, as a *user property*
 of its test item (``request.node.user_properties``): :data:`SIMULATED_JOB` (each simulated
 job: its duration, rounds and final world), :data:`MATRIX` (each configuration-matrix
-cell beside plain c10d) and :data:`SIGTERM_EXIT` (each launcher told to stop, beside
-c10d's). Reports carry user properties from pytest-xdist's workers to the controller, so
+cell beside plain c10d), :data:`SIGTERM_EXIT` (each launcher told to stop, beside
+c10d's) and :data:`PORT_RACE` (each job run once more after torch's port race,
+``harness.portrace``). Reports carry user properties from pytest-xdist's workers to the controller, so
 :func:`pytest_terminal_summary` lists them whether or not the tests ran in workers.
 Registered by the root ``conftest.py``.
 """
@@ -13,16 +14,25 @@ from __future__ import annotations
 
 import pytest
 
-__all__ = ["MATRIX", "SECTIONS", "SIGTERM_EXIT", "SIMULATED_JOB", "pytest_terminal_summary"]
+__all__ = [
+    "MATRIX",
+    "PORT_RACE",
+    "SECTIONS",
+    "SIGTERM_EXIT",
+    "SIMULATED_JOB",
+    "pytest_terminal_summary",
+]
 
 SIMULATED_JOB = "simulated job"
 MATRIX = "matrix"
 SIGTERM_EXIT = "sigterm_exit_seconds"
+PORT_RACE = "port race"
 #: The sections of the summary: (user property, title), in order.
 SECTIONS = (
     (SIMULATED_JOB, "simulated jobs: duration and rendezvous rounds"),
     (MATRIX, "configuration matrix: each cell beside plain c10d"),
     (SIGTERM_EXIT, "SIGTERM: exit seconds beside plain c10d"),
+    (PORT_RACE, "whole jobs run once more: torch's port race struck them"),
 )
 
 
