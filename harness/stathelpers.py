@@ -1,4 +1,5 @@
-"""This process's bounded-stat helper processes, as ``/proc`` shows them."""
+"""This process's bounded-stat helper processes, as ``/proc`` shows them, and the bound of a
+call that must be refused at once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from pathlib import Path
 
 from nvrx_seghealth._decision.boundedstat import HELPER_TAG, stat_within
 
-__all__ = ["helper_pids", "only_helper"]
+__all__ = ["REFUSED_BOUND", "helper_pids", "only_helper"]
+
+#: Seconds of bound given to a call that must be refused at once (an earlier call with its
+#: key is stuck): it returns in well under half of it, or it waited for its bound. Long,
+#: so that a loaded node's scheduling delays cannot pass for a wait.
+REFUSED_BOUND = 30.0
 
 
 def helper_pids() -> list[int]:

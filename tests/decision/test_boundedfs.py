@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from harness.stathelpers import REFUSED_BOUND
 from nvrx_seghealth._decision import boundedfs
 from nvrx_seghealth._decision.files import Current
 from nvrx_seghealth._decision.helperprocess import HelperTimeout
@@ -45,14 +46,15 @@ def test_an_unanswered_call_times_out_and_the_next_one_there_is_refused_at_once(
     os.kill(stuck, signal.SIGSTOP)
     try:
         started = time.monotonic()
-        with pytest.raises(HelperTimeout, match="no answer after 0.[5-9]") as late:
+        with pytest.raises(HelperTimeout, match="no answer after ") as late:
             boundedfs.list_names(str(tmp_path), 0.5)
         assert late.value.key == late.value.subject == str(tmp_path)
-        assert 0.5 <= time.monotonic() - started < 3
+        assert late.value.waited >= 0.5 and time.monotonic() - started >= 0.5
         started = time.monotonic()
         with pytest.raises(HelperTimeout) as refused:
-            boundedfs.read_current(str(tmp_path / "x"), 5)
-        assert refused.value.earlier and time.monotonic() - started < 0.5
+            boundedfs.read_current(str(tmp_path / "x"), REFUSED_BOUND)
+        assert refused.value.earlier  # refused, not sent: no wait for its bound
+        assert time.monotonic() - started < REFUSED_BOUND / 2
         other = tmp_path.parent  # another directory is not held up
         assert isinstance(boundedfs.list_names(str(other), 5), list)
         assert helper_pid() != stuck

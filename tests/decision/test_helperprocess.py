@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.stathelpers import REFUSED_BOUND
 from nvrx_seghealth._decision import helperprocess
 from nvrx_seghealth._decision.helperprocess import (
     STUCK_TAG,
@@ -70,15 +71,15 @@ def test_replies_come_back_from_one_reused_helper(client):
 
 def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
     client.call(A, b"warm\n", 5)
-    started = time.monotonic()
     with pytest.raises(HelperTimeout) as late:
         client.call(A, b"sleep 1.5\n", 0.3)
     assert (late.value.key, late.value.subject, late.value.earlier) == (A, A, False)
-    assert 0.3 <= late.value.waited < 1.5
+    assert late.value.waited >= 0.3  # a timeout: the answer (after 1.5 s) was not waited for
     assert isinstance(late.value, TimeoutError) and isinstance(late.value, SegmentHealthError)
+    started = time.monotonic()
     with pytest.raises(HelperTimeout) as refused:
-        client.call(A, b"x\n", 5, subject="stat('a/x')")
-    assert refused.value.earlier and time.monotonic() - started < 1.5
+        client.call(A, b"x\n", REFUSED_BOUND, subject="stat('a/x')")
+    assert refused.value.earlier and time.monotonic() - started < REFUSED_BOUND / 2
     assert refused.value.subject == "stat('a/x')" and str(refused.value).startswith("stat('a/x'): ")
     assert client.call(B, b"other\n", 5) == b"other"  # a new helper, meanwhile
     deadline = time.monotonic() + 10
@@ -180,9 +181,9 @@ def test_a_call_another_process_abandoned_refuses_the_key_at_once_until_it_retur
     try:
         started = time.monotonic()
         with pytest.raises(HelperTimeout) as refused:
-            client.call(key, b"x\n", 10)
+            client.call(key, b"x\n", REFUSED_BOUND)
         assert refused.value.earlier and refused.value.key == key
-        assert time.monotonic() - started < 5  # not sent: no wait for the 10 s bound
+        assert time.monotonic() - started < REFUSED_BOUND / 2  # not sent: no wait for it
         assert client.call(f"elsewhere-{uuid.uuid4()}", b"y\n", 10) == b"y"
     finally:
         os.kill(stuck_helper, signal.SIGKILL)  # its call "returns": the record exits too
