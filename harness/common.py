@@ -1,14 +1,17 @@
-"""What every kind of test uses: a free port on 127.0.0.1, a Slurm-like environment, a
-condition awaited instead of a fixed sleep, a store that counts its calls, and the mark
-of torch's race for a port."""
+"""What every kind of test uses: a free port on 127.0.0.1 (the demo's), a Slurm-like
+environment, a condition awaited instead of a fixed sleep, a store that counts its calls,
+and the mark of torch's race for a port."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+# A port chosen below the kernel's ephemeral range: the process that binds it does so
+# seconds later, and nothing the kernel hands out meanwhile can take it.
+from nvrx_seghealth._demo.ports import unclaimed_port as free_port
 
 if TYPE_CHECKING:
     from torch.distributed import Store
@@ -41,13 +44,6 @@ def slurm_env(
         env["SLURM_ARRAY_TASK_ID"] = str(task)
         env["SLURM_JOB_ID"] = str(job if job is not None else array_job + 1 + task)
     return env
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (free when this returns)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 30) -> None:

@@ -25,7 +25,6 @@ import datetime
 import logging
 import os
 import signal
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from .._launcher.markers import ReplacementGroupMarkers
 from .launcher import Launcher
 from .outcome import FaultEvent, JobResult, LauncherOutcome, Round
 from .paths import RunPaths
+from .ports import unclaimed_port
 from .processes import kill_if_running, stop_all
 from .records import WorkerRecord, read_records
 from .rendezvous_state import read_store
@@ -128,12 +128,8 @@ class SimulatedJob:
             return self.spec.etcd_endpoint
         if self.spec.harness_hosts_store:
             return self.store.endpoint
-        # A port the kernel had free a moment ago, for the launcher that hosts the store.
-        # Another process could take it before that launcher binds it; on loopback in a
-        # test run that is rare, and the launcher then fails loudly.
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            return f"127.0.0.1:{probe.getsockname()[1]}"
+        # For the launcher that hosts the store, which binds it seconds later.
+        return f"127.0.0.1:{unclaimed_port()}"
 
     def publish_decision(self, unit: int, text: str | None = None) -> Path:
         """Mark ``unit`` unhealthy now, as a producer would; returns the decision file."""
