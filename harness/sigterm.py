@@ -32,6 +32,7 @@ from nvrx_seghealth._demo.outcome import LauncherOutcome
 from nvrx_seghealth._launcher import exiting
 from nvrx_seghealth._launcher.events import EventName
 
+from .portrace import clear_of_port_race
 from .simjob import JOINING, report
 from .summary import SIGTERM_EXIT
 
@@ -160,8 +161,8 @@ def _terminate(
     reach: Callable[[SimulatedJob], None],
     patience: float,
 ) -> Termination:
-    """Run ``spec``, ``reach`` the point, SIGTERM ``label``, wait ``patience`` s for it."""
-    workdir.mkdir()
+    """Run ``spec`` in the new folder ``workdir``, ``reach`` the point, SIGTERM
+    ``label``, wait ``patience`` s for it."""
     with SimulatedJob(spec, workdir) as job:
         reach(job)
         time.sleep(SETTLE)
@@ -204,7 +205,11 @@ def compare_terminations(
         patience = C10D_PATIENCE if c10d is None else (c10d.seconds or 0.0) + MARGIN + 5.0
 
         def terminate(spec: JobSpec = spec, patience: float = patience) -> Termination:
-            run = _terminate(spec, tmp_path / spec.backend, label, reach, patience)
+            run = clear_of_port_race(
+                request,
+                tmp_path / spec.backend,
+                lambda workdir: _terminate(spec, workdir, label, reach, patience),
+            )
             report(request, spec.backend, run.result)
             return run
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from harness.portrace import clear_of_port_race
 from harness.simjob import JOB_TIMEOUT, report
-from nvrx_seghealth._demo import JobSpec, SimulatedJob
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
 
@@ -18,16 +21,20 @@ def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
         first_round_steps=400,  # the healthy job runs (up to 100 s) until it is acted on
         step_seconds=0.25,
     )
-    with SimulatedJob(spec, tmp_path) as job:
-        job.wait_until(
-            lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 6,
-            timeout=JOB_TIMEOUT,
-            what="a healthy world of three tasks",
-        )
-        job.publish_decision(2)  # DRAIN does not evict the running task...
-        victim = next(w for w in job.workers() if w.launcher == "task0.proc0")
-        job.kill_worker(victim)  # ...until a failure elsewhere restarts the job
-        result = report(request, "job", job.wait(timeout=JOB_TIMEOUT))
+
+    def attempt(workdir: Path) -> JobResult:
+        with SimulatedJob(spec, workdir) as job:
+            job.wait_until(
+                lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 6,
+                timeout=JOB_TIMEOUT,
+                what="a healthy world of three tasks",
+            )
+            job.publish_decision(2)  # DRAIN does not evict the running task...
+            victim = next(w for w in job.workers() if w.launcher == "task0.proc0")
+            job.kill_worker(victim)  # ...until a failure elsewhere restarts the job
+            return job.wait(timeout=JOB_TIMEOUT)
+
+    result = report(request, "job", clear_of_port_race(request, tmp_path / "job", attempt))
 
     # The world of three tasks is round 0, or round 1 on a loaded node: with --nnodes=4:6
     # a world of the first four launchers may form before the last two joined.
