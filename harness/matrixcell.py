@@ -22,9 +22,8 @@ from nvrx_seghealth._demo.outcome import FaultEvent, Round
 from nvrx_seghealth._errors import ExclusionReason
 
 from .configurations import REACH_TIMEOUT, Configuration, rank_zero_unit
-from .portrace import clear_of_port_race
 from .shared import once_per_session
-from .simjob import JOB_TIMEOUT, report
+from .simjob import run_job
 from .summary import MATRIX
 
 __all__ = [
@@ -102,18 +101,9 @@ class Cell:
     def run(
         self, name: str, spec: JobSpec, act: Callable[[SimulatedJob], bool | None]
     ) -> JobResult:
-        """Run ``spec`` in its own folder and ``act`` on it; then wait for its end, or
-        stop it at once when ``act`` returns ``True`` (what it waited for never came).
-        A job that torch's port race struck runs once more
-        (:func:`harness.portrace.clear_of_port_race`): ``act`` is then called again, and
-        what it recorded last is what counts."""
-
-        def attempt(workdir: Path) -> JobResult:
-            with SimulatedJob(spec, workdir) as job:
-                return job.stop_now() if act(job) else job.wait(JOB_TIMEOUT)
-
-        result = clear_of_port_race(self.request, self.workdir / name, attempt)
-        return report(self.request, name, result)
+        """Run ``spec`` in its own folder ``name`` and ``act`` on it
+        (:func:`harness.simjob.run_job`)."""
+        return run_job(self.request, self.workdir / name, spec, act)
 
     def c10d_once(self, kind: str, spec: JobSpec, run: Callable[[], T]) -> T:
         """Plain c10d's run of ``spec`` (a :func:`plain_c10d` job) in scenario ``kind``:

@@ -1,17 +1,20 @@
 """Simulated whole jobs (:mod:`nvrx_seghealth._demo`) as the scenarios of ``integration/``
-run them: the bound of one job, torch's log lines around a rendezvous, a job's report,
-and what an excluded unit's launchers must show."""
+run them: the bound of one job, a job run clear of torch's port race, torch's log lines
+around a rendezvous, a job's report, and what an excluded unit's launchers must show."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from nvrx_seghealth._demo import JobResult, StartAfter, render_report
+from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
 
+from .portrace import clear_of_port_race
 from .summary import SIMULATED_JOB
 
 #: Bound for one simulated job. A healthy 6-launcher job takes 20-30 s on 2 busy cores;
@@ -45,6 +48,26 @@ def report(request: pytest.FixtureRequest, name: str, result: JobResult) -> JobR
     summary = f"{request.node.name} {name}: {result.summary()}"
     request.node.user_properties.append((SIMULATED_JOB, summary))
     return result
+
+
+def run_job(
+    request: pytest.FixtureRequest,
+    folder: Path,
+    spec: JobSpec,
+    act: Callable[[SimulatedJob], bool | None] = lambda job: None,
+) -> JobResult:
+    """Run ``spec`` in the new folder ``folder`` and ``act`` on it; then wait for its end,
+    or stop it at once when ``act`` returns ``True`` (what it waited for never came).
+    A job that torch's port race struck runs once more
+    (:func:`harness.portrace.clear_of_port_race`): ``act`` is then called again, and what
+    it recorded last is what counts. The job is reported (:func:`report`) as
+    ``folder``'s name."""
+
+    def attempt(workdir: Path) -> JobResult:
+        with SimulatedJob(spec, workdir) as job:
+            return job.stop_now() if act(job) else job.wait(JOB_TIMEOUT)
+
+    return report(request, folder.name, clear_of_port_race(request, folder, attempt))
 
 
 def assert_excluded_by_decision(result: JobResult, unit: int) -> None:

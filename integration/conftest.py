@@ -12,21 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.portrace import clear_of_port_race
-from harness.simjob import JOB_TIMEOUT, report
-from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
+from harness.simjob import run_job
+from nvrx_seghealth._demo import JobResult, JobSpec
 
 
 @pytest.fixture
 def simulate(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., JobResult]:
     """Run a :class:`JobSpec` to its end and return the :class:`JobResult`; a job that
-    torch's port race struck runs once more (:func:`harness.portrace.clear_of_port_race`)."""
+    torch's port race struck runs once more (:func:`harness.simjob.run_job`)."""
 
     def run(spec: JobSpec, name: str = "job") -> JobResult:
-        def attempt(workdir: Path) -> JobResult:
-            with SimulatedJob(spec, workdir) as job:
-                return job.wait(timeout=JOB_TIMEOUT)
-
-        return report(request, name, clear_of_port_race(request, tmp_path / name, attempt))
+        return run_job(request, tmp_path / name, spec)
 
     return run

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from harness.portrace import clear_of_port_race
-from harness.simjob import JOB_TIMEOUT, report
-from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
+from harness.simjob import JOB_TIMEOUT, run_job
+from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
 
@@ -22,19 +19,17 @@ def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
         step_seconds=0.25,
     )
 
-    def attempt(workdir: Path) -> JobResult:
-        with SimulatedJob(spec, workdir) as job:
-            job.wait_until(
-                lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 6,
-                timeout=JOB_TIMEOUT,
-                what="a healthy world of three tasks",
-            )
-            job.publish_decision(2)  # DRAIN does not evict the running task...
-            victim = next(w for w in job.workers() if w.launcher == "task0.proc0")
-            job.kill_worker(victim)  # ...until a failure elsewhere restarts the job
-            return job.wait(timeout=JOB_TIMEOUT)
+    def act(job: SimulatedJob) -> None:
+        job.wait_until(
+            lambda: len([w for w in job.workers() if w.initialized_at is not None]) == 6,
+            timeout=JOB_TIMEOUT,
+            what="a healthy world of three tasks",
+        )
+        job.publish_decision(2)  # DRAIN does not evict the running task...
+        victim = next(w for w in job.workers() if w.launcher == "task0.proc0")
+        job.kill_worker(victim)  # ...until a failure elsewhere restarts the job
 
-    result = report(request, "job", clear_of_port_race(request, tmp_path / "job", attempt))
+    result = run_job(request, tmp_path / "job", spec, act)
 
     # The world of three tasks is round 0, or round 1 on a loaded node: with --nnodes=4:6
     # a world of the first four launchers may form before the last two joined.
