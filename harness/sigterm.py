@@ -6,9 +6,10 @@ leaves as plain torchrun does. :func:`compare_terminations` runs one job twice, 
 store outside every unit), brings each run to the same point, sends SIGTERM to one
 launcher's process group (as ``slurmstepd`` signals a step's tasks) and measures the
 seconds from the signal to the launcher's exit. :func:`assert_exits_as_with_c10d` then
-holds the wrapped launcher to c10d's exit: within c10d's time plus :data:`MARGIN`, the
-same exit code, torch's own exit path in its log, no ``fail_open`` event of the
-wrapper after the signal and no worker started after it.
+holds the wrapped launcher to c10d's exit: within c10d's time plus :data:`MARGIN`,
+torch's exit code (:data:`TORCH_EXIT_CODE`, which c10d's own launcher at times misses:
+:data:`KEEP_ALIVE_ABORT`), torch's own exit path in its log, no ``fail_open`` event of
+the wrapper after the signal and no worker started after it.
 
 Every point is reached through recorded facts (log tokens, worker records, the store);
 a point not reached in :data:`REACH_TIMEOUT` seconds fails the test.
@@ -39,10 +40,12 @@ from .summary import SIGTERM_EXIT
 __all__ = [
     "BOTH",
     "DEATH_SIGNAL",
+    "KEEP_ALIVE_ABORT",
     "LONG_BOUND",
     "MARGIN",
     "PROCESS_ZERO",
     "SIGNAL_EXCEPTION",
+    "TORCH_EXIT_CODE",
     "Termination",
     "assert_exits_as_with_c10d",
     "compare_terminations",
@@ -61,6 +64,16 @@ BOTH = (PROCESS_ZERO, "task0.proc1")
 DEATH_SIGNAL = f"Received {signal.SIGTERM.value} death signal"
 #: The exception torch's signal handler raises; torchrun exits with its traceback.
 SIGNAL_EXCEPTION = "torch.distributed.elastic.multiprocessing.api.SignalException"
+#: torchrun's exit code after SIGTERM: that exception leaves torchrun's ``main``
+#: uncaught, and Python exits 1.
+TORCH_EXIT_CODE = 1
+#: How plain c10d's launcher ends instead, at times (seen once in eleven runs of the
+#: whole suite): it prints that exception and dies by SIGABRT, as a launcher does when a
+#: thread returns from a store call while the interpreter finalizes (torch's rendezvous
+#: keep-alive is such a thread).
+#: The wrapper's exit prevents it (:mod:`nvrx_seghealth._launcher.exiting`,
+#: ``tests/launcher/test_exiting.py``).
+KEEP_ALIVE_ABORT = -signal.SIGABRT
 #: Seconds the wrapped launcher may take beyond c10d's exit. torch's own exit path
 #: takes under a second here (0.4-0.8 s measured); a launcher that swallowed the signal
 #: goes on: it waits out a :data:`LONG_BOUND` or trains a 100 s round.
@@ -229,8 +242,9 @@ def compare_terminations(
 def assert_exits_as_with_c10d(runs: dict[str, Termination]) -> None:
     """The wrapped launcher left on SIGTERM as the plain c10d one did.
 
-    c10d itself must have exited through torch's exit path; the wrapped launcher then
-    within c10d's time plus :data:`MARGIN`, with c10d's exit code, torch's
+    c10d itself must have exited through torch's exit path, with torch's exit code or by
+    :data:`KEEP_ALIVE_ABORT`; the wrapped launcher then within c10d's time plus
+    :data:`MARGIN`, with torch's exit code (never the abort), torch's
     ``DEATH_SIGNAL`` line and ``SignalException`` in its log, no ``fail_open`` event
     recorded after the signal, no store call holding its exit (:mod:`exiting
     <nvrx_seghealth._launcher.exiting>` logs nothing), and no worker started after the
@@ -250,7 +264,8 @@ def assert_exits_as_with_c10d(runs: dict[str, Termination]) -> None:
         assert not late_workers, f"{run.backend}: workers started after SIGTERM: {late_workers}"
     assert c10d.seconds is not None and wrapped.seconds is not None
     assert wrapped.seconds <= c10d.seconds + MARGIN
-    assert wrapped.launcher.returncode == c10d.launcher.returncode
+    assert c10d.launcher.returncode in (TORCH_EXIT_CODE, KEEP_ALIVE_ABORT), c10d.launcher
+    assert wrapped.launcher.returncode == TORCH_EXIT_CODE, wrapped.launcher
     fail_opens = [
         e
         for e in wrapped.launcher.events()
