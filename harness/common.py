@@ -1,6 +1,6 @@
 """What every kind of test uses: a free port on 127.0.0.1 (the demo's), a Slurm-like
-environment, a condition awaited instead of a fixed sleep, a store that counts its calls,
-and the mark of torch's race for a port."""
+environment, a condition awaited instead of a fixed sleep, the bound of a wait that must
+end at once, a store that counts its calls, and the mark of torch's race for a port."""
 
 from __future__ import annotations
 
@@ -20,7 +20,13 @@ if TYPE_CHECKING:
 else:
     _StandIn = object  # torch is not imported to count calls
 
-__all__ = ["PORT_TAKEN", "CountingStore", "free_port", "slurm_env", "wait_until"]
+__all__ = ["AT_ONCE_BOUND", "PORT_TAKEN", "CountingStore", "free_port", "slurm_env", "wait_until"]
+
+#: Seconds of bound given to a wait that must end at once (a refused call, an answer
+#: already there, a signal that ends the wait): it ends in well under half of it, or it
+#: waited for its bound. Long, so that a loaded node's scheduling delays cannot pass for
+#: a wait.
+AT_ONCE_BOUND = 30.0
 
 #: What a worker prints when the port that its agent chose for the workers' store was
 #: taken before the worker could listen on it. torch's agent picks a free port and closes

@@ -102,6 +102,11 @@ class HungMount:
         self.connection = connection
         self.aborted = False
 
+    def waiting(self) -> int:
+        """How many requests to this mount await an answer (the kernel's count): a
+        call stuck in it is one."""
+        return int((self.connection / "waiting").read_text())
+
     def abort(self) -> None:
         """Abort this mount's connection: every pending and later request fails with
         ENOTCONN, so stuck stats return and the processes holding them can exit."""

@@ -15,6 +15,8 @@ import time
 from nvrx_seghealth._launcher.handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
+from .common import AT_ONCE_BOUND
+
 __all__ = ["HandoffTests", "handoff"]
 
 
@@ -40,8 +42,8 @@ class HandoffTests:
         assert not answer.covers(request)
         assert process_zero.publish(Answer(Verdict.HEALTHY, process_zero.read()[0])) == 1
         started = time.monotonic()
-        assert sibling.wait(request, 10) is Verdict.HEALTHY
-        assert time.monotonic() - started < 1
+        assert sibling.wait(request, AT_ONCE_BOUND) is Verdict.HEALTHY
+        assert time.monotonic() - started < AT_ONCE_BOUND / 2
 
     def test_a_verdict_older_than_the_request_is_never_taken(self, markers):
         """Process 0 answered request 1; a sibling's request 2 waits for a new answer."""
@@ -59,8 +61,8 @@ class HandoffTests:
         timer = threading.Timer(0.5, answer_again)
         timer.start()
         started = time.monotonic()
-        assert sibling.wait(second, 20) is Verdict.UNCHECKED
-        assert 0.4 < time.monotonic() - started < 5
+        assert sibling.wait(second, AT_ONCE_BOUND) is Verdict.UNCHECKED
+        assert 0.4 < time.monotonic() - started < AT_ONCE_BOUND / 2
         timer.join()
 
     def test_an_answer_read_before_a_request_does_not_cover_it(self, markers):
@@ -114,7 +116,7 @@ class HandoffTests:
         request, _ = sibling.request()
         started = time.monotonic()
         assert sibling.wait(request, 0.5) is None
-        assert 0.5 <= time.monotonic() - started < 3
+        assert 0.5 <= time.monotonic() - started < AT_ONCE_BOUND / 2  # not a wait beyond it
 
     def test_groups_and_lives_of_a_task_do_not_mix(self, markers):
         handoff(markers, "3", "0").publish(Answer(Verdict.HEALTHY, 5))

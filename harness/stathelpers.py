@@ -9,12 +9,7 @@ from pathlib import Path
 
 from nvrx_seghealth._decision.boundedstat import HELPER_TAG, stat_within
 
-__all__ = ["REFUSED_BOUND", "helper_pids", "only_helper"]
-
-#: Seconds of bound given to a call that must be refused at once (an earlier call with its
-#: key is stuck): it returns in well under half of it, or it waited for its bound. Long,
-#: so that a loaded node's scheduling delays cannot pass for a wait.
-REFUSED_BOUND = 30.0
+__all__ = ["helper_pids", "only_helper"]
 
 
 def helper_pids() -> list[int]:

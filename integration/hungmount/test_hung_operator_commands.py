@@ -18,12 +18,12 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.common import AT_ONCE_BOUND, wait_until
 from harness.fakeslurm import FakeSlurm
 from harness.fuse import LISTED, kill_session, pipe_holders, run_bounded
 from nvrx_seghealth._decision.helperprocess import STUCK_TAG
@@ -100,7 +100,8 @@ def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_a
         str(tmp_path / "audit.jsonl"),
     ]
     with _producer_on(hung_mount, tmp_path, *options) as process:
-        time.sleep(6)
+        # Four passes asked Slurm: three of them are done.
+        wait_until(lambda: len(_calls(tmp_path / "squeue.args")) >= 4, timeout=60)
         helpers = _fs_helpers(process.pid)
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=10)
@@ -116,18 +117,16 @@ def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_a
 def test_sigterm_stops_publish_drained_while_a_call_hangs(
     hung_mount: HungMount, tmp_path: Path
 ) -> None:
-    """With the default 10 s bound, SIGTERM while the first read into the directory (the
-    producer's state file) hangs ends the producer at once."""
-    with _producer_on(hung_mount, tmp_path, "--interval", "30") as process:
-        time.sleep(3)  # started, and in the read of its state file (10 s bound)
+    """SIGTERM while the first read into the directory (the producer's state file) hangs
+    for its bound (60 s) ends the producer at once."""
+    options = ("--interval", "30", "--fs-timeout", f"{2 * AT_ONCE_BOUND:g}")
+    with _producer_on(hung_mount, tmp_path, *options) as process:
+        wait_until(lambda: hung_mount.waiting() >= 1, timeout=60)  # the read is stuck
         assert process.poll() is None and not (tmp_path / "squeue.args").exists()
-        sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        _out, err = process.communicate(timeout=8)
-        stopped = time.monotonic() - sent
+        _out, err = process.communicate(timeout=AT_ONCE_BOUND)  # half the read's bound
     assert process.returncode == 0, err
     assert "stopped by SIGTERM during start-up" in err  # no pass ran yet
-    assert stopped < 3
 
 
 @contextlib.contextmanager
@@ -154,6 +153,11 @@ def _producer_on(
         kill_session(process)
         process.communicate(timeout=30)
         raise
+
+
+def _calls(record: Path) -> list[str]:
+    """The calls of a fake Slurm command so far (one line each in its record)."""
+    return record.read_text().splitlines() if record.exists() else []
 
 
 def _fs_helpers(pid: int) -> list[int]:
@@ -205,14 +209,14 @@ def test_status_on_a_directory_whose_files_hang_gives_up_after_the_first_one(
     --fs-timeout, and one helper left stuck, not 6."""
     json_option = ["--json"] if as_json else []
     done = run_bounded(
-        [CLI, "status", "--dir", str(hung_listing.path), "--fs-timeout", "2", *json_option],
+        [CLI, "status", "--dir", str(hung_listing.path), "--fs-timeout", "4", *json_option],
         hung_listing,
-        30.0,
+        60.0,
     )
     assert done.returncode == 1, done.stderr
     first = str(hung_listing.path / "segment_health_check.42.1")
     assert first in done.stderr and "unknown" in done.stderr
-    assert 2.0 <= done.seconds < 8  # about one --fs-timeout, not 6
+    assert 4.0 <= done.seconds < 14  # one --fs-timeout and the start-up, not 6 (24 s)
     if as_json:
         rows = json.loads(done.stdout)["decisions"]
         assert [row["state"] for row in rows] == ["unreadable"] + ["unknown"] * (LISTED - 1)

@@ -144,8 +144,8 @@ def test_process_zero_failure_ends_the_step(slurm_cluster: SlurmCluster, tmp_pat
         "-N2", "--ntasks-per-node=1", "--no-requeue", f"--chdir={tmp_path}",
         f"--output={tmp_path}/out.txt", str(batch),
     )  # fmt: skip
-    [job] = slurm_cluster.wait_job(job_id, timeout=30)
-    assert time.monotonic() - started < 20, "process 1 was not terminated early"
+    [job] = slurm_cluster.wait_job(job_id, timeout=45)
+    assert time.monotonic() - started < 45, "process 1 was not terminated early (60 s)"
 
     assert (tmp_path / "term.1").read_text() == "TERM\n"
     # srun exits with the largest task exit code: the terminated sibling's 143 hides

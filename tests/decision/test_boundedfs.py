@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness.stathelpers import REFUSED_BOUND
+from harness.common import AT_ONCE_BOUND
 from nvrx_seghealth._decision import boundedfs
 from nvrx_seghealth._decision.files import Current
 from nvrx_seghealth._decision.helperprocess import HelperTimeout
@@ -52,9 +52,9 @@ def test_an_unanswered_call_times_out_and_the_next_one_there_is_refused_at_once(
         assert late.value.waited >= 0.5 and time.monotonic() - started >= 0.5
         started = time.monotonic()
         with pytest.raises(HelperTimeout) as refused:
-            boundedfs.read_current(str(tmp_path / "x"), REFUSED_BOUND)
+            boundedfs.read_current(str(tmp_path / "x"), AT_ONCE_BOUND)
         assert refused.value.earlier  # refused, not sent: no wait for its bound
-        assert time.monotonic() - started < REFUSED_BOUND / 2
+        assert time.monotonic() - started < AT_ONCE_BOUND / 2
         other = tmp_path.parent  # another directory is not held up
         assert isinstance(boundedfs.list_names(str(other), 5), list)
         assert helper_pid() != stuck

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.stathelpers import REFUSED_BOUND
+from harness.common import AT_ONCE_BOUND
 from nvrx_seghealth._decision import helperprocess
 from nvrx_seghealth._decision.helperprocess import (
     STUCK_TAG,
@@ -78,8 +78,8 @@ def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
     assert isinstance(late.value, TimeoutError) and isinstance(late.value, SegmentHealthError)
     started = time.monotonic()
     with pytest.raises(HelperTimeout) as refused:
-        client.call(A, b"x\n", REFUSED_BOUND, subject="stat('a/x')")
-    assert refused.value.earlier and time.monotonic() - started < REFUSED_BOUND / 2
+        client.call(A, b"x\n", AT_ONCE_BOUND, subject="stat('a/x')")
+    assert refused.value.earlier and time.monotonic() - started < AT_ONCE_BOUND / 2
     assert refused.value.subject == "stat('a/x')" and str(refused.value).startswith("stat('a/x'): ")
     assert client.call(B, b"other\n", 5) == b"other"  # a new helper, meanwhile
     deadline = time.monotonic() + 10
@@ -181,9 +181,9 @@ def test_a_call_another_process_abandoned_refuses_the_key_at_once_until_it_retur
     try:
         started = time.monotonic()
         with pytest.raises(HelperTimeout) as refused:
-            client.call(key, b"x\n", REFUSED_BOUND)
+            client.call(key, b"x\n", AT_ONCE_BOUND)
         assert refused.value.earlier and refused.value.key == key
-        assert time.monotonic() - started < REFUSED_BOUND / 2  # not sent: no wait for it
+        assert time.monotonic() - started < AT_ONCE_BOUND / 2  # not sent: no wait for it
         assert client.call(f"elsewhere-{uuid.uuid4()}", b"y\n", 10) == b"y"
     finally:
         os.kill(stuck_helper, signal.SIGKILL)  # its call "returns": the record exits too

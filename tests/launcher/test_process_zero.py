@@ -26,7 +26,7 @@ import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from harness.common import free_port, slurm_env, wait_until
+from harness.common import AT_ONCE_BOUND, free_port, slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
@@ -196,14 +196,14 @@ def test_a_sibling_restarting_alone_is_answered_while_process_zero_trains(
     path = os.path.join(shc, f"segment_health_check.{ARRAY}.1")
     stats = count_stats(monkeypatch, path)
     process0, sibling = (
-        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2) for p in (0, 1)
+        launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, AT_ONCE_BOUND) for p in (0, 1)
     )
     assert [j.result.world_size for j in join_all([process0, sibling])] == [2, 2]
     assert len(stats) == 1  # one stat for the round: the sibling asked while process 0 joined
     started = time.monotonic()
     restart = Join(sibling)  # the sibling's worker failed; process 0's still run
-    wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=10)
-    assert time.monotonic() - started < 5  # not the 30 s bound
+    wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=AT_ONCE_BOUND)
+    assert time.monotonic() - started < AT_ONCE_BOUND / 2  # not the hand-off's bound
     assert len(stats) == 2  # answered with a fresh stat, not the round's old verdict
     again = Join(process0)  # process 0's agent sees the waiting node and restarts
     assert restart.wait().result.world_size == again.wait().result.world_size == 2

@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from harness.common import slurm_env, wait_until
+from harness.common import AT_ONCE_BOUND, slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
@@ -64,12 +64,12 @@ def test_siblings_asking_after_an_exclusion_are_refused_at_once(tcp_store, shc):
     with pytest.raises(UnhealthyNodeException):
         launcher(tcp_store, shc, slurm_env(task=1), 1, 1).next_rendezvous()
     started = time.monotonic()
-    for procid in (1, 2):  # the bound is 30 s; the exclusion answers every request
-        sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=procid))
+    for procid in (1, 2):  # the exclusion answers every request, with no wait
+        sibling = launcher(tcp_store, shc, slurm_env(task=1, procid=procid), 2, 3, AT_ONCE_BOUND)
         with pytest.raises(UnhealthyNodeException) as refused:
             sibling.next_rendezvous()
         assert refused.value.reason is ExclusionReason.MARKER
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < AT_ONCE_BOUND / 2
     assert participants(tcp_store) == 0
 
 
