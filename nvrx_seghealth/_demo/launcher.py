@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -106,7 +107,10 @@ class Launcher:
             self.events_path = paths.telemetry / f"{self.label}.events.jsonl"
             self.metrics_path = paths.telemetry / f"{self.label}.metrics.jsonl"
         self.started_at: float | None = None
+        #: When its process exited, as a thread waiting for it saw it (not when the
+        #: job next looked); set by :meth:`poll`.
         self.ended_at: float | None = None
+        self._exited_at: float | None = None
         self._process: subprocess.Popen[bytes] | None = None
         low, high = spec.nnodes
         first_round_steps = spec.steps if spec.first_round_steps is None else spec.first_round_steps
@@ -187,15 +191,20 @@ class Launcher:
         self._process = spawn(self.command, self.env, self.log_path)
         self.started_at = time.time()
         log.info("%s started (pid %d)", self.label, self._process.pid)
+        threading.Thread(
+            target=self._await_exit, args=(self._process,), name=f"{self.label}-exit", daemon=True
+        ).start()
+
+    def _await_exit(self, process: subprocess.Popen[bytes]) -> None:
+        process.wait()
+        self._exited_at = time.time()
 
     def poll(self) -> bool:
         """Notice an exit; returns True exactly once, when the exit is first seen."""
-        if not self.running:
+        if not self.running or self._exited_at is None:
             return False
         assert self._process is not None
-        if self._process.poll() is None:
-            return False
-        self.ended_at = time.time()
+        self.ended_at = self._exited_at
         log.info("%s exited with code %d", self.label, self._process.returncode)
         return True
 
