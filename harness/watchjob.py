@@ -142,11 +142,15 @@ class Outcome:
         )
 
     def worlds(self) -> list[tuple[int, ...]]:
-        """The tasks of each world that formed (every rank reported), in order."""
+        """The tasks of each world that formed (every rank reported), in the order the
+        worlds formed; each world's tasks ascending. Which task gets which rank is
+        torch's choice: on one host its rendezvous ranks launchers by process id, and
+        process ids wrap around (at 32768 here)."""
         seen: list[tuple[int, ...]] = []
         for record in self.formed():
-            if record.tasks not in seen:
-                seen.append(record.tasks)
+            tasks = tuple(sorted(record.tasks))
+            if tasks not in seen:
+                seen.append(tasks)
         return seen
 
     def starts(self, task: int) -> int:
