@@ -10,7 +10,8 @@ Usage: ``python pileup_probe.py HUNG_PATH NORMAL_PATH ROUNDS BOUND SETTLE``
 3. Without another stat, waits up to SETTLE seconds for every child that was stuck to
    have exited (``exited``: the children then), and up to SETTLE seconds more for them
    and their stuck records (which exit once their helper has) to be reaped, gone from
-   /proc (``reaped``). Then evaluates NORMAL_PATH once and prints a second JSON line:
+   /proc (``reaped``); a child still a zombie then has every thread's stack dumped on
+   stderr. Then evaluates NORMAL_PATH once and prints a second JSON line:
    ``exited``, ``reaped``, ``fresh`` (the outcome value of that evaluation) and
    ``children_after_fresh``.
 
@@ -24,6 +25,7 @@ line carries ``STUCK_TAG``). This process has no children but the ones its stats
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import sys
@@ -99,6 +101,9 @@ def main() -> None:
     reaped = _settled(
         lambda found: not [c for c in found if c["pid"] in stuck or c["record"]], float(settle)
     )
+    if any(child["state"] == "Z" for child in reaped):
+        # Not reaped in time: where each thread is (the reaper's wait), for the test's log.
+        faulthandler.dump_traceback(all_threads=True)
     fresh = evaluate(normal, FRESH_BOUND).outcome.value
     print(
         json.dumps(
