@@ -20,7 +20,8 @@ state letter (``Z`` for an exited child not yet reaped), ``stuck`` is true when 
 threads waits for the filesystem: for FUSE's answer (kernel wait channel
 ``request_wait_answer``; the wait is interruptible until a signal arrives, then
 uninterruptible) or in state ``D``; ``record`` is true for a stuck record (its command
-line carries ``STUCK_TAG``). This process has no children but the ones its stats make.
+line carries ``STUCK_TAG``; a zombie's command line is empty, so an exited record is
+not one). This process has no children but the ones its stats make.
 """
 
 from __future__ import annotations
@@ -98,8 +99,13 @@ def main() -> None:
         lambda found: all(c["state"] == "Z" for c in found if c["pid"] in stuck), float(settle)
     )
     # A stuck record exits once its helper has: on a loaded node, some time after it.
+    # An exited record is a zombie until reaped, and a zombie's command line is empty
+    # (its ``record`` is false): wait for zombies too, not only for live records.
     reaped = _settled(
-        lambda found: not [c for c in found if c["pid"] in stuck or c["record"]], float(settle)
+        lambda found: (
+            not [c for c in found if c["pid"] in stuck or c["record"] or c["state"] == "Z"]
+        ),
+        float(settle),
     )
     if any(child["state"] == "Z" for child in reaped):
         # Not reaped in time: where each thread is (the reaper's wait), for the test's log.
