@@ -96,6 +96,12 @@ class FakeSlurm:
     ) -> subprocess.CompletedProcess[str]:
         return nvrx_seghealth(*self.args(*extra, producer=producer), env=self.env, timeout=timeout)
 
+    def calls(self, name: str) -> int:
+        """How often the command ``name`` has been called so far (a line each in its
+        record)."""
+        path = self.root / f"{name}.args"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
     def decision(self, task: int | str) -> Path:
         return self.shc / f"segment_health_check.500.{task}"
 

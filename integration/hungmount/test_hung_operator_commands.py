@@ -99,9 +99,9 @@ def test_publish_drained_on_a_hung_directory_fails_its_writes_piles_up_nothing_a
         "--audit-log",
         str(tmp_path / "audit.jsonl"),
     ]
-    with _producer_on(hung_mount, tmp_path, *options) as process:
+    with _producer_on(hung_mount, tmp_path, *options) as (process, slurm):
         # Four passes asked Slurm: three of them are done.
-        wait_until(lambda: len(_calls(tmp_path / "squeue.args")) >= 4, timeout=60)
+        wait_until(lambda: slurm.calls("squeue") >= 4, timeout=60)
         helpers = _fs_helpers(process.pid)
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=10)
@@ -120,9 +120,9 @@ def test_sigterm_stops_publish_drained_while_a_call_hangs(
     """SIGTERM while the first read into the directory (the producer's state file) hangs
     for its bound (60 s) ends the producer at once."""
     options = ("--interval", "30", "--fs-timeout", f"{2 * AT_ONCE_BOUND:g}")
-    with _producer_on(hung_mount, tmp_path, *options) as process:
+    with _producer_on(hung_mount, tmp_path, *options) as (process, slurm):
         wait_until(lambda: hung_mount.waiting() >= 1, timeout=60)  # the read is stuck
-        assert process.poll() is None and not (tmp_path / "squeue.args").exists()
+        assert process.poll() is None and slurm.calls("squeue") == 0
         process.send_signal(signal.SIGTERM)
         _out, err = process.communicate(timeout=AT_ONCE_BOUND)  # half the read's bound
     assert process.returncode == 0, err
@@ -132,8 +132,8 @@ def test_sigterm_stops_publish_drained_while_a_call_hangs(
 @contextlib.contextmanager
 def _producer_on(
     hung_mount: HungMount, tmp_path: Path, *options: str
-) -> Iterator[subprocess.Popen[str]]:
-    """``publish-drained`` for job 500 on the hung directory, with a fake Slurm; if the
+) -> Iterator[tuple[subprocess.Popen[str], FakeSlurm]]:
+    """``publish-drained`` for job 500 on the hung directory, and its fake Slurm; if the
     test fails, the mount is made to answer and the producer's session is killed."""
     slurm = FakeSlurm(tmp_path)
     command = [CLI, "publish-drained", "--dir", str(hung_mount.path), "--job-id", "500"]
@@ -147,17 +147,12 @@ def _producer_on(
         start_new_session=True,
     )
     try:
-        yield process
+        yield process, slurm
     except BaseException:
         hung_mount.abort()
         kill_session(process)
         process.communicate(timeout=30)
         raise
-
-
-def _calls(record: Path) -> list[str]:
-    """The calls of a fake Slurm command so far (one line each in its record)."""
-    return record.read_text().splitlines() if record.exists() else []
 
 
 def _fs_helpers(pid: int) -> list[int]:

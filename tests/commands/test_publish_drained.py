@@ -299,11 +299,6 @@ def _next_pass(process):
     raise AssertionError("the producer ended before its next pass")
 
 
-def _calls(slurm, name):
-    path = slurm.root / f"{name}.args"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
 def _block_call(slurm, number):
     """Make squeue's call ``number`` touch ``squeue.started`` and wait until a line is
     written to the FIFO ``squeue.go``; returns (started flag, FIFO)."""
@@ -328,7 +323,7 @@ def test_sigusr1_runs_a_pass_at_once_while_sleeping_found_by_the_pid_file(slurm)
         assert pid_file.read_text() == f"{process.pid}\n"
         subprocess.run(["sh", "-c", f'kill -USR1 "$(cat {pid_file})"'], check=True, timeout=30)
         _next_pass(process)  # the sleep of 600 s ended at once
-        assert _calls(slurm, "squeue") == 2
+        assert slurm.calls("squeue") == 2
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
     finally:
@@ -355,7 +350,7 @@ def test_sigusr1_during_a_pass_runs_one_more_pass_however_many_arrive(slurm):
     finally:
         process.kill()
         process.communicate()
-    assert _calls(slurm, "squeue") == 3
+    assert slurm.calls("squeue") == 3
 
 
 def test_sigterm_stops_a_pass_that_sigusr1_started(slurm):
@@ -384,7 +379,7 @@ def test_a_running_producer_keeps_its_pid_file_and_a_second_one_is_refused(slurm
         assert second.returncode == 2
         assert second.stderr.startswith("nvrx-seghealth publish-drained: error: --pid-file ")
         assert pid_file.read_text() == f"{process.pid}\n"
-        assert _calls(slurm, "squeue") == 1  # the refused one ran no pass
+        assert slurm.calls("squeue") == 1  # the refused one ran no pass
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
     finally:
@@ -400,7 +395,7 @@ def test_a_fifo_planted_as_the_pid_file_is_refused_at_once(slurm):
     done = slurm.run("--interval", "600", "--pid-file", str(pid_file), timeout=30)
     assert done.returncode == 2
     assert f"--pid-file {pid_file} is a FIFO, not a pid file: remove it" in done.stderr
-    assert _calls(slurm, "squeue") == 0 and pid_file.is_fifo()
+    assert slurm.calls("squeue") == 0 and pid_file.is_fifo()
 
 
 def test_a_killed_producers_file_is_taken_over_though_its_pid_runs_another_program(slurm):

@@ -41,11 +41,6 @@ def send(pid_file: Path | str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def squeue_calls(slurm: FakeSlurm) -> int:
-    path = slurm.root / "squeue.args"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
 class Producer:
     """A running ``publish-drained --interval 600 --pid-file``, after its first pass."""
 
@@ -90,7 +85,7 @@ def test_a_live_producer_is_woken_and_runs_a_pass_at_once(producer):
     done = send(producer.pid_file)
     assert (done.returncode, done.stderr) == (SENT, "")
     producer.next_pass()  # the sleep of 600 s ended at once
-    assert squeue_calls(producer.slurm) == 2
+    assert producer.slurm.calls("squeue") == 2
 
 
 def test_after_sigkill_the_process_that_got_its_pid_is_not_signalled(producer):
@@ -155,7 +150,7 @@ def test_a_file_of_another_account_naming_a_producer_is_refused(producer, tmp_pa
         done = send(path)
     assert done.returncode == REFUSED, done.stderr
     assert f"not of the file owner (uid {NOBODY})" in done.stderr
-    assert squeue_calls(producer.slurm) == 1
+    assert producer.slurm.calls("squeue") == 1
 
 
 @pytest.mark.parametrize("kind", ["symbolic link", "FIFO", "directory"])
@@ -171,7 +166,7 @@ def test_what_is_not_a_regular_file_is_refused_without_following_or_waiting(prod
     done = send(path)
     assert done.returncode == REFUSED, done.stderr
     assert f"is a {kind}, not a pid file" in done.stderr
-    assert squeue_calls(producer.slurm) == 1
+    assert producer.slurm.calls("squeue") == 1
 
 
 def test_a_missing_file_means_no_producer_and_no_argument_is_a_usage_error(tmp_path):
