@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8,9,10,11]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8,9,10,11,12]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
@@ -27,6 +27,7 @@ from . import (
     producer_wakeup,
     recovery,
     sibling_first,
+    sigterm_exit,
     startup,
     store_scale,
     watch,
@@ -48,6 +49,7 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = dict(
             producer_wakeup.rows,
             watch.exclusion_rows,
             watch.hung_rows,
+            sigterm_exit.rows,
         ),
         strict=True,
     )

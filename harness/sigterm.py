@@ -39,6 +39,7 @@ from .summary import SIGTERM_EXIT
 
 __all__ = [
     "BOTH",
+    "C10D_PATIENCE",
     "DEATH_SIGNAL",
     "KEEP_ALIVE_ABORT",
     "LONG_BOUND",
@@ -51,6 +52,7 @@ __all__ = [
     "compare_terminations",
     "job_spec",
     "joinings",
+    "terminate",
     "wait_for_joinings",
     "wait_for_round",
 ]
@@ -167,7 +169,7 @@ def wait_for_round(job: SimulatedJob, number: int, labels: tuple[str, ...]) -> N
     job.wait_until(training, REACH_TIMEOUT, f"round {number}'s workers on {', '.join(labels)}")
 
 
-def _terminate(
+def terminate(
     spec: JobSpec,
     workdir: Path,
     label: str,
@@ -175,7 +177,8 @@ def _terminate(
     patience: float,
 ) -> Termination:
     """Run ``spec`` in the new folder ``workdir``, ``reach`` the point, SIGTERM
-    ``label``, wait ``patience`` s for it."""
+    ``label``, wait ``patience`` s for it (one run, not retried when torch's port race
+    strikes it: :func:`compare_terminations` retries)."""
     with SimulatedJob(spec, workdir) as job:
         reach(job)
         time.sleep(SETTLE)
@@ -217,17 +220,17 @@ def compare_terminations(
         c10d = runs.get("c10d")
         patience = C10D_PATIENCE if c10d is None else (c10d.seconds or 0.0) + MARGIN + 5.0
 
-        def terminate(spec: JobSpec = spec, patience: float = patience) -> Termination:
+        def run_once(spec: JobSpec = spec, patience: float = patience) -> Termination:
             run = clear_of_port_race(
                 request,
                 tmp_path / spec.backend,
-                lambda workdir: _terminate(spec, workdir, label, reach, patience),
+                lambda workdir: terminate(spec, workdir, label, reach, patience),
             )
             report(request, spec.backend, run.result)
             return run
 
         runs[backend] = (
-            c10d_once(terminate) if backend == "c10d" and c10d_once is not None else terminate()
+            c10d_once(run_once) if backend == "c10d" and c10d_once is not None else run_once()
         )
     c10d, wrapped = runs["c10d"], runs["segment-health"]
     line = (
