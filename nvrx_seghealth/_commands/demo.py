@@ -19,20 +19,28 @@ segment_health_check_watch_interval=SECONDS (the next world forms without them w
 about SECONDS plus a few). It shows each launcher's timeline and the time from the
 decision to the next world. The exit code is the watch run's: 0 only when its outcome
 matches the contract.
+
+SIGINT (Ctrl-C), SIGTERM or SIGHUP stops the demo: every process of the simulated job is
+stopped, its temporary folder removed (a --keep-logs folder is kept), one line says so on
+stderr, and the exit code is 128 plus the signal's number (130 for Ctrl-C). A signal
+this process ignored when it started (nohup's SIGHUP) stays ignored.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import shutil
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from .._demo import JobResult, JobSpec, SimulatedJob, render_report
@@ -45,6 +53,34 @@ __all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run", "wat
 
 #: Bound for the whole simulated job (a default demo takes 20-40 s on two cores).
 JOB_TIMEOUT = 300.0
+#: The signals that stop the demo: Ctrl-C, ``kill``, the terminal closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _Stopped(BaseException):
+    """A stop signal arrived (``args[0]``: its number). A ``BaseException``, as
+    ``KeyboardInterrupt`` is, so that no ``except Exception`` on its way swallows it."""
+
+
+@contextlib.contextmanager
+def _stoppable() -> Iterator[None]:
+    """While the block runs, the first of :data:`STOP_SIGNALS` raises :class:`_Stopped`
+    in the main thread, and any later one is ignored until the block has ended, so that
+    the simulated job's own exit (its context manager) stops every process it started.
+    Signals ignored when the block is entered stay ignored."""
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        for sig in handled:
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Stopped(signum)
+
+    handled = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, stop) for sig in handled}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def register(subparsers: Any) -> None:
@@ -155,7 +191,8 @@ def _show_progress() -> _Elapsed:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the demo; 0 when the outcome matches the contract, 1 otherwise, 2 on bad options."""
+    """Run the demo; 0 when the outcome matches the contract, 1 otherwise, 2 on bad options,
+    128 + the signal's number when a stop signal ended it (see the module doc)."""
     try:
         spec = demo_spec(args.tasks, args.nodes_per_task, set(args.mark), args.spares)
         watch = None if args.watch is None else _watch_seconds(args.watch)
@@ -176,8 +213,30 @@ def run(args: argparse.Namespace) -> int:
         return 2
     workdir = args.keep_logs or Path(tempfile.mkdtemp(prefix="nvrx-seghealth-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    marked = ", ".join(f"task {u}" for u in sorted(spec.marked)) or "none"
     keep = args.keep_logs is not None
+    try:
+        with _stoppable():
+            return _run(args, spec, watch, workdir, keep=keep)
+    except _Stopped as stopped:
+        name = signal.Signals(stopped.args[0]).name
+        if keep:
+            where = f"its logs: {workdir}"
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+            where = "its logs were removed"
+        print(
+            f"nvrx-seghealth demo: stopped by {name}; every process of the simulated job was "
+            f"stopped, {where}",
+            file=sys.stderr,
+        )
+        return 128 + stopped.args[0]
+
+
+def _run(
+    args: argparse.Namespace, spec: JobSpec, watch: float | None, workdir: Path, *, keep: bool
+) -> int:
+    """The demo :func:`run` asked for, in ``workdir``."""
+    marked = ", ".join(f"task {u}" for u in sorted(spec.marked)) or "none"
     if args.compare:
         return _compare(compare_spec(spec), workdir, marked, keep=keep)
     if watch is not None:
@@ -202,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
             f"Outcome: as the contract requires. Excluded: {marked}; final world: "
             f"{', '.join(f'task {u}' for u in final.units)}; the job completed."
         )
-    if args.keep_logs or problems:
+    if keep or problems:
         print(
             f"Logs: {result.paths.logs} (one per launcher); decisions: "
             f"{result.paths.decisions}; worker records: {result.paths.results}"

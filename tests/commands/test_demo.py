@@ -1,13 +1,17 @@
 """``nvrx-seghealth demo``: a reused log folder is refused, never read as this run's;
-``--compare`` shows what the gate saves."""
+``--compare`` shows what the gate saves; a stop signal stops the whole simulated job."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from harness.commands import nvrx_seghealth
+from harness.commands import COMMAND, nvrx_seghealth
 
 
 def test_the_demo_twice_into_one_folder_refuses_the_second_run(tmp_path):
@@ -102,3 +106,68 @@ def test_a_watch_that_cannot_run_is_refused(tmp_path, args):
     refused = nvrx_seghealth("demo", *args, "--keep-logs", str(tmp_path / "k"), timeout=60)
     assert refused.returncode == 2 and "--watch" in refused.stderr
     assert not (tmp_path / "k").exists()
+
+
+def _processes_naming(text: str) -> dict[int, str]:
+    """The command lines of running processes (not zombies) that contain ``text``, by pid."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if text.encode() in command:
+            found[int(proc.name)] = command.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sig", "keep"),
+    [(signal.SIGINT, False), (signal.SIGTERM, True), (signal.SIGHUP, False)],
+    ids=["SIGINT", "SIGTERM-keep-logs", "SIGHUP"],
+)
+def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sig, keep):
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP to the demo's process group once every launcher
+    has started: the demo exits 128 + the signal, says so on stderr, and no process of
+    the job is left (each one's command line names the job's folder); the temporary
+    folder is removed, a --keep-logs folder kept."""
+    kept = tmp_path / "kept"
+    args = ["--keep-logs", str(kept)] if keep else []
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
+    demo = subprocess.Popen(
+        [*COMMAND, "demo", *args],
+        env={**env, "TMPDIR": str(tmp_path)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert demo.stdout is not None
+        # Every launcher has started; the job then still has its rendezvous and its
+        # workers' steps ahead.
+        lines = []
+        for line in demo.stdout:
+            lines.append(line)
+            if sum(" started (pid " in seen for seen in lines) == 6:
+                break
+        # The store and the launchers of tasks 0 and 2 (task 1's leave on its decision).
+        assert len(_processes_naming(str(tmp_path))) >= 5, lines
+        os.killpg(demo.pid, sig)
+        out, err = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        left = _processes_naming(str(tmp_path))
+        for pid in left:  # only when the demo left them: the test fails below
+            os.kill(pid, signal.SIGKILL)
+    assert demo.returncode == 128 + sig, "".join(lines) + out + err
+    assert f"stopped by {sig.name}" in err
+    assert "Outcome" not in out
+    assert left == {}
+    folders = sorted(p.name for p in tmp_path.iterdir())
+    assert folders == (["kept"] if keep else [])
+    if keep:
+        assert str(kept) in err and any((kept / "logs").iterdir())
