@@ -19,11 +19,13 @@ import time
 import pytest
 
 from harness.commands import COMMAND, nvrx_seghealth
-from harness.common import wait_until
+from harness.common import AT_ONCE_BOUND, wait_until
 from harness.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, TASKS, FakeSlurm
 from nvrx_seghealth._producer.publisher import producer_tag
 
 TAG = producer_tag(PRODUCER)
+#: How long a hung fake Slurm command sleeps: far beyond any bound a test allows.
+HANG = 4 * AT_ONCE_BOUND
 
 
 # --- passes against a fake Slurm ---------------------------------------------------------
@@ -160,8 +162,8 @@ def test_the_default_producer_id_is_the_account_and_the_states(slurm):
 @pytest.mark.parametrize(
     "command,body",
     [
-        ("squeue", "exec sleep 30\n"),  # hangs
-        ("sinfo", "sleep 30\necho n3\n"),  # hangs; its child holds the pipe
+        ("squeue", f"exec sleep {HANG:g}\n"),  # hangs
+        ("sinfo", f"sleep {HANG:g}\necho n3\n"),  # hangs; its child holds the pipe
         ("sinfo", "echo 'n1 alloc none'\n"),  # malformed
         ("sinfo", "true\n"),  # no nodes at all
         ("sinfo", "echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1\n"),
@@ -175,8 +177,8 @@ def test_a_failed_pass_writes_nothing_and_keeps_the_last_decisions(slurm, comman
     slurm.script(command, body)
 
     started = time.monotonic()
-    done = slurm.run("--slurm-timeout", "1")
-    assert time.monotonic() - started < 15
+    done = slurm.run("--slurm-timeout", "1", timeout=HANG)
+    assert time.monotonic() - started < AT_ONCE_BOUND  # the 1 s bound, not the hang
     assert done.returncode == 1
     assert "pass failed, nothing written, last decisions kept (passes failing since " in done.stderr
     assert done.stdout == ""
