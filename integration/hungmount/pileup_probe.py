@@ -10,10 +10,10 @@ Usage: ``python pileup_probe.py HUNG_PATH NORMAL_PATH ROUNDS BOUND SETTLE``
 3. Without another stat, waits up to SETTLE seconds for every child that was stuck to
    have exited (``exited``: the children then), and up to SETTLE seconds more for them
    and their stuck records (which exit once their helper has) to be reaped, gone from
-   /proc (``reaped``); a child still a zombie then has every thread's stack dumped on
-   stderr. Then evaluates NORMAL_PATH once and prints a second JSON line:
-   ``exited``, ``reaped``, ``fresh`` (the outcome value of that evaluation) and
-   ``children_after_fresh``.
+   /proc (``reaped``); a child still a zombie then has every thread's stack, state and
+   kernel wait channel written on stderr. Then evaluates NORMAL_PATH once and prints a
+   second JSON line: ``exited``, ``reaped``, ``fresh`` (the outcome value of that
+   evaluation) and ``children_after_fresh``.
 
 A child is described as ``{"pid", "state", "stuck", "record"}``: ``state`` is the process
 state letter (``Z`` for an exited child not yet reaped), ``stuck`` is true when one of its
@@ -108,8 +108,13 @@ def main() -> None:
         float(settle),
     )
     if any(child["state"] == "Z" for child in reaped):
-        # Not reaped in time: where each thread is (the reaper's wait), for the test's log.
+        # Not reaped in time: where each thread is, in Python (the reaper's wait) and in
+        # the kernel (state and wait channel: asleep in do_wait, or runnable), for the
+        # test's log.
         faulthandler.dump_traceback(all_threads=True)
+        for task in sorted(Path("/proc/self/task").iterdir()):
+            kernel = f"{_state(task / 'stat')} {(task / 'wchan').read_text().strip()}"
+            print(f"thread {task.name}: {kernel}", file=sys.stderr, flush=True)
     fresh = evaluate(normal, FRESH_BOUND).outcome.value
     print(
         json.dumps(
