@@ -99,7 +99,8 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
             EXIT_FAILURE,
             (
                 "--once: a Slurm query failed (nothing written, the last decisions "
-                "kept), or a write failed or did not answer"
+                "kept), a write failed or did not answer, or SIGINT or SIGTERM stopped the "
+                "pass (the decisions written before it stand)"
             ),
         ),
         _USAGE,

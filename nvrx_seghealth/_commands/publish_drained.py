@@ -38,7 +38,7 @@ from .._producer.audit import TRANSITIONS, AuditEvent, EventKind, PassResult, is
 from .._producer.debounce import DEFAULT_PASSES
 from .._producer.pidfile import PidFile
 from .._producer.publisher import DrainedPublisher, default_producer_id
-from .._producer.schedule import WAKE_SIGNAL, PassSchedule, Stopped, Wake
+from .._producer.schedule import WAKE_SIGNAL, PassSchedule, Stopped, Wake, one_pass
 from .._producer.slurm import NODE_STATES, SlurmClient
 from .._producer.state import PRODUCER_ID
 from .._settings.durations import DurationSetting
@@ -379,8 +379,13 @@ def publish_drained_command(args: argparse.Namespace) -> int:
     if args.interval is None:
         if args.pid_file is not None:
             return usage_error(NAME, "--pid-file needs --interval: one pass has no one to signal")
-        _warn_state(publisher)
-        result = publisher.run_pass()
+        try:
+            with one_pass():
+                _warn_state(publisher)
+                result = publisher.run_pass()
+        except Stopped as stopped:
+            _report_stop(stopped, "a pass")
+            return EXIT_FAILURE
         _audit(args.audit_log, result.events, args.fs_timeout)
         _report(result, publisher)
         return EXIT_OK if result.ok else EXIT_FAILURE
@@ -406,13 +411,18 @@ def publish_drained_command(args: argparse.Namespace) -> int:
                 if pid_file is not None:
                     pid_file.release()  # before the handlers go: a late SIGUSR1 kills nothing
     except Stopped as stopped:
-        print(
-            f"{iso_time(time.time())} stopped by {stopped.signal.name} during {during}; "
-            + (
-                "the decisions written before it stand"
-                if during == "a pass"
-                else "no pass ran, nothing was written"
-            ),
-            file=sys.stderr,
-        )
+        _report_stop(stopped, during)
     return EXIT_OK
+
+
+def _report_stop(stopped: Stopped, during: str) -> None:
+    """The stop line on stderr: its signal and ``during`` (``a pass`` or ``start-up``)."""
+    print(
+        f"{iso_time(time.time())} stopped by {stopped.signal.name} during {during}; "
+        + (
+            "the decisions written before it stand"
+            if during == "a pass"
+            else "no pass ran, nothing was written"
+        ),
+        file=sys.stderr,
+    )

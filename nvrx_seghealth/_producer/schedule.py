@@ -12,6 +12,8 @@ The contract (:class:`PassSchedule`):
   step that must not be cut in two (starting a Slurm command) holds the stop until it
   has ended (:func:`stops_held`).
 
+A single pass (``--once``) is stopped the same way inside :func:`one_pass`.
+
 The handlers are Python signal handlers, so they run in the main thread between two
 bytecodes; the schedule must be used from the main thread. A handler only sets a flag
 (or raises): one that waited for a lock the main thread holds would wait for ever. A
@@ -33,7 +35,7 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any, final
 
-__all__ = ["WAKE_SIGNAL", "PassSchedule", "Stopped", "Wake", "stops_held"]
+__all__ = ["WAKE_SIGNAL", "PassSchedule", "Stopped", "Wake", "one_pass", "stops_held"]
 
 #: The signal that asks for a pass now (as NVRx's own producer after 0.7.0).
 WAKE_SIGNAL = signal.SIGUSR1
@@ -45,9 +47,10 @@ _held: list[int] = []
 
 
 class Stopped(BaseException):
-    """SIGINT or SIGTERM during a pass: ``args[0]`` is the signal number.
+    """A stop signal arrived: SIGINT or SIGTERM during a pass (also SIGHUP for ``demo``,
+    whose job it stops). ``args[0]`` is the signal number.
 
-    A ``BaseException`` so that no ``except Exception`` of a pass swallows it."""
+    A ``BaseException`` so that no ``except Exception`` on its way swallows it."""
 
     @property
     def signal(self) -> signal.Signals:
@@ -84,6 +87,33 @@ def stops_held() -> Iterator[None]:
             _held[-1] = signum  # the outer block raises it
         elif signum:
             raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def one_pass() -> Iterator[None]:
+    """Own SIGINT and SIGTERM for one pass (``--once``): the first of them interrupts the
+    block with :class:`Stopped` (as the block of :func:`stops_held` inside it ends, if it
+    arrives there); a later one is ignored, so that what the first interrupted is cleaned
+    up (a Slurm command's process group killed). The previous handlers are restored on
+    exit. For the main thread, as :class:`PassSchedule`; there is no sleep to end."""
+    stopped = False
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopped
+        if stopped:
+            return
+        stopped = True
+        if _held:
+            _held[-1] = signum
+        else:
+            raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @final

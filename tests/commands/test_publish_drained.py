@@ -259,27 +259,57 @@ def test_interval_runs_passes_until_sigterm(slurm):
     assert [e["event"] for e in slurm.audit_events()] == ["published"]
 
 
-def test_sigterm_stops_interval_in_the_middle_of_a_pass(slurm):
-    """A pass waiting for a Slurm command that hangs (its timeout 60 s) is ended by
-    SIGTERM at once; the hanging command is killed with it."""
-    started_flag = slurm.root / "squeue.started"
-    slurm.script("squeue", f"touch {started_flag}\nexec sleep 120\n")
+@pytest.mark.parametrize(
+    ("sig", "mode", "code"),
+    [
+        (signal.SIGTERM, ["--interval", "5"], 0),
+        (signal.SIGINT, ["--interval", "5"], 0),
+        (signal.SIGTERM, ["--once"], 1),
+        (signal.SIGINT, ["--once"], 1),
+    ],
+    ids=["interval-SIGTERM", "interval-SIGINT", "once-SIGTERM", "once-SIGINT"],
+)
+def test_a_stop_signal_ends_a_pass_in_a_hung_slurm_command_and_the_command(slurm, sig, mode, code):
+    """A pass waiting for a Slurm command that hangs (its bound 60 s) is ended by SIGTERM
+    or SIGINT at once, the hanging command killed with it (its process gone): exit 0
+    with ``--interval`` (the producer stopped as asked), 1 with ``--once`` (its pass did
+    not finish)."""
+    pid_file = slurm.root / "squeue.pid"
+    slurm.script(
+        "squeue", f"echo $$ > {pid_file}.new\nmv {pid_file}.new {pid_file}\nexec sleep 120\n"
+    )
     process = subprocess.Popen(
-        [*COMMAND, *slurm.args("--interval", "5", "--slurm-timeout", "60")],
+        [*COMMAND, *slurm.args(*mode, "--slurm-timeout", "60")],
         env={**os.environ, **slurm.env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    command = None
     try:
-        wait_until(started_flag.exists, timeout=30)
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0  # half the squeue call's bound
+        wait_until(pid_file.exists, timeout=30)
+        command = int(pid_file.read_text())
+        wait_until(lambda: _runs(command, b"sleep"), timeout=30)  # squeue now hangs
+        process.send_signal(sig)
+        assert process.wait(timeout=AT_ONCE_BOUND) == code  # half the squeue call's bound
     finally:
         process.kill()
         _out, err = process.communicate()
-    assert "stopped by SIGTERM during a pass" in err
+        left = command is not None and _runs(command, b"sleep")
+        if command is not None and left:  # the producer left it: the test fails below
+            os.kill(command, signal.SIGKILL)
+    assert f"stopped by {sig.name} during a pass" in err
+    assert not left
     assert list(slurm.files()) == []
+
+
+def _runs(pid: int, name: bytes) -> bool:
+    """Whether process ``pid`` runs a command line that starts with ``name``."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return file.read().startswith(name)
+    except OSError:
+        return False
 
 
 def _producer(slurm, *extra):
