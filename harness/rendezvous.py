@@ -33,7 +33,7 @@ from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 from nvrx_seghealth._launcher.roles import coordinator_for
 from nvrx_seghealth._settings.check_settings import check_settings
 
-from .common import slurm_env
+from .common import AT_ONCE_BOUND, slurm_env
 
 if TYPE_CHECKING:
     import pytest
@@ -91,7 +91,9 @@ def dynamic_handler(
     one second, the first node to join can count as dead at the other's first keep-alive
     (measured with two: 8 of 8 pairs within 2 s; on a loaded machine even while a round
     forms, which shrinks its world), so the default allows 30 s of silence: no test here
-    waits for a heartbeat to expire.
+    waits for a heartbeat to expire. Closing the rendezvous (``shutdown()``) may take
+    :data:`~.common.AT_ONCE_BOUND` seconds: a CI run beside load saw 10 s run out while
+    another launcher joined.
     """
     return DynamicRendezvousHandler.from_backend(
         run_id,
@@ -103,7 +105,7 @@ def dynamic_handler(
         timeout=RendezvousTimeout(
             join=datetime.timedelta(seconds=join),
             last_call=datetime.timedelta(seconds=1),
-            close=datetime.timedelta(seconds=10),
+            close=datetime.timedelta(seconds=AT_ONCE_BOUND),
         ),
         keep_alive_interval=1,
         keep_alive_max_attempt=keep_alive_attempts,

@@ -47,6 +47,7 @@ from .._demo import JobResult, JobSpec, SimulatedJob, render_report
 from .._demo.comparison import Comparison, Variant
 from .._demo.demojobs import MARK_AFTER_STEPS, compare_spec, demo_spec, watch_spec
 from .._demo.report import render_decisions, render_timeline
+from .._producer.schedule import Stopped
 from .._settings.durations import WATCH_INTERVAL, validate_seconds
 
 __all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run", "watch_spec"]
@@ -57,22 +58,17 @@ JOB_TIMEOUT = 300.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class _Stopped(BaseException):
-    """A stop signal arrived (``args[0]``: its number). A ``BaseException``, as
-    ``KeyboardInterrupt`` is, so that no ``except Exception`` on its way swallows it."""
-
-
 @contextlib.contextmanager
 def _stoppable() -> Iterator[None]:
-    """While the block runs, the first of :data:`STOP_SIGNALS` raises :class:`_Stopped`
-    in the main thread, and any later one is ignored until the block has ended, so that
+    """While the block runs, the first of :data:`STOP_SIGNALS` raises
+    :class:`~.._producer.schedule.Stopped` in the main thread, and any later one is ignored until the block has ended, so that
     the simulated job's own exit (its context manager) stops every process it started.
     Signals ignored when the block is entered stay ignored."""
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         for sig in handled:
             signal.signal(sig, signal.SIG_IGN)
-        raise _Stopped(signum)
+        raise Stopped(signum)
 
     handled = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
     previous = {sig: signal.signal(sig, stop) for sig in handled}
@@ -217,8 +213,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _stoppable():
             return _run(args, spec, watch, workdir, keep=keep)
-    except _Stopped as stopped:
-        name = signal.Signals(stopped.args[0]).name
+    except Stopped as stopped:
+        name = stopped.signal.name
         if keep:
             where = f"its logs: {workdir}"
         else:
@@ -229,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             f"stopped, {where}",
             file=sys.stderr,
         )
-        return 128 + stopped.args[0]
+        return 128 + stopped.signal
 
 
 def _run(

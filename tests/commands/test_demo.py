@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,21 +122,41 @@ def _processes_naming(text: str) -> dict[int, str]:
     return found
 
 
+#: ``python -c`` this, then ``IGNORED COMMAND...``: runs the command with the stop signals
+#: as a terminal's foreground job has them (the suite may run as a background job, where
+#: SIGINT is ignored), those named in IGNORED (comma-separated) ignored, as ``nohup``
+#: does to SIGHUP.
+WITH_DISPOSITIONS = """
+import os, signal, sys
+ignored = set(sys.argv[1].split(","))
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN if sig.name in ignored else signal.SIG_DFL)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
 @pytest.mark.parametrize(
-    ("sig", "keep"),
-    [(signal.SIGINT, False), (signal.SIGTERM, True), (signal.SIGHUP, False)],
-    ids=["SIGINT", "SIGTERM-keep-logs", "SIGHUP"],
+    ("sent", "ignored", "keep"),
+    [
+        ((signal.SIGINT,), frozenset(), False),
+        ((signal.SIGTERM,), frozenset(), True),
+        ((signal.SIGHUP,), frozenset(), False),
+        ((signal.SIGHUP, signal.SIGTERM), frozenset({signal.SIGHUP}), False),
+    ],
+    ids=["SIGINT", "SIGTERM-keep-logs", "SIGHUP", "SIGHUP-ignored-at-start"],
 )
-def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sig, keep):
+def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sent, ignored, keep):
     """SIGINT (Ctrl-C), SIGTERM or SIGHUP to the demo's process group once every launcher
     has started: the demo exits 128 + the signal, says so on stderr, and no process of
     the job is left (each one's command line names the job's folder); the temporary
-    folder is removed, a --keep-logs folder kept."""
+    folder is removed, a --keep-logs folder kept. A SIGHUP ignored when the demo started
+    stays ignored: the SIGTERM sent right after it is the one that stops the demo."""
     kept = tmp_path / "kept"
     args = ["--keep-logs", str(kept)] if keep else []
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
+    dispositions = [sys.executable, "-c", WITH_DISPOSITIONS, ",".join(s.name for s in ignored)]
     demo = subprocess.Popen(
-        [*COMMAND, "demo", *args],
+        [*dispositions, *COMMAND, "demo", *args],
         env={**env, "TMPDIR": str(tmp_path)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -154,7 +175,8 @@ def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sig, keep):
                 break
         # The store and the launchers of tasks 0 and 2 (task 1's leave on its decision).
         assert len(_processes_naming(str(tmp_path))) >= 5, lines
-        os.killpg(demo.pid, sig)
+        for sig in sent:
+            os.killpg(demo.pid, sig)
         out, err = demo.communicate(timeout=120)
     finally:
         if demo.poll() is None:
@@ -163,8 +185,9 @@ def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sig, keep):
         left = _processes_naming(str(tmp_path))
         for pid in left:  # only when the demo left them: the test fails below
             os.kill(pid, signal.SIGKILL)
-    assert demo.returncode == 128 + sig, "".join(lines) + out + err
-    assert f"stopped by {sig.name}" in err
+    stopper = sent[-1]
+    assert demo.returncode == 128 + stopper, "".join(lines) + out + err
+    assert f"stopped by {stopper.name}" in err
     assert "Outcome" not in out
     assert left == {}
     folders = sorted(p.name for p in tmp_path.iterdir())
