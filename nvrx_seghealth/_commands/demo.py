@@ -29,7 +29,6 @@ this process ignored when it started (nohup's SIGHUP) stays ignored.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import logging
@@ -38,16 +37,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from .._demo import JobResult, JobSpec, SimulatedJob, render_report
 from .._demo.comparison import Comparison, Variant
 from .._demo.demojobs import MARK_AFTER_STEPS, compare_spec, demo_spec, watch_spec
 from .._demo.report import render_decisions, render_timeline
-from .._producer.schedule import Stopped
+from .._producer.schedule import Stopped, stop_signals
 from .._settings.durations import WATCH_INTERVAL, validate_seconds
 
 __all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run", "watch_spec"]
@@ -56,27 +54,6 @@ __all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run", "wat
 JOB_TIMEOUT = 300.0
 #: The signals that stop the demo: Ctrl-C, ``kill``, the terminal closed.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _stoppable() -> Iterator[None]:
-    """While the block runs, the first of :data:`STOP_SIGNALS` raises
-    :class:`~.._producer.schedule.Stopped` in the main thread, and any later one is ignored until the block has ended, so that
-    the simulated job's own exit (its context manager) stops every process it started.
-    Signals ignored when the block is entered stay ignored."""
-
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        for sig in handled:
-            signal.signal(sig, signal.SIG_IGN)
-        raise Stopped(signum)
-
-    handled = [sig for sig in STOP_SIGNALS if signal.getsignal(sig) is not signal.SIG_IGN]
-    previous = {sig: signal.signal(sig, stop) for sig in handled}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def register(subparsers: Any) -> None:
@@ -211,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     keep = args.keep_logs is not None
     try:
-        with _stoppable():
+        with stop_signals(STOP_SIGNALS):
             return _run(args, spec, watch, workdir, keep=keep)
     except Stopped as stopped:
         name = stopped.signal.name

@@ -38,7 +38,7 @@ from .._producer.audit import TRANSITIONS, AuditEvent, EventKind, PassResult, is
 from .._producer.debounce import DEFAULT_PASSES
 from .._producer.pidfile import PidFile
 from .._producer.publisher import DrainedPublisher, default_producer_id
-from .._producer.schedule import WAKE_SIGNAL, PassSchedule, Stopped, Wake, one_pass
+from .._producer.schedule import WAKE_SIGNAL, PassSchedule, Stopped, Wake, stop_signals
 from .._producer.slurm import NODE_STATES, SlurmClient
 from .._producer.state import PRODUCER_ID
 from .._settings.durations import DurationSetting
@@ -380,7 +380,7 @@ def publish_drained_command(args: argparse.Namespace) -> int:
         if args.pid_file is not None:
             return usage_error(NAME, "--pid-file needs --interval: one pass has no one to signal")
         try:
-            with one_pass():
+            with stop_signals():
                 _warn_state(publisher)
                 result = publisher.run_pass()
         except Stopped as stopped:

@@ -12,7 +12,7 @@ The contract (:class:`PassSchedule`):
   step that must not be cut in two (starting a Slurm command) holds the stop until it
   has ended (:func:`stops_held`).
 
-A single pass (``--once``) is stopped the same way inside :func:`one_pass`.
+A single pass (``--once``) is stopped the same way inside :func:`stop_signals`.
 
 The handlers are Python signal handlers, so they run in the main thread between two
 bytecodes; the schedule must be used from the main thread. A handler only sets a flag
@@ -31,15 +31,24 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import FrameType, TracebackType
 from typing import Any, final
 
-__all__ = ["WAKE_SIGNAL", "PassSchedule", "Stopped", "Wake", "one_pass", "stops_held"]
+__all__ = [
+    "STOP_SIGNALS",
+    "WAKE_SIGNAL",
+    "PassSchedule",
+    "Stopped",
+    "Wake",
+    "stop_signals",
+    "stops_held",
+]
 
 #: The signal that asks for a pass now (as NVRx's own producer after 0.7.0).
 WAKE_SIGNAL = signal.SIGUSR1
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: The signals that stop the producer.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: One entry per :func:`stops_held` block, innermost last: the stop signal that arrived
 #: inside it, or 0. Module-wide, as the signal handlers are process-wide.
@@ -90,12 +99,17 @@ def stops_held() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def one_pass() -> Iterator[None]:
-    """Own SIGINT and SIGTERM for one pass (``--once``): the first of them interrupts the
-    block with :class:`Stopped` (as the block of :func:`stops_held` inside it ends, if it
-    arrives there); a later one is ignored, so that what the first interrupted is cleaned
-    up (a Slurm command's process group killed). The previous handlers are restored on
-    exit. For the main thread, as :class:`PassSchedule`; there is no sleep to end."""
+def stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> Iterator[None]:
+    """Own ``signals`` while the block runs, where no sleep is to be ended: one pass
+    (``--once``), or the demo's job.
+
+    The first of them to arrive interrupts the block with :class:`Stopped` (as the block
+    of :func:`stops_held` inside it ends, if it arrives there); a later one is ignored,
+    so that what the first interrupted is cleaned up (a Slurm command's process group
+    killed, a job's processes stopped). A signal ignored when the block is entered stays
+    ignored (``nohup``'s SIGHUP). The previous handlers are restored on exit. For the
+    main thread, as :class:`PassSchedule`.
+    """
     stopped = False
 
     def stop(signum: int, _frame: FrameType | None) -> None:
@@ -108,7 +122,8 @@ def one_pass() -> Iterator[None]:
         else:
             raise Stopped(signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in _STOP_SIGNALS}
+    handled = [sig for sig in signals if signal.getsignal(sig) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, stop) for sig in handled}
     try:
         yield
     finally:
@@ -121,7 +136,7 @@ class PassSchedule:
     """A context manager that owns SIGINT, SIGTERM and SIGUSR1 while it is entered.
 
     Usage: ``with PassSchedule(30.0) as schedule: prepare(); for wake in
-    schedule.passes(): one_pass()``. Entering installs the handlers and the wake-up pipe
+    schedule.passes(): run_a_pass()``. Entering installs the handlers and the wake-up pipe
     (and restores the previous ones on exit); ``prepare()`` and each pass are
     interruptible by :class:`Stopped`; the iteration ends, without an exception, when
     SIGINT or SIGTERM arrives while it sleeps.
@@ -145,7 +160,7 @@ class PassSchedule:
         self._pipe = (reader, writer)
         self._previous_wakeup = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
         self._previous[WAKE_SIGNAL] = signal.signal(WAKE_SIGNAL, self._on_wake)
-        for sig in _STOP_SIGNALS:
+        for sig in STOP_SIGNALS:
             self._previous[sig] = signal.signal(sig, self._on_stop)
         return self
 
@@ -189,7 +204,7 @@ class PassSchedule:
             for signum in self._drain():
                 if signum == WAKE_SIGNAL:
                     self._asked = True
-                elif signum in _STOP_SIGNALS:
+                elif signum in STOP_SIGNALS:
                     self._stopped = True
         return self._asked and not self._stopped
 

@@ -1,4 +1,5 @@
-"""When ``publish-drained --interval`` runs its passes, and what its signals do to them.
+"""When ``publish-drained --interval`` runs its passes, and what its signals do to them;
+how a block without a sleep (``--once``, the demo) is stopped (``stop_signals``).
 
 The schedule runs in a child program with its real signal handlers. Most signals reach a
 process's main thread while it waits, as the command's own tests
@@ -81,3 +82,49 @@ def test_a_flood_of_wake_signals_never_stops_the_schedule():
     finally:
         child.kill()
         child.communicate()
+
+
+#: stop_signals' contract, one line per case: the first signal interrupts, a later one
+#: is ignored, a signal ignored on entry stays ignored, a stop inside stops_held waits
+#: for the held block's end, and the previous handlers come back.
+ONE_BLOCK = """
+import signal
+from nvrx_seghealth._producer.schedule import Stopped, stop_signals, stops_held
+
+def previous(signum, frame):
+    print("previous handler", signal.Signals(signum).name, flush=True)
+
+signal.signal(signal.SIGTERM, previous)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+try:
+    with stop_signals((signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+        signal.raise_signal(signal.SIGHUP)
+        print("SIGHUP ignored", flush=True)
+        try:
+            with stops_held():
+                signal.raise_signal(signal.SIGTERM)
+                print("held", flush=True)
+        except Stopped as stopped:
+            print("stopped by", stopped.signal.name, "after the held block", flush=True)
+        signal.raise_signal(signal.SIGINT)
+        print("a later signal ignored", flush=True)
+except Stopped:
+    print("not expected: a second Stopped", flush=True)
+signal.raise_signal(signal.SIGTERM)
+print("SIGHUP still", signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and "ignored", flush=True)
+"""
+
+
+def test_stop_signals_stops_once_keeps_ignored_signals_and_restores_the_handlers():
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_BLOCK], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "SIGHUP ignored",
+        "held",
+        "stopped by SIGTERM after the held block",
+        "a later signal ignored",
+        "previous handler SIGTERM",
+        "SIGHUP still ignored",
+    ]
