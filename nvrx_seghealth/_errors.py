@@ -27,8 +27,8 @@ Outside the tree, on purpose:
   ``python -I -S``, so it imports nothing from the package and cannot derive from the base.
   All three are ``OSError`` s.
 * ``CallsClosed`` (``_decision/helperprocess.py``) and ``Stopped`` (``_producer/schedule.py``)
-  are ``BaseException`` s, as ``SystemExit`` is: the interpreter exits, or the producer was
-  told to stop; the fail-open catch-alls let them pass. The producer engine's private
+  are ``BaseException`` s, as ``SystemExit`` is: the interpreter exits, or the producer (or
+  the demo) was told to stop; the fail-open catch-alls let them pass. The producer engine's private
   ``_Hung`` (``_producer/publisher.py``) never leaves it.
 * Python's own exceptions, for a call that the calling code gets wrong (a ``TypeError``
   for an id that is neither ``str`` nor ``int``, a ``ValueError`` for an empty decision
