@@ -7,12 +7,32 @@ installs next to this interpreter.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 COMMAND = [os.path.join(os.path.dirname(sys.executable), "nvrx-seghealth")]
+
+# Run as ``python -c`` this, then ``IGNORED COMMAND...``: see :func:`in_the_foreground`.
+_DISPOSITIONS = """
+import os, signal, sys
+ignored = set(sys.argv[1].split(","))
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN if sig.name in ignored else signal.SIG_DFL)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def in_the_foreground(argv: list[str], ignored: Collection[signal.Signals] = ()) -> list[str]:
+    """``argv`` run with SIGINT, SIGTERM and SIGHUP as a terminal's foreground job has
+    them (their default actions), but those in ``ignored`` ignored, as ``nohup`` does to
+    SIGHUP. For a test that signals the command: the suite may run as a background job,
+    whose children start with SIGINT ignored, and a command keeps a signal ignored that
+    was ignored when it started."""
+    names = ",".join(sig.name for sig in ignored)
+    return [sys.executable, "-c", _DISPOSITIONS, names, *argv]
 
 
 def nvrx_seghealth(

@@ -7,12 +7,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness.commands import COMMAND, nvrx_seghealth
+from harness.commands import COMMAND, in_the_foreground, nvrx_seghealth
 
 
 def test_the_demo_twice_into_one_folder_refuses_the_second_run(tmp_path):
@@ -122,19 +121,6 @@ def _processes_naming(text: str) -> dict[int, str]:
     return found
 
 
-#: ``python -c`` this, then ``IGNORED COMMAND...``: runs the command with the stop signals
-#: as a terminal's foreground job has them (the suite may run as a background job, where
-#: SIGINT is ignored), those named in IGNORED (comma-separated) ignored, as ``nohup``
-#: does to SIGHUP.
-WITH_DISPOSITIONS = """
-import os, signal, sys
-ignored = set(sys.argv[1].split(","))
-for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-    signal.signal(sig, signal.SIG_IGN if sig.name in ignored else signal.SIG_DFL)
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
 @pytest.mark.parametrize(
     ("sent", "ignored", "keep"),
     [
@@ -154,9 +140,8 @@ def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sent, ignored, k
     kept = tmp_path / "kept"
     args = ["--keep-logs", str(kept)] if keep else []
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
-    dispositions = [sys.executable, "-c", WITH_DISPOSITIONS, ",".join(s.name for s in ignored)]
     demo = subprocess.Popen(
-        [*dispositions, *COMMAND, "demo", *args],
+        in_the_foreground([*COMMAND, "demo", *args], ignored),
         env={**env, "TMPDIR": str(tmp_path)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from harness.commands import COMMAND, nvrx_seghealth
+from harness.commands import COMMAND, in_the_foreground, nvrx_seghealth
 from harness.common import AT_ONCE_BOUND, wait_until
 from harness.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, TASKS, FakeSlurm
 from nvrx_seghealth._producer.publisher import producer_tag
@@ -279,7 +279,7 @@ def test_a_stop_signal_ends_a_pass_in_a_hung_slurm_command_and_the_command(slurm
         "squeue", f"echo $$ > {pid_file}.new\nmv {pid_file}.new {pid_file}\nexec sleep 120\n"
     )
     process = subprocess.Popen(
-        [*COMMAND, *slurm.args(*mode, "--slurm-timeout", "60")],
+        in_the_foreground([*COMMAND, *slurm.args(*mode, "--slurm-timeout", "60")]),
         env={**os.environ, **slurm.env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
