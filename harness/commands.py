@@ -35,6 +35,12 @@ def in_the_foreground(argv: list[str], ignored: Collection[signal.Signals] = ())
     return [sys.executable, "-c", _DISPOSITIONS, names, *argv]
 
 
+def clean_environment() -> dict[str, str]:
+    """This process's environment without ``SLURM_*`` and ``NVRX_*`` variables: a
+    command started with it sees no allocation and no setting of the suite's own."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
+
+
 def nvrx_seghealth(
     *args: str, env: Mapping[str, str] | None = None, timeout: float = 60, **kwargs: Any
 ) -> subprocess.CompletedProcess[str]:
@@ -44,12 +50,11 @@ def nvrx_seghealth(
     variables, then ``env`` on top. Output is captured as text unless ``stdout`` or
     ``stderr`` is given; other keyword arguments go to ``subprocess.run``.
     """
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     return subprocess.run(
         [*COMMAND, *args],
-        env={**clean, **(env or {})},
+        env={**clean_environment(), **(env or {})},
         stdin=subprocess.DEVNULL,
         text=True,
         timeout=timeout,

@@ -25,7 +25,6 @@ __all__ = [
     "Link",
     "anchors",
     "ci_commands",
-    "clean_environment",
     "commands",
     "doc_examples",
     "examples_under",
@@ -139,11 +138,6 @@ def ci_commands() -> set[str]:
     keep a command's status for later (``./dev test-all || status=$?`` is ``./dev test-all``)."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
     return {line.split(" || ")[0] for line in lines}
-
-
-def clean_environment() -> dict[str, str]:
-    """This process's environment without ``SLURM_*`` and ``NVRX_*`` variables."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
 
 
 @dataclass(frozen=True)

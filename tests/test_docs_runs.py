@@ -23,11 +23,11 @@ import time
 import zipfile
 from pathlib import Path
 
+from harness.commands import clean_environment
 from harness.common import free_port
 from harness.docs import (
     ROOT,
     ci_commands,
-    clean_environment,
     commands,
     examples_under,
     without_srun,

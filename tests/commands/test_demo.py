@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands import COMMAND, in_the_foreground, nvrx_seghealth
+from harness.commands import COMMAND, clean_environment, in_the_foreground, nvrx_seghealth
 
 
 def test_the_demo_twice_into_one_folder_refuses_the_second_run(tmp_path):
@@ -139,10 +139,9 @@ def test_a_stop_signal_stops_every_process_of_the_job(tmp_path, sent, ignored, k
     stays ignored: the SIGTERM sent right after it is the one that stops the demo."""
     kept = tmp_path / "kept"
     args = ["--keep-logs", str(kept)] if keep else []
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
     demo = subprocess.Popen(
         in_the_foreground([*COMMAND, "demo", *args], ignored),
-        env={**env, "TMPDIR": str(tmp_path)},
+        env={**clean_environment(), "TMPDIR": str(tmp_path)},
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

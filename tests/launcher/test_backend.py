@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
+from harness.commands import clean_environment
 from harness.common import AT_ONCE_BOUND, free_port, slurm_env, wait_until
 from harness.rendezvous import coordinator_of, excluded
 from harness.telemetry import exclusion_tokens
@@ -263,7 +264,6 @@ def _given(monkeypatch, value: str | None) -> None:
 def torchrun(tmp_path, env, conf: str, *, nproc: int = 1):
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "NVRX_"))}
     command = [
         sys.executable,
         "-m",
@@ -280,7 +280,7 @@ def torchrun(tmp_path, env, conf: str, *, nproc: int = 1):
         capture_output=True,
         text=True,
         timeout=180,
-        env={**clean, **env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+        env={**clean_environment(), **env, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
         check=False,
     )
 
