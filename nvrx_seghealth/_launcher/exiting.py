@@ -23,7 +23,9 @@ finalizes):
    :data:`EXIT_WAIT` seconds; left alone, it could return at any moment, also while the
    interpreter finalizes. So the connections of the stores registered with
    :func:`shut_at_exit` are shut down (one WARNING): every call on them ends now, with
-   an error, and step 2 is repeated, which then ends at once.
+   an error, and step 2 is repeated, which then ends at once. Only TCP sockets are
+   looked at (a netlink socket has no address); a failure here is one WARNING, and the
+   second wait still runs.
 
 Only a call on a store that was not registered can still be pending after that; the
 exit does not wait for it longer (a second :data:`EXIT_WAIT`, and one WARNING).
@@ -59,6 +61,8 @@ _threads: dict[threading.Thread, threading.Event] = {}
 _quiets: list[weakref.WeakMethod[Callable[[float], bool]]] = []
 # The stores' endpoints: (port, the addresses of its host).
 _endpoints: set[tuple[int, frozenset[str]]] = set()
+# The address families of a TCPStore's connections.
+_STORE_FAMILIES = (socket.AF_INET, socket.AF_INET6)
 
 
 def join_at_exit(thread: threading.Thread, stopped: threading.Event) -> None:
@@ -104,7 +108,7 @@ def _plain(address: str) -> str:
 
 
 def _shut_connections() -> int:
-    """Shut down every socket of this process connected to a registered store; how many."""
+    """Shut down every TCP connection of this process to a registered store; how many."""
     shut = 0
     for name in os.listdir("/proc/self/fd"):
         try:
@@ -119,10 +123,10 @@ def _shut_connections() -> int:
             os.close(duplicate)
             continue
         with connection, contextlib.suppress(OSError):
-            peer = connection.getpeername()
-            if not isinstance(peer, tuple):
-                continue
-            address, port = _plain(peer[0]), peer[1]
+            if connection.family not in _STORE_FAMILIES or connection.type != socket.SOCK_STREAM:
+                continue  # a store's connection is TCP; a netlink socket's peer is (0, 0)
+            address, port = connection.getpeername()[:2]
+            address = _plain(address)
             if any(port == p and (not a or address in a) for p, a in _endpoints):
                 connection.shutdown(socket.SHUT_RDWR)  # the shared socket, not only this dup
                 shut += 1
@@ -155,7 +159,13 @@ def _at_exit() -> None:
     close_calls()
     if _settle(time.monotonic() + EXIT_WAIT):
         return
-    shut = _shut_connections()
+    try:
+        shut = _shut_connections()
+    except Exception as error:  # noqa: BLE001  (the second wait must still run)
+        log.warning(
+            "Could not shut the store connections at exit (%s: %s)", type(error).__name__, error
+        )
+        shut = 0
     log.warning(
         "A store call has not returned %g s after the launcher began to exit; %d connection(s) "
         "to the rendezvous store shut down so that it ends before the interpreter finalizes",

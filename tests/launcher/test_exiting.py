@@ -220,6 +220,23 @@ def test_a_store_call_that_does_not_answer_ends_before_the_interpreter_finalizes
     _run(_STOPPED_STORE + _PENDING_LOOK)
 
 
+# A netlink socket (whose peer is ``(0, 0)``, no address) opened before the store's
+# connection, so the exit meets it first among the process's sockets.
+_NETLINK_FIRST = """
+import socket
+netlink = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+netlink.bind((0, 0))
+"""
+
+
+def test_a_netlink_socket_does_not_keep_the_exit_from_shutting_the_stores_connection() -> None:
+    """A launcher that holds a NETLINK_ROUTE socket at exit: only TCP connections are
+    looked at, so the store's is still shut down and the pending call ends before the
+    interpreter finalizes (reading the netlink peer as an address raised in the hook,
+    which skipped the shutdown, and the process aborted)."""
+    _run(_NETLINK_FIRST + _STOPPED_STORE + _PENDING_LOOK)
+
+
 def test_the_exit_keeps_torchs_keep_alive_of_a_wrapped_handler_out_of_store_calls() -> None:
     """torch's rendezvous keep-alive thread of the inner handler is in a store call that
     does not answer when the main thread leaves (torch stops that thread only in
