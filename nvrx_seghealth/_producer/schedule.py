@@ -11,6 +11,8 @@ The contract (:class:`PassSchedule`):
   work before the first) is interrupted by :class:`Stopped`, which the caller reports. A
   step that must not be cut in two (starting a Slurm command) holds the stop until it
   has ended (:func:`stops_held`).
+* A stop signal ignored when the producer started stays ignored: ``nohup`` ignores SIGHUP,
+  and a shell starts a background job with SIGINT ignored.
 
 A single pass (``--once``) is stopped the same way inside :func:`stop_signals`.
 
@@ -31,7 +33,7 @@ import os
 import select
 import signal
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType, TracebackType
 from typing import Any, final
 
@@ -122,18 +124,39 @@ def stop_signals(signals: Sequence[signal.Signals] = STOP_SIGNALS) -> Iterator[N
         else:
             raise Stopped(signum)
 
-    handled = [sig for sig in signals if signal.getsignal(sig) is not signal.SIG_IGN]
-    previous = {sig: signal.signal(sig, stop) for sig in handled}
+    previous = _own(signals, stop)
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _restore(previous)
+
+
+def _own(
+    signals: Iterable[signal.Signals], handler: Callable[[int, FrameType | None], None]
+) -> dict[signal.Signals, Any]:
+    """Install ``handler`` for each of ``signals`` that is not ignored now; the handlers it
+    replaced (a handler, ``SIG_DFL`` or ``None``), for :func:`_restore`.
+
+    A signal ignored when the process started was ignored on purpose, by ``nohup`` or by
+    the shell that started a background job: it stays ignored.
+    """
+    return {
+        sig: signal.signal(sig, handler)
+        for sig in signals
+        if signal.getsignal(sig) is not signal.SIG_IGN
+    }
+
+
+def _restore(previous: dict[signal.Signals, Any]) -> None:
+    """Put back the handlers that :func:`_own` replaced."""
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 @final
 class PassSchedule:
-    """A context manager that owns SIGINT, SIGTERM and SIGUSR1 while it is entered.
+    """A context manager that owns SIGINT, SIGTERM and SIGUSR1 while it is entered (a stop
+    signal ignored at start stays ignored, as in :func:`stop_signals`).
 
     Usage: ``with PassSchedule(30.0) as schedule: prepare(); for wake in
     schedule.passes(): run_a_pass()``. Entering installs the handlers and the wake-up pipe
@@ -160,8 +183,7 @@ class PassSchedule:
         self._pipe = (reader, writer)
         self._previous_wakeup = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
         self._previous[WAKE_SIGNAL] = signal.signal(WAKE_SIGNAL, self._on_wake)
-        for sig in STOP_SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._on_stop)
+        self._previous.update(_own(STOP_SIGNALS, self._on_stop))
         return self
 
     def __exit__(
@@ -171,8 +193,7 @@ class PassSchedule:
         _traceback: TracebackType | None,
     ) -> None:
         self._busy = False
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+        _restore(self._previous)
         self._previous.clear()
         signal.set_wakeup_fd(self._previous_wakeup)
         if self._pipe is not None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 
+from harness.commands import in_the_foreground
 from harness.common import wait_until
 from harness.stopsignals import SignalledChild
 
@@ -128,3 +129,44 @@ def test_stop_signals_stops_once_keeps_ignored_signals_and_restores_the_handlers
         "previous handler SIGTERM",
         "SIGHUP still ignored",
     ]
+
+
+#: Started with SIGINT ignored: a SIGINT inside --once's block, then the schedule.
+IGNORED_AT_START = """
+import signal
+from nvrx_seghealth._producer.schedule import PassSchedule, Stopped, stop_signals
+with stop_signals():
+    signal.raise_signal(signal.SIGINT)
+    print("one pass ran on", flush=True)
+try:
+    with PassSchedule(600) as schedule:
+        for wake in schedule.passes():
+            print(wake.value, flush=True)
+except Stopped:  # during a pass
+    pass
+print("ended", flush=True)
+"""
+
+
+def test_a_stop_signal_ignored_at_start_stays_ignored_by_one_pass_and_by_the_schedule():
+    """As ``nohup`` or a background job starts the producer: SIGINT ignored. Neither a
+    single pass nor the schedule's sleep ends on it; SIGUSR1 still runs a pass, and
+    SIGTERM, not ignored, still ends the schedule."""
+    child = subprocess.Popen(
+        in_the_foreground([sys.executable, "-c", IGNORED_AT_START], ignored={signal.SIGINT}),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None  # a pipe
+    try:
+        assert child.stdout.readline() == "one pass ran on\n"
+        assert child.stdout.readline() == "start\n"
+        child.send_signal(signal.SIGINT)
+        child.send_signal(signal.SIGUSR1)
+        assert child.stdout.readline() == "signal\n"
+        child.send_signal(signal.SIGTERM)
+        assert child.stdout.readline() == "ended\n"
+        assert child.wait(60) == 0
+    finally:
+        child.kill()
+        child.communicate()
