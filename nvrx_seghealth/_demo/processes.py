@@ -5,6 +5,10 @@ everything it spawns (a ``torchrun`` agent and its workers). Signalling the grou
 what ``slurmstepd`` does to a task: the whole tree goes, and no orphaned worker
 survives the agent. Only groups this module started are ever signalled.
 
+The demo runs inside :func:`~.._producer.schedule.stop_signals`. A stop signal that lands
+while :func:`spawn` starts a process is held until the start has ended; that process is
+then killed before :class:`~.._producer.schedule.Stopped` goes on, so none runs unknown.
+
 Standard library only.
 """
 
@@ -18,6 +22,8 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .._producer.schedule import stops_held
+
 __all__ = ["kill_if_running", "signal_group", "spawn", "stop_all"]
 
 log = logging.getLogger(__name__)
@@ -29,17 +35,27 @@ def spawn(
     """Start ``command`` as a session leader; stdout and stderr go to ``log_path``.
 
     ``stdin`` defaults to ``/dev/null``; pass ``subprocess.PIPE`` to keep a pipe
-    whose end-of-file tells the child that the harness is gone.
+    whose end-of-file tells the child that the harness is gone. A stop signal that
+    arrives while the process starts kills it (its group, the leader reaped) before
+    :class:`~.._producer.schedule.Stopped` reaches the caller.
     """
-    with open(log_path, "ab") as out:
-        return subprocess.Popen(
-            list(command),
-            env=dict(env),
-            stdin=subprocess.DEVNULL if stdin is None else stdin,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        # A stop as it starts would leave it running, its pid unknown.
+        with open(log_path, "ab") as out, stops_held():
+            process = subprocess.Popen(
+                list(command),
+                env=dict(env),
+                stdin=subprocess.DEVNULL if stdin is None else stdin,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+    except BaseException:
+        if process is not None:
+            _kill(process)
+        raise
+    return process
 
 
 def signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> bool:
@@ -66,9 +82,14 @@ def stop_all(processes: Sequence[subprocess.Popen[bytes]], grace: float) -> None
         except subprocess.TimeoutExpired:
             log.warning("pid %d ignored SIGTERM for %.0f s; sending SIGKILL", process.pid, grace)
     for process in processes:
-        signal_group(process, signal.SIGKILL)
-        # SIGKILL cannot be ignored; the bound only guards against a leader stuck in D state.
-        process.wait(timeout=30)
+        _kill(process)
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the group led by ``process`` and reap the leader."""
+    signal_group(process, signal.SIGKILL)
+    # SIGKILL cannot be ignored; the bound only guards against a leader stuck in D state.
+    process.wait(timeout=30)
 
 
 def kill_if_running(pid: int, marker: str) -> bool:
