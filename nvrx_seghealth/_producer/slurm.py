@@ -21,11 +21,17 @@ with its process group too, also when the signal arrives as the command starts
 :data:`SIGNAL_SLICE` seconds: a signal that arrives just before a wait blocks does not end
 that wait (CPython runs a Python signal handler between two bytecodes), so it is acted on
 when the slice ends.
+
+A killed command is waited for :data:`KILL_WAIT` seconds at most. One that SIGKILL does
+not end (uninterruptible sleep, e.g. reading ``slurm.conf`` on a hung NFS mount), or whose
+output a process it started in another session still holds, is left behind with one
+WARNING: no wait could end, and the pass goes on to fail as Slurm unreachable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -40,6 +46,7 @@ from .hostlist import HostlistError, expand
 from .schedule import stops_held
 
 __all__ = [
+    "KILL_WAIT",
     "NODE_STATES",
     "SIGNAL_SLICE",
     "NodeState",
@@ -51,9 +58,13 @@ __all__ = [
     "run_slurm_command",
 ]
 
+log = logging.getLogger(__name__)
+
 #: The longest a stop signal may wait to be acted on while a Slurm command runs (see the
 #: module doc).
 SIGNAL_SLICE = 0.25
+#: Seconds a killed Slurm command may take to end and close its output (see the module doc).
+KILL_WAIT = 5.0
 
 #: ``--states`` names and the compact ``sinfo %t`` states each one covers.
 #: ``no_respond`` is the ``*`` suffix that any state can carry.
@@ -123,9 +134,7 @@ def run_slurm_command(argv: Sequence[str], timeout: float) -> str:
         out, err = _output(process, argv, timeout)
     except BaseException:  # the timeout, or a signal handler's exception: leave nothing running
         if process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
+            _kill(process, argv)
         raise
     if process.returncode != 0:
         detail = " ".join(err.split()) or "no error message"
@@ -146,6 +155,28 @@ def _start(argv: Sequence[str]) -> subprocess.Popen[str]:
         )
     except OSError as error:
         raise SlurmError(f"{argv[0]}: cannot run: {error}") from None
+
+
+def _kill(process: subprocess.Popen[str], argv: Sequence[str]) -> None:
+    """Kill the command's process group and reap it, waiting :data:`KILL_WAIT` seconds at
+    most; what outlives that is left behind with a WARNING (see the module doc)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    try:
+        process.communicate(timeout=KILL_WAIT)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+    if process.poll() is None:
+        why = "it did not end after SIGKILL (uninterruptible sleep: a hung filesystem?)"
+    else:
+        why = "a process it started outside its process group still holds its output"
+    log.warning(
+        "%s (pid %d): %s; left behind after %g s", " ".join(argv), process.pid, why, KILL_WAIT
+    )
 
 
 def _output(process: subprocess.Popen[str], argv: Sequence[str], timeout: float) -> tuple[str, str]:

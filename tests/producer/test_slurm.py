@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.common import wait_until
-from harness.fakeslurm import NODES, TASKS
+from harness.fakeslurm import NODES, TASKS, FakeSlurm
 from harness.stopsignals import SignalledChild
 from nvrx_seghealth._decision.unit import SlurmId, validate_id
 from nvrx_seghealth._producer.slurm import (
@@ -195,3 +195,22 @@ def test_sigterm_as_a_command_starts_kills_the_command(tmp_path):
         )
         assert (done.returncode, done.stdout) == (0, "stopped SIGTERM\n"), done.stderr
         assert gone(int(pid_file.read_text()))
+
+
+def test_a_command_whose_output_outlives_its_kill_fails_the_pass_within_a_bound(tmp_path):
+    """``squeue`` answers, but a process it started in another session holds its output
+    open for 600 s, so its output never ends, not even once its group is killed (as a
+    command in uninterruptible sleep would not end). The pass fails as Slurm unreachable
+    after ``--slurm-timeout`` plus ``KILL_WAIT``, and leaves that process behind with a
+    WARNING."""
+    slurm = FakeSlurm(tmp_path)
+    pid_file = tmp_path / "holder.pid"
+    slurm.script(
+        "squeue",
+        f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 600' &\ncat <<'EOF'\n{TASKS}EOF\n",
+    )
+    with ended_afterwards(pid_file):
+        done = slurm.run("--once", "--slurm-timeout", "1", timeout=60)
+        assert done.returncode == 1, done.stderr
+        assert [event["event"] for event in slurm.audit_events()] == ["pass-failed"]
+        assert "left behind" in done.stderr
