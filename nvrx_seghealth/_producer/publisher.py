@@ -375,7 +375,7 @@ class DrainedPublisher:
                 failing_since=self.streak.failing_since,
             )
         )
-        if self.streak.stale_due(now, self.clear_after_failing):
+        if self.streak.stale_due(self.clear_after_failing):
             self._clear_own(result)
 
     def _clear_own(self, result: PassResult) -> None:

@@ -15,12 +15,14 @@ trusted as it is:
 * :func:`read_state_file` reads one within a time bound and, given ``owner``, trusts it
   only when that account owns it;
 * :class:`FailureStreak` is the part that says how the passes go (``ok`` / ``failed``
-  transitions), as the producer keeps it between passes.
+  transitions), as the producer keeps it between passes. How long passes have failed is
+  counted on the host's boot clock (:class:`~.bootclock.BootClock`): a wall-clock step
+  never makes ``--clear-after-failing`` clear early.
 
 Every refusal is one :class:`StateFileError` naming the file and the field. Standard
 library only.
 
-One module of about 410 lines, over the package's 400: the field checks, the schema and
+One module of about 460 lines, over the package's 400: the field checks, the schema and
 the loader together are what a planted file meets, and are read whole here.
 """
 
@@ -36,6 +38,7 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._errors import SegmentHealthError
+from .bootclock import BootClock
 from .debounce import NodeRecord
 from .slurm import NODE_STATES
 
@@ -120,6 +123,13 @@ def _seconds(value: object) -> str | None:
     number = _number(value)
     if number is None or number <= 0:
         return f"must be a positive finite number of seconds, got {_kind(value)}"
+    return None
+
+
+def _elapsed(value: object) -> str | None:
+    number = _number(value)
+    if number is None or number < 0:
+        return f"must be a finite number of seconds, 0 or more, got {_kind(value)}"
     return None
 
 
@@ -209,6 +219,9 @@ _CHECKS: dict[str, Callable[[object], str | None]] = {
     "stale_cleared": _flag,
     "unreadable": _paths,
     "nodes": _nodes,
+    "failing_for": _elapsed,
+    "boot_id": _optional(_text),
+    "uptime": _optional(_elapsed),
 }
 
 
@@ -232,6 +245,11 @@ class ProducerState:
         stale_cleared: its own decisions were cleared after ``clear_after_failing``.
         unreadable: decision paths it could not read and has warned about.
         nodes: node name -> its counts (:class:`~.debounce.NodeRecord`).
+        failing_for: seconds the current run of failed passes has lasted, on the boot
+            clock (:class:`FailureStreak`), as of its last failed pass.
+        boot_id: the boot of that last failed pass's clock reading, ``None``: no failed
+            pass in a row.
+        uptime: that reading, seconds since the boot, ``None`` likewise.
 
     Raises:
         StateFileError: a field is invalid (``path`` is ``None``).
@@ -250,6 +268,9 @@ class ProducerState:
     stale_cleared: bool
     unreadable: tuple[str, ...]
     nodes: Mapping[str, NodeRecord]
+    failing_for: float = 0.0
+    boot_id: str | None = None
+    uptime: float | None = None
 
     def __post_init__(self) -> None:
         for name, check in _CHECKS.items():
@@ -268,6 +289,16 @@ class FailureStreak:
     """How the passes go, changed only by its transitions: the fields of the same names
     of :class:`ProducerState`.
 
+    How long passes have failed (``failing_for``) is counted on the boot clock. Each
+    failed pass adds the boot-clock time since the previous one. The wall clock can step
+    by hours (NTP at boot, ``date -s``). Counted in wall time, a forward step larger than
+    ``--clear-after-failing`` would clear decisions early: fail open. The boot clock does
+    not step. The state file records the boot of its last reading, so a restart on the
+    same boot is measured too (``--once`` from cron, a restarted service). Time across a
+    reboot, or on another host, adds nothing: only the wall clock spans it, and boots step
+    it. So the producer clears only after ``S`` seconds of failures it measured, never
+    sooner. ``failing_since`` stays the wall-clock time the run began, for people.
+
     Attributes:
         last_ok: when the last successful pass ran, ``None``: never.
         failing_since: when the current run of failed passes began, ``None``: the last
@@ -276,6 +307,9 @@ class FailureStreak:
         last_error: why the last pass failed, ``None`` when it did not.
         stale_cleared: the producer's own decisions were cleared during this run of
             failed passes (:meth:`stale_due`).
+        failing_for: seconds the run has lasted, on the boot clock, at its last pass.
+        boot_id: the boot of the boot-clock reading at that pass.
+        uptime: that reading, seconds since the boot.
     """
 
     last_ok: float | None = None
@@ -283,6 +317,9 @@ class FailureStreak:
     failed_passes: int = 0
     last_error: str | None = None
     stale_cleared: bool = False
+    failing_for: float = 0.0
+    boot_id: str | None = None
+    uptime: float | None = None
 
     @classmethod
     def of(cls, state: ProducerState) -> FailureStreak:
@@ -293,21 +330,33 @@ class FailureStreak:
         """After a pass at ``now`` whose Slurm queries succeeded."""
         return FailureStreak(last_ok=now)
 
-    def failed(self, now: float, error: str) -> FailureStreak:
-        """After a pass at ``now`` that failed with ``error``."""
-        since = now if self.failing_since is None else self.failing_since
+    def failed(self, now: float, error: str, clock: BootClock | None = None) -> FailureStreak:
+        """After a pass at ``now`` (wall clock) that failed with ``error``; ``clock`` is
+        the boot clock then (read now when not given)."""
+        clock = clock or BootClock.now()
+        if self.failing_since is None:
+            since, lasted = now, 0.0
+        else:
+            since = self.failing_since
+            lasted = self.failing_for + clock.since(self.boot_id, self.uptime)
         return replace(
-            self, failing_since=since, failed_passes=self.failed_passes + 1, last_error=error
+            self,
+            failing_since=since,
+            failed_passes=self.failed_passes + 1,
+            last_error=error,
+            failing_for=lasted,
+            boot_id=clock.boot_id,
+            uptime=clock.uptime,
         )
 
-    def stale_due(self, now: float, window: float | None) -> bool:
+    def stale_due(self, window: float | None) -> bool:
         """Passes have failed for ``window`` seconds (``None``: never due) and the
         producer's own decisions are not cleared yet."""
         return (
             window is not None
             and not self.stale_cleared
             and self.failing_since is not None
-            and now - self.failing_since >= window
+            and self.failing_for >= window
         )
 
     def cleared(self) -> FailureStreak:

@@ -17,6 +17,7 @@ import pytest
 
 from harness.commands import nvrx_seghealth
 from harness.fakeslurm import ALL_FINE, FakeSlurm, dump, planted
+from nvrx_seghealth._producer.bootclock import BootClock
 from nvrx_seghealth._producer.debounce import NodeRecord
 from nvrx_seghealth._producer.state import (
     FailureStreak,
@@ -207,14 +208,28 @@ def test_the_producers_own_valid_state_is_used(slurm):
 
 
 def test_a_streak_counts_failed_passes_from_the_first_and_a_good_pass_ends_it():
-    streak = FailureStreak().failed(100.0, "sinfo: exit 1").failed(160.0, "squeue hung")
+    """The run lasts what the boot clock says between its passes (60 s here), not what
+    the wall clock says (10,060 s: it was stepped forward meanwhile)."""
+    streak = FailureStreak().failed(100.0, "sinfo: exit 1", BootClock("b", 500.0))
+    streak = streak.failed(10_160.0, "squeue hung", BootClock("b", 560.0))
     assert (streak.failing_since, streak.failed_passes, streak.last_error) == (
         100.0,
         2,
         "squeue hung",
     )
-    assert not streak.stale_due(160.0, None) and not streak.stale_due(160.0, 61.0)
-    assert streak.stale_due(160.0, 60.0)
+    assert streak.failing_for == 60.0
+    assert not streak.stale_due(None) and not streak.stale_due(61.0)
+    assert streak.stale_due(60.0)
     cleared = streak.cleared()
-    assert cleared.stale_cleared and not cleared.stale_due(1e9, 60.0)  # once per streak
+    assert cleared.stale_cleared and not cleared.stale_due(60.0)  # once per streak
     assert cleared.ok(200.0) == FailureStreak(last_ok=200.0)
+
+
+def test_time_across_a_reboot_adds_nothing_to_a_streak():
+    """A reading of another boot (or host) cannot be compared with this one: the time in
+    between, which only the wall clock spans, is not counted."""
+    streak = FailureStreak().failed(100.0, "x", BootClock("b1", 5000.0))
+    streak = streak.failed(9000.0, "x", BootClock("b2", 30.0))
+    assert (streak.failing_for, streak.failed_passes) == (0.0, 2)
+    assert streak.failed(9060.0, "x", BootClock("b2", 90.0)).failing_for == 60.0
+    assert BootClock("b2", 30.0).since("b2", 90.0) == 0.0  # never negative
