@@ -27,16 +27,24 @@
 #     its pid may be another process's by now),
 #   - the pid read from that same open file is a positive decimal number, and
 #   - that process runs `publish-drained`, as the account that owns PIDFILE, and still
-#     does when the signal goes (a pidfd pins it, where the kernel has pidfd_open).
+#     does when the signal goes (a pidfd pins it, where the kernel has pidfd_open), and
+#   - it is the process that holds the lock, where /proc/locks shows the holder.
 # Otherwise it signals nothing and says why on stderr. It needs python3 (3.6 or later;
 # NVRX_SEGHEALTH_PYTHON names another interpreter); the producer's host has one.
+#
+# Run it in the producer's pid namespace. A producer in a container (its own pid
+# namespace) writes the pid it has there, which names another process, or none, outside:
+# the script refuses that pid (exit 3) and says so. Run it inside the container (e.g.
+# `docker exec`, `nsenter --target HOLDER --pid --mount`), or start the producer in the
+# host's pid namespace (`docker run --pid=host`).
 #
 # Exit status:
 #   0  the signal was sent
 #   1  no producer runs: PIDFILE is missing, or no process holds its lock (a stale file)
 #   2  usage: no PIDFILE given
 #   3  refused: PIDFILE is not a regular file, cannot be read or locked, holds no pid, or
-#      names a process that is not a publish-drained of PIDFILE's owner; or the signal
+#      names a process that is not a publish-drained of PIDFILE's owner, or not the
+#      process that holds its lock (a producer in another pid namespace); or the signal
 #      was not permitted (run this as root or as the producer's account)
 #   127  no python3 on PATH
 set -eu
@@ -96,10 +104,43 @@ content = os.read(fd, 32)
 if not re.fullmatch(b"[1-9][0-9]{0,9}\n", content):
     stop(REFUSED, "is locked but holds no pid (%r)" % content[:32])
 pid = int(content)
+NAMESPACE = ("a producer in another pid namespace, a container, writes the pid it has "
+             "there: run this script in that namespace")
+
+
+def holders():
+    """The pids that /proc/locks shows holding the exclusive flock of the file opened
+    (none when it cannot tell: no /proc/locks, or a holder this pid namespace cannot see)."""
+    lock = "%02x:%02x:%d" % (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+    try:
+        with open("/proc/locks") as stream:
+            rows = [line.split() for line in stream]
+    except OSError:
+        return set()
+    return {int(row[4]) for row in rows
+            if row[1:4] == ["FLOCK", "ADVISORY", "WRITE"] and row[5] == lock}
+
+
+def another_holder():
+    """Why the lock does not vouch for the pid (another process holds it), or nothing."""
+    others = holders()
+    if not others or pid in others:
+        return ""
+    return "; process %s holds its lock (%s)" % (
+        " ".join(str(other) for other in sorted(others)), NAMESPACE)
+
+
+def ended():
+    if held():  # its producer runs: the pid is not one of this pid namespace
+        stop(REFUSED, "is locked, but names process %d, which does not exist here (%s)"
+             % (pid, NAMESPACE))
+    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+
+
 try:
     handle = os.pidfd_open(pid)
 except ProcessLookupError:
-    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+    ended()
 except (AttributeError, OSError):
     handle = None  # Python before 3.9 or Linux before 5.3: plain kill below
 if not held():  # ended since: its pid may be another process already
@@ -109,20 +150,25 @@ try:
         argv = stream.read().split(b"\0")
     owner = os.stat("/proc/%d" % pid).st_uid
 except FileNotFoundError:
-    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+    ended()
 except OSError as error:
     stop(REFUSED, "names process %d, which cannot be examined (%s)" % (pid, error.strerror))
 if b"publish-drained" not in argv:
-    stop(REFUSED, "names process %d, which is not nvrx-seghealth publish-drained" % pid)
+    stop(REFUSED, "names process %d, which is not nvrx-seghealth publish-drained%s"
+         % (pid, another_holder()))
 if owner != st.st_uid:
-    stop(REFUSED, "names process %d of uid %d, not of the file owner (uid %d)" % (pid, owner, st.st_uid))
+    stop(REFUSED, "names process %d of uid %d, not of the file owner (uid %d)%s"
+         % (pid, owner, st.st_uid, another_holder()))
+mismatch = another_holder()
+if mismatch:
+    stop(REFUSED, "names process %d%s" % (pid, mismatch))
 try:
     if handle is None:
         os.kill(pid, signal.SIGUSR1)
     else:
         signal.pidfd_send_signal(handle, signal.SIGUSR1)
 except ProcessLookupError:
-    stop(NO_PRODUCER, "names process %d, which has ended" % pid)
+    ended()
 except PermissionError:
     stop(REFUSED, "names process %d, which this account may not signal" % pid)
 ' "$0" "$1"

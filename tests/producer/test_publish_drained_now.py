@@ -12,6 +12,8 @@ against the fake Slurm of ``harness/fakeslurm.py``; victims are real
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -174,3 +176,68 @@ def test_a_missing_file_means_no_producer_and_no_argument_is_a_usage_error(tmp_p
     assert done.returncode == NO_PRODUCER and "does not exist" in done.stderr
     usage = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=60, check=False)
     assert usage.returncode == USAGE and "usage:" in usage.stderr
+
+
+# --- pid namespaces ------------------------------------------------------------------------
+
+
+def _namespaces_or_skip() -> None:
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("a pid namespace of its own needs root and util-linux unshare")
+
+
+def test_a_producer_in_a_container_whose_pid_names_another_producer_here_is_refused(tmp_path):
+    """A producer in its own pid namespace (a container) writes the pid it has there. Made
+    here to be the host pid of another producer of the same account: the file's lock is
+    held, and the pid names a live publish-drained of the file's owner, but not the
+    lock's holder. That other producer is not signalled."""
+    _namespaces_or_skip()
+    (tmp_path / "host").mkdir()
+    (tmp_path / "container").mkdir()
+    other = Producer(FakeSlurm(tmp_path / "host"))
+    try:
+        slurm = FakeSlurm(tmp_path / "container")
+        pid_file = slurm.root / "container.pid"
+        argv = [*COMMAND, *slurm.args("--interval", "600", "--pid-file", str(pid_file))]
+        # The namespace's next pid is the other producer's; `&` forks the producer.
+        inside = (
+            f"echo {other.process.pid - 1} > /proc/sys/kernel/ns_last_pid || exit 1; "
+            f"{shlex.join(argv)} & wait"
+        )
+        contained = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child", "sh", "-c", inside],
+            env={**os.environ, **slurm.env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert contained.stdout is not None
+            assert any("pass done" in line for line in contained.stdout)  # its first pass
+            assert pid_file.read_text() == f"{other.process.pid}\n"
+            done = send(pid_file)
+            assert done.returncode == REFUSED, done.stderr
+            assert "holds its lock" in done.stderr
+            assert other.slurm.calls("squeue") == 1
+        finally:
+            contained.kill()
+            contained.communicate()
+    finally:
+        other.stop()
+
+
+def test_a_trigger_in_another_pid_namespace_refuses_a_pid_it_cannot_see(producer):
+    """Run in a pid namespace of its own, the script cannot see the producer whose lock
+    is held: refused (exit 3), not taken for a producer that has ended (exit 1)."""
+    _namespaces_or_skip()
+    done = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", str(SCRIPT), str(producer.pid_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == REFUSED, done.stderr
+    assert producer.slurm.calls("squeue") == 1
