@@ -1,8 +1,8 @@
 """``examples/publish-drained-now.sh``: the program a permanent Slurm trigger runs as root
 or SlurmUser. It wakes a live producer, and signals nothing else: not the process that
 took a killed producer's pid, not its own process group for a pid of 0, not a process of
-another account, nor anything through a symlink or a FIFO; and it says why, with the exit
-status its header documents.
+another account, not a process a pid of another pid namespace names, nor anything
+through a symlink or a FIFO; and it says why, with the exit status its header documents.
 
 The producer is the real ``nvrx-seghealth publish-drained --interval 600 --pid-file``
 against the fake Slurm of ``harness/fakeslurm.py``; victims are real
