@@ -4,7 +4,9 @@ torchrun's ``--standalone`` (or ``PET_STANDALONE=1``) and accelerate's fallback 
 standalone when its port is in use make torch rendezvous with ``c10d``: the backend's
 creator is never called and the marked task trains. Each case runs the marked task
 alone, with a real launcher, and expects the training to happen (torch's behaviour, which
-the package cannot change) and one WARNING with ``check=off`` and the cause's token. The
+the package cannot change) and one WARNING with ``check=off`` and the cause's token,
+whichever way the launcher's options are written (flags before values, accelerate's
+hyphens, torchrun's abbreviations, ``python -m torch.distributed.run``). The
 control cases say nothing of the kind: the same task without standalone (excluded), the
 options in the training script's own arguments, and torchrun ending before any rendezvous
 (``--help``, a usage error, a failure while it sets up).
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,16 +138,25 @@ def test_torchrun_ending_before_any_rendezvous_says_nothing_of_the_check(
     assert check_off_causes(output) == [], output[-3000:]
 
 
-def test_accelerates_standalone_fallback_says_the_check_was_off(tmp_path, decisions) -> None:
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "equals",  # every option one token
+        "as-in-the-review",  # each value its own token, after the flag --multi_gpu
+        "hyphens",  # accelerate's other spelling, more flags and values between
+    ],
+)
+def test_accelerates_standalone_fallback_says_the_check_was_off(tmp_path, decisions, shape) -> None:
+    """accelerate's own parser reads its options: a scan took the flag ``--multi_gpu`` to
+    have a value, read the next value as the training script, and said nothing."""
     require_launcher("accelerate")
+    conf = f"segment_health_check_dir={decisions}"
     with socket.socket() as taken:  # accelerate's port check finds it in use
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
-        done = launch(
-            [
-                "accelerate",
-                "launch",
+        port = str(taken.getsockname()[1])
+        options = {
+            "equals": [
                 "--multi_gpu",
                 "--num_machines=1",
                 "--num_processes=2",  # --multi_gpu wants two
@@ -152,12 +164,47 @@ def test_accelerates_standalone_fallback_says_the_check_was_off(tmp_path, decisi
                 "--mixed_precision=no",
                 "--dynamo_backend=no",
                 "--rdzv_backend=segment-health",
-                f"--rdzv_conf=segment_health_check_dir={decisions}",
-                str(TRAIN),
+                f"--rdzv_conf={conf}",
             ],
+            "as-in-the-review": [
+                *("--multi_gpu", "--num_machines", "1", "--num_processes", "2"),
+                *("--main_process_port", port, "--mixed_precision", "no"),
+                *("--dynamo_backend", "no", "--rdzv_backend", "segment-health"),
+                *("--rdzv_conf", conf),
+            ],
+            "hyphens": [
+                *("--multi-gpu", "--num-cpu-threads-per-process", "1", "--mixed-precision"),
+                *("no", "--dynamo-backend", "no", "--num-machines", "1", "--num-processes"),
+                *("2", "--main-process-port", port, "--rdzv-backend", "segment-health"),
+                *("--rdzv-conf", conf),
+            ],
+        }[shape]
+        done = launch(
+            ["accelerate", "launch", *options, str(TRAIN)],
             tmp_path,
             HF_HOME=str(tmp_path / "hf"),
         )
     output = done.stdout + done.stderr
     assert (done.returncode, trained(output, world=2)) == (0, True), output[-3000:]
     assert check_off_causes(output) == ["launcher-fallback"], output[-3000:]
+
+
+@pytest.mark.parametrize(
+    "program",
+    [["torchrun"], [sys.executable, "-m", "torch.distributed.run"]],
+    ids=["torchrun", "python-m"],
+)
+def test_torchruns_abbreviations_are_read_as_torchrun_reads_them(
+    tmp_path, decisions, program
+) -> None:
+    """torchrun takes ``--stand`` for ``--standalone`` and ``--rdzv-back`` for
+    ``--rdzv-backend``: its own parser reads them, where a scan did not."""
+    argv = [
+        *program,
+        *("--nnodes", "1", "--nproc-per-node", "1", "--max-restarts", "0", "--stand"),
+        *("--rdzv-back", "segment-health", "--rdzv-conf", f"segment_health_check_dir={decisions}"),
+    ]
+    done = launch([*argv, str(TRAIN)], tmp_path)
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (0, True), output[-3000:]
+    assert check_off_causes(output) == ["standalone"], output[-3000:]

@@ -24,7 +24,8 @@ wrapped as c10d. Without any directory setting the command is otherwise torchrun
 
 A configuration error (relative directory, broken YAML, a watch interval out of range or
 without a directory, unsupported backend, a directory that cannot travel in
-``--rdzv-conf``, the backend's keys set twice) is raised to the
+``--rdzv-conf``, the backend's keys set twice, ``--standalone`` with a hand-made
+``--rdzv-backend=segment-health``, which torch would replace) is raised to the
 dispatcher, which prints one line naming the setting and the fix and exits 2 before
 anything starts. Once launched, errors and exit codes are torchrun's: a failed worker or
 an excluded unit raises out of the launcher, which exits 1 with the traceback; so does a
@@ -65,6 +66,7 @@ __all__ = [
     "agent_environment",
     "launch",
     "launch_parser",
+    "refuse_a_replaced_backend",
     "register",
     "select_segment_health",
     "use_local_rendezvous",
@@ -264,6 +266,27 @@ def select_segment_health(
     args.rdzv_backend = BACKEND_NAME
 
 
+def refuse_a_replaced_backend(args: argparse.Namespace) -> None:
+    """Refuse ``--standalone`` (or ``PET_STANDALONE``) left with a hand-made
+    ``--rdzv-backend=segment-health``.
+
+    torch's ``run()`` would replace the backend with ``c10d`` and the check would be off;
+    a launcher that can still refuse says so before anything starts, rather than warn.
+
+    Raises:
+        ConfigurationError: both are given.
+    """
+    if args.standalone and args.rdzv_backend == BACKEND_NAME:
+        raise ConfigurationError(
+            f"--standalone (or PET_STANDALONE) makes torchrun replace --rdzv-backend="
+            f"{BACKEND_NAME} with c10d, so the segment health check would be off; give "
+            f"{DIRECTORY_FLAG} and the inner rendezvous (--rdzv-backend=c10d) and this command "
+            "sets up the one-node rendezvous with the check on, or drop --standalone and give "
+            "--rdzv-endpoint",
+            setting="--standalone",
+        )
+
+
 def launch(args: argparse.Namespace) -> int:
     """Parse ``args.argv`` as torchrun does, configure the check, launch; 0 on success.
 
@@ -287,6 +310,7 @@ def launch(args: argparse.Namespace) -> int:
     )
     if settings.directory is not None:
         select_segment_health(launch_args, settings.directory, settings.watch_interval)
+    refuse_a_replaced_backend(launch_args)
     agent_environment(os.environ)
     try:
         record(run)(launch_args)

@@ -7,41 +7,61 @@ in use on a single machine). This backend's creator is then never called: a mark
 trains, and without this module nothing would say the check did not run.
 
 torch loads the ``torchrun.handlers`` entry point while it imports its rendezvous
-package, which is before any launcher decides on standalone. So :func:`watch` runs then:
-if the launcher asked for segment-health, it wraps the ``create_handler`` of torch's
-rendezvous registry (the one call through which torch's launcher API builds its
-rendezvous). When a handler is created there without this backend's creator being called
-(:func:`created`), the check is off: one WARNING, before any worker starts, with
-``check=off``, the ``cause`` (``standalone`` if it was asked for, else
-``launcher-fallback``) and the ``backend`` torch created. A launcher that ends before any
-rendezvous (``--help``, a usage error, a failure while it sets up) says nothing: no
-worker trained.
+package, which is before any launcher decides on standalone. So :func:`watch` runs then
+and wraps the ``create_handler`` of torch's rendezvous registry (the one call through
+which torch's launcher API builds its rendezvous). When a handler is created there
+without this backend's creator being called (:func:`created`), the launcher's options are
+read (:func:`asked`). If they asked for segment-health, the check is off: one WARNING,
+before any worker starts, with ``check=off``, the ``cause`` (``standalone`` if it was
+asked for, else ``launcher-fallback``) and the ``backend`` torch created. A launcher that
+ends before any rendezvous (``--help``, a usage error, a failure while it sets up) says
+nothing: no worker trained.
 
-What is asked for is read from the launcher's own options, as torchrun's parser reads
-them: the options before the training script (the first positional argument, the module
-of ``-m`` or the program of ``--no-python``) or ``--``; the training script's arguments do
-not count. ``--rdzv-backend``/``--rdzv_backend`` and ``--standalone`` are recognised as
-one token with ``=`` or two; where the command line is silent, ``PET_RDZV_BACKEND`` and
-``PET_STANDALONE`` (torchrun's own defaults) are. For ``accelerate launch`` and
-``nvrx-seghealth run`` the options follow the subcommand word. An option torchrun does
-not know (another launcher's) is taken to have a value unless written with ``=``, so the
-scan may read on into the script's arguments rather than stop early. A spelling torchrun
-also accepts by abbreviation (``--rdzv-b``) is not recognised; nor is a launcher that
-sets the backend in its own configuration file. docs/reference/backend.md and ``nvrx-seghealth doctor``
-say how to avoid those routes.
+The options are read by the launcher's own parser, where this module knows the launcher
+and can import its parser:
+
+* torchrun (``torchrun``, ``python -m torch.distributed.run``):
+  ``torch.distributed.run.get_args_parser()``. It takes abbreviations (``--rdzv-b``) and
+  the ``PET_*`` environment variables as defaults, as torchrun does.
+* ``accelerate launch`` (also ``accelerate-launch``, ``python -m
+  accelerate.commands.launch``): ``accelerate.commands.launch.launch_command_parser()``.
+  accelerate has no ``--standalone``: its fallback is decided while it runs.
+
+Each parser reads with ``parse_known_args``, made to raise where it would print or exit
+(:func:`_quietly`): the launcher has parsed the same line already. The training script's
+arguments are the script's, as for the launcher. ``nvrx-seghealth run`` refuses
+``--standalone`` with a hand-made segment-health backend before it launches, so nothing
+is read there.
+
+Any other program (a launcher of one's own), a parser that cannot be imported and a
+command line it refuses fall back to a scan of torchrun-like options
+(:func:`launcher_options`): the options before the training script (the first positional
+argument, the module of ``-m`` or the program of ``--no-python``) or ``--``.
+``--rdzv-backend``/``--rdzv_backend`` and ``--standalone`` are recognised as one token
+with ``=`` or two; where the command line is silent, ``PET_RDZV_BACKEND`` and
+``PET_STANDALONE`` are. An option torchrun does not know is taken to have a value unless
+written with ``=``, and abbreviations are not recognised.
+
+What no reading of the command line sees: a backend set in a launcher's configuration
+file (accelerate's ``rdzv_backend`` from ``accelerate config``), and a launcher that
+builds its rendezvous parameters in its own code. docs/reference/backend.md and
+``nvrx-seghealth doctor`` name them.
 
 Standard library only, but for torch's registry, which :func:`watch` imports when the
-backend is asked for (torch has loaded it by then).
+backend is loaded, and the launchers' parsers, imported when a handler of another backend
+is created (their launchers have loaded them by then).
 """
 
 from __future__ import annotations
 
+import argparse
 import enum
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
 
 from .._logfmt import format_fields
 from .logs import ensure_visible
@@ -54,7 +74,9 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "Asked",
     "BypassCause",
+    "asked",
     "asked_for",
     "command_line",
     "created",
@@ -96,6 +118,24 @@ class BypassCause(str, enum.Enum):
     LAUNCHER_FALLBACK = "launcher-fallback"
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What a launcher's options ask of torch's rendezvous.
+
+    Attributes:
+        backend: the rendezvous backend named (``None``: none).
+        standalone: whether torchrun's ``--standalone`` (or ``PET_STANDALONE``) is given.
+    """
+
+    backend: str | None
+    standalone: bool = False
+
+    @property
+    def cause(self) -> BypassCause:
+        """Why another backend was created when this one was asked for."""
+        return BypassCause.STANDALONE if self.standalone else BypassCause.LAUNCHER_FALLBACK
+
+
 _created = 0
 
 
@@ -111,16 +151,22 @@ def command_line(argv: Sequence[str]) -> list[str]:
     (also as ``python -m nvrx_seghealth run``)."""
     if not argv:
         return []
-    head, program = os.path.split(argv[0])
-    if program == "__main__.py":  # python -m PACKAGE
-        program = os.path.basename(head).replace("_", "-")
-    skip = 2 if list(argv[1:2]) == [_SUBCOMMANDS.get(program)] else 1
+    skip = 2 if list(argv[1:2]) == [_SUBCOMMANDS.get(_program(argv[0]))] else 1
     return list(argv[skip:])
+
+
+def _program(path: str) -> str:
+    """The program's name in ``argv[0]``: ``nvrx-seghealth`` for ``python -m
+    nvrx_seghealth``."""
+    head, program = os.path.split(path)
+    if program == "__main__.py":  # python -m PACKAGE
+        return os.path.basename(head).replace("_", "-")
+    return program
 
 
 def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     """The launcher's options in its command line ``argv``, as ``(name, value)`` pairs
-    (``None``: no value), up to the training script or ``--`` (see the module doc)."""
+    (``None``: no value), up to the training script or ``--`` (the scan of the module doc)."""
     options: list[tuple[str, str | None]] = []
     tokens = iter(argv)
     for token in tokens:
@@ -139,17 +185,13 @@ def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def asked_for(argv: Sequence[str], environ: Mapping[str, str], backend: str) -> bool:
-    """Whether the launcher's options in ``argv`` (its :func:`command_line`), or else
+    """Whether the scanned options in ``argv`` (a :func:`command_line`), or else
     ``PET_RDZV_BACKEND``, name ``backend``; the last such option counts, as in argparse."""
-    given = None
-    for name, value in launcher_options(argv):
-        if name in _BACKEND_OPTIONS and value is not None:
-            given = value
-    return (given if given is not None else environ.get("PET_RDZV_BACKEND")) == backend
+    return _scanned(argv, environ).backend == backend
 
 
 def standalone_asked(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
-    """Whether the launcher's options in ``argv`` have ``--standalone``, or
+    """Whether the scanned options in ``argv`` have ``--standalone``, or
     ``PET_STANDALONE`` is a non-zero integer (torchrun's rule for its flags' environment
     defaults)."""
     if any(name == _STANDALONE_OPTION for name, _ in launcher_options(argv)):
@@ -158,6 +200,101 @@ def standalone_asked(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
         return int(environ.get("PET_STANDALONE", "0")) != 0
     except ValueError:
         return False
+
+
+def _scanned(argv: Sequence[str], environ: Mapping[str, str]) -> Asked:
+    """What the scan of ``argv`` (a :func:`command_line`) and ``environ`` finds."""
+    given = None
+    for name, value in launcher_options(argv):
+        if name in _BACKEND_OPTIONS and value is not None:
+            given = value
+    backend = given if given is not None else environ.get("PET_RDZV_BACKEND")
+    return Asked(backend, standalone_asked(argv, environ))
+
+
+class _Refused(Exception):
+    """A launcher's parser refused the command line (it would have printed and exited)."""
+
+
+def _refuse(*args: object, **kwargs: object) -> NoReturn:
+    raise _Refused
+
+
+def _say_nothing(*args: object, **kwargs: object) -> None:
+    return None
+
+
+def _quietly(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser``, made to raise :class:`_Refused` where it would exit, and to print
+    nothing (its help and version actions print, then exit)."""
+    parser.exit = parser.error = _refuse  # type: ignore[method-assign]
+    parser.print_help = parser.print_usage = _say_nothing  # type: ignore[method-assign]
+    parser._print_message = _say_nothing  # type: ignore[method-assign]  # the version action's
+    return parser
+
+
+def _torchrun(options: list[str]) -> Asked:
+    from torch.distributed.run import get_args_parser
+
+    parsed, _ = _quietly(get_args_parser()).parse_known_args(options)
+    return Asked(parsed.rdzv_backend, bool(parsed.standalone))
+
+
+def _accelerate(options: list[str]) -> Asked:
+    from accelerate.commands.launch import launch_command_parser
+
+    parsed, _ = _quietly(launch_command_parser()).parse_known_args(options)
+    return Asked(parsed.rdzv_backend)
+
+
+def _nothing(options: list[str]) -> Asked:
+    """``nvrx-seghealth run``: it refuses a backend that standalone would replace."""
+    return Asked(None)
+
+
+#: A launcher's parser by the end of its ``argv[0]`` (program, or ``python -m``'s path),
+#: with the subcommand word its options follow (``""``: none).
+_PARSERS: tuple[tuple[str, str, Callable[[list[str]], Asked]], ...] = (
+    ("torchrun", "", _torchrun),
+    (os.path.join("torch", "distributed", "run.py"), "", _torchrun),
+    ("accelerate", "launch", _accelerate),
+    ("accelerate-launch", "", _accelerate),
+    (os.path.join("accelerate", "commands", "launch.py"), "", _accelerate),
+    ("nvrx-seghealth", "run", _nothing),
+    (os.path.join("nvrx_seghealth", "__main__.py"), "run", _nothing),
+)
+
+
+def _parser(argv: Sequence[str]) -> tuple[Callable[[list[str]], Asked], list[str]] | None:
+    """The parser of the launcher that ``argv`` runs, and the options it reads."""
+    for end, subcommand, parse in _PARSERS:
+        if argv[0] == end or argv[0].endswith(os.sep + end):
+            if not subcommand:
+                return parse, list(argv[1:])
+            if list(argv[1:2]) == [subcommand]:
+                return parse, list(argv[2:])
+    return None
+
+
+def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Asked:
+    """What the launcher's options in ``argv`` (``sys.argv``, the program first) ask for.
+
+    Read by the launcher's own parser where it is known, else, or when that parser cannot
+    be imported or refuses the line, by the scan with ``environ`` (default ``os.environ``);
+    see the module doc. Reading never stops the launcher.
+    """
+    parser = _parser(argv) if argv else None
+    if parser is not None:
+        parse, options = parser
+        try:
+            return parse(options)
+        except Exception as error:  # _Refused, ImportError, a parser's own failure
+            from .signals import stops_the_launcher
+
+            if stops_the_launcher(error):
+                raise
+            log.debug("the launcher's parser cannot read %s (%r); scanning it", argv, error)
+    return _scanned(command_line(argv), os.environ if environ is None else environ)
 
 
 def _warn(cause: BypassCause, backend: str) -> None:
@@ -188,36 +325,30 @@ def watch(
     environ: Mapping[str, str] | None = None,
     registry: RendezvousHandlerRegistry | None = None,
 ) -> None:
-    """If ``backend`` is asked for, warn once when ``registry`` creates a handler without
-    its creator (see the module doc).
+    """Warn once when ``registry`` creates a handler without ``backend``'s creator while
+    the launcher's options asked for ``backend`` (see the module doc).
 
-    ``argv`` defaults to ``sys.argv`` (the program first), ``environ`` to ``os.environ``
-    and ``registry`` to torch's global one. Call it once, when torch loads the entry
-    point.
+    ``argv`` defaults to ``sys.argv`` (the program first), ``environ`` (for the scan) to
+    ``os.environ`` and ``registry`` to torch's global one. Call it once, when torch loads
+    the entry point. The options are read only when another backend's handler is created.
     """
-    options = command_line(sys.argv if argv is None else argv)
-    environ = os.environ if environ is None else environ
-    if not asked_for(options, environ, backend):
-        return
-    cause = (
-        BypassCause.STANDALONE
-        if standalone_asked(options, environ)
-        else BypassCause.LAUNCHER_FALLBACK
-    )
+    argv = list(sys.argv if argv is None else argv)
     if registry is None:
         from torch.distributed.elastic.rendezvous.api import rendezvous_handler_registry
 
         registry = rendezvous_handler_registry
     create = registry.create_handler
-    warned = False
+    read = False
 
     def create_handler(params: RendezvousParameters) -> RendezvousHandler:
-        nonlocal warned
+        nonlocal read
         before = _created
         handler = create(params)
-        if _created == before and not warned:
-            warned = True
-            _warn(cause, params.backend)
+        if _created == before and not read:
+            read = True
+            options = asked(argv, environ)
+            if options.backend == backend:
+                _warn(options.cause, params.backend)
         return handler
 
     registry.create_handler = create_handler  # type: ignore[method-assign]

@@ -211,6 +211,23 @@ def test_a_configuration_error_inside_torchrun_is_torchruns_failure_not_a_usage_
     assert not (job / "worker-ran").exists()
 
 
+@pytest.mark.parametrize("given", ["flag", "environment"])
+def test_standalone_with_a_hand_made_backend_is_refused_before_anything_starts(job, given):
+    """torch would replace the backend with c10d: the check would be off, and the marked
+    unit would train."""
+    publish_decision(str(job / "flag"), "41", "2", "drained")
+    done = launch(
+        job,
+        *(["--standalone"] if given == "flag" else []),
+        "--rdzv-backend=segment-health",
+        f"--rdzv-conf=segment_health_check_dir={job / 'flag'}",
+        env={"PET_STANDALONE": "1"} if given == "environment" else None,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("nvrx-seghealth run: error: --standalone"), done.stderr
+    assert not (job / "worker-ran").exists()
+
+
 def test_help_lists_torchrun_options_and_the_segment_health_options():
     done = nvrx_seghealth("run", "--help")
     assert done.returncode == 0

@@ -1,5 +1,6 @@
 """What counts as asking for the backend, or for standalone, and when the launcher says the
-check is off: when torch creates the rendezvous of another backend.
+check is off: when torch creates the rendezvous of another backend. A known launcher's
+options are read by its own parser; the scan reads any other's.
 
 The real launchers' cases (torchrun ``--standalone``, ``PET_STANDALONE``, accelerate's
 fallback, the training script's own arguments, torchrun's early exits) are in
@@ -94,6 +95,107 @@ def test_the_command_line_is_read_as_torchruns_parser_reads_it(argv, monkeypatch
     assert standalone_asked(argv, {}) is parsed.standalone
 
 
+ACCELERATE = "/venv/bin/accelerate"
+#: The finding's command line: ``--multi_gpu`` is a flag, ``1`` the value of --num_machines.
+FALLBACK_ACCELERATE = [
+    ACCELERATE,
+    "launch",
+    "--multi_gpu",
+    "--num_machines",
+    "1",
+    "--num_processes",
+    "2",
+    "--main_process_port",
+    "29500",
+    "--rdzv_backend",
+    BACKEND,
+    "--rdzv_conf",
+    "segment_health_check_dir=/shc",
+    "train.py",
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (FALLBACK_ACCELERATE, bypass.Asked(BACKEND)),
+        (
+            [
+                ACCELERATE,
+                "launch",
+                "--multi-gpu",
+                "--mixed-precision",
+                "no",
+                "--rdzv-backend",
+                BACKEND,
+                "train.py",
+            ],
+            bypass.Asked(BACKEND),
+        ),
+        (
+            ["/venv/bin/accelerate-launch", "--cpu", "--rdzv_backend", BACKEND, "t.py"],
+            bypass.Asked(BACKEND),
+        ),
+        ([ACCELERATE, "launch", "train.py", "--rdzv_backend", BACKEND], bypass.Asked("static")),
+        (
+            ["/venv/bin/torchrun", "--stand", "--rdzv-b", BACKEND, "t.py"],
+            bypass.Asked(BACKEND, True),
+        ),
+        (
+            [
+                "/venv/lib/python3.11/site-packages/torch/distributed/run.py",
+                "--rdzv_backend",
+                BACKEND,
+                "--standalone",
+                "t.py",
+            ],
+            bypass.Asked(BACKEND, True),
+        ),
+        (
+            ["/venv/bin/torchrun", "-m", "pkg.train", "--rdzv-backend", BACKEND],
+            bypass.Asked("static"),
+        ),
+        (
+            ["/venv/bin/nvrx-seghealth", "run", "--standalone", "--rdzv-backend", BACKEND, "t.py"],
+            bypass.Asked(None),
+        ),  # run refuses it itself
+        (["/venv/bin/mine", "--multi_gpu", "--rdzv_backend", BACKEND, "t.py"], bypass.Asked(None)),
+    ],
+)
+def test_a_known_launchers_options_are_read_by_its_own_parser(argv, expected, monkeypatch) -> None:
+    """torchrun's parser takes abbreviations and flags as torchrun does; accelerate's knows its
+    flags (``--multi_gpu``); any other program is scanned (which misreads ``--multi_gpu``)."""
+    for name in [name for name in os.environ if name.startswith("PET_")]:
+        monkeypatch.delenv(name)
+    assert bypass.asked(argv) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["/venv/bin/torchrun", "--help", "--rdzv-backend", BACKEND],
+        ["/venv/bin/torchrun", "--max-restarts=x", "--rdzv-backend", BACKEND, "t.py"],
+        [ACCELERATE, "launch", "--num_processes=x", "--rdzv_backend", BACKEND, "t.py"],
+        [ACCELERATE, "launch", "--help", "--rdzv_backend", BACKEND],
+    ],
+)
+def test_a_parser_that_refuses_the_line_prints_nothing_exits_not_and_the_scan_reads_it(
+    argv, capsys, monkeypatch
+) -> None:
+    for name in [name for name in os.environ if name.startswith("PET_")]:
+        monkeypatch.delenv(name)
+    assert bypass.asked(argv) == bypass.Asked(BACKEND)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_torchruns_parser_takes_its_environment_defaults(monkeypatch) -> None:
+    monkeypatch.setenv("PET_RDZV_BACKEND", BACKEND)
+    monkeypatch.setenv("PET_STANDALONE", "1")
+    assert bypass.asked(["/venv/bin/torchrun", "t.py"]) == bypass.Asked(BACKEND, True)
+    monkeypatch.setenv("PET_STANDALONE", "yes")  # torchrun's parser cannot be built: scanned
+    assert bypass.asked(["/venv/bin/torchrun", "t.py"]) == bypass.Asked(BACKEND, False)
+
+
 def test_the_options_taking_no_value_are_torchruns() -> None:
     """The scan knows which options take no value; torchrun's parser is the reference."""
     flags = {
@@ -182,10 +284,16 @@ def test_the_backend_created_or_nothing_created_says_nothing(registry, caplog, s
 
 def test_a_launcher_that_did_not_ask_for_the_backend_is_left_alone(registry, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
-    create = registry.create_handler
     bypass.watch(
         BACKEND, ["torchrun", "--rdzv-backend=c10d", *SCRIPT_SAYS_STANDALONE], {}, registry
     )
-    assert registry.create_handler == create  # not wrapped
     registry.create_handler(params("c10d", is_host="true"))
     assert check_off(caplog) == []
+
+
+def test_accelerates_flags_before_its_port_say_that_the_check_is_off(registry, caplog) -> None:
+    """The finding's command line: the scan took ``--multi_gpu`` to have a value."""
+    caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
+    bypass.watch(BACKEND, FALLBACK_ACCELERATE, {}, registry)
+    registry.create_handler(params("c10d", is_host="true"))
+    assert check_off(caplog) == [{"check": "off", "cause": "launcher-fallback", "backend": "c10d"}]
