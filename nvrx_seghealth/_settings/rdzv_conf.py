@@ -31,6 +31,13 @@ check is disabled and the backend is a pure pass-through. Every value is validat
 here, once, before any rendezvous starts (the timeouts even when the check is off), and
 a bad one raises :class:`ConfigurationError` naming the key and the fix; the layers
 below take the :class:`~.check_settings.CheckSettings` as it is.
+
+A ``segment_health_check_*`` key without any directory is refused as well, naming the
+keys and the usual cause: an ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` that srun did not export to
+the launchers. The keys say the check was wanted, and it would be off. ``nvrx-seghealth
+run`` refuses a watch interval without a directory the same way: a setting that would
+do nothing stops every launcher before any rendezvous, where one WARNING among thousands
+of launchers' logs would go unread while the marked units train.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from .check_settings import (
+    DIRECTORY_ENV,
     ENVIRONMENT_SOURCE,
     CheckSettings,
     check_settings,
@@ -77,6 +85,10 @@ OUR_KEYS = (
     WATCH_INTERVAL_KEY,
     INNER_BACKEND_KEY,
 )
+
+
+#: The keys that set up a check, which no directory turns on.
+_CHECK_KEYS = (STAT_TIMEOUT_KEY, HANDOFF_TIMEOUT_KEY, WATCH_INTERVAL_KEY)
 
 
 #: The composition API's names of the rdzv-conf keys, refused there with the key meant.
@@ -138,6 +150,20 @@ def _directory(config: Mapping[str, Any], environ: Mapping[str, str] | None) -> 
     return value, f"rdzv-conf {DIRECTORY_KEY}"
 
 
+def _refuse_keys_without_directory(config: Mapping[str, Any]) -> None:
+    """Refuse the check's keys in ``config`` when no directory turns the check on."""
+    given = [key for key in _CHECK_KEYS if key in config]
+    if given:
+        keys = ",".join(f"{key}={config[key]}" for key in given)
+        raise ConfigurationError(
+            f"rdzv-conf {keys} would do nothing: the segment health check is off, since "
+            f"neither rdzv-conf {DIRECTORY_KEY} nor {DIRECTORY_ENV} gives a directory (is "
+            f"{DIRECTORY_ENV} exported to the launchers, e.g. by srun --export?); give "
+            f"{DIRECTORY_KEY}=DIR, export {DIRECTORY_ENV}, or drop the keys",
+            setting=f"rdzv-conf {given[0]}",
+        )
+
+
 def _inner_backend(config: Mapping[str, Any]) -> str:
     value = config.get(INNER_BACKEND_KEY, INNER_BACKENDS[0])
     if value not in INNER_BACKENDS:
@@ -172,7 +198,8 @@ class BackendSettings:
         (``environ``, default ``os.environ``).
 
         Raises:
-            ConfigurationError: a value is invalid.
+            ConfigurationError: a value is invalid, or a key of the check is given without
+                any directory.
         """
         _refuse_lookalikes(config)
         directory, directory_as = _directory(config, environ)
@@ -186,6 +213,8 @@ class BackendSettings:
             handoff_timeout_as=f"rdzv-conf {HANDOFF_TIMEOUT_KEY}",
             watch_interval_as=f"rdzv-conf {WATCH_INTERVAL_KEY}",
         )
+        if check is None:
+            _refuse_keys_without_directory(config)
         return cls(
             check=check,
             inner_backend=_inner_backend(config),

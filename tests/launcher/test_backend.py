@@ -328,6 +328,15 @@ def test_under_torchrun_a_relative_directory_is_refused_with_the_fix(tmp_path):
     assert "worker rank" not in done.stdout
 
 
+def test_under_torchrun_a_key_of_the_check_without_any_directory_is_refused(tmp_path):
+    """The usual cause: NVRX_SEGMENT_HEALTH_CHECK_DIR not exported to the launcher."""
+    done = torchrun(tmp_path, slurm_env(task=2), "segment_health_check_watch_interval=5")
+    assert done.returncode == 1, done.stderr
+    assert "rdzv-conf segment_health_check_watch_interval=5" in done.stderr
+    assert "NVRX_SEGMENT_HEALTH_CHECK_DIR" in done.stderr
+    assert "worker rank" not in done.stdout
+
+
 def test_etcd_v2_without_python_etcd_names_the_extra_to_install():
     """python-etcd is installed here; its absence is injected with an import blocker."""
     code = """

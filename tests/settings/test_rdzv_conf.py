@@ -13,6 +13,9 @@ from nvrx_seghealth._settings.rdzv_conf import (
 from nvrx_seghealth._settings.rdzv_conf import (
     STAT_TIMEOUT_KEY as STAT,
 )
+from nvrx_seghealth._settings.rdzv_conf import (
+    WATCH_INTERVAL_KEY as WATCH,
+)
 
 
 def settings(config, env=None):
@@ -161,3 +164,17 @@ def test_the_inner_backends_own_keys_are_not_taken_for_typos():
     ]
     s = settings(dict.fromkeys(torch_keys, "1"))
     assert sorted(s.inner_config) == sorted(torch_keys)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [(STAT, "5"), (HANDOFF, "0"), (WATCH, "5"), (WATCH, "0")]
+)
+def test_a_key_of_the_check_without_any_directory_is_refused_naming_the_usual_cause(key, value):
+    """As ``nvrx-seghealth run`` refuses a watch interval without a directory: the keys say
+    the check was wanted, and an environment variable srun did not export turns it off."""
+    for env in ({}, {DIRECTORY_ENV: ""}):
+        with pytest.raises(ConfigurationError) as refused:
+            settings({key: value, "is_host": "false"}, env)
+        assert refused.value.setting == f"rdzv-conf {key}"
+        assert DIRECTORY_ENV in str(refused.value)
+    assert settings({key: value}, {DIRECTORY_ENV: "/shc"}).check is not None
