@@ -12,7 +12,9 @@ The decision directory's precedence, highest first:
 
 None of them: the check is disabled. The winning value must be an absolute path. A flag
 or YAML value that is empty or not a string, a YAML file that cannot be read or parsed,
-a ``fault_tolerance`` section that is not a mapping, or a field in it that looks like
+a path that is not a regular file (a FIFO is refused without being opened for good: that
+would wait for a writer), a file whose top level is not a mapping (a list, a string: the
+wrong file), a ``fault_tolerance`` section that is not a mapping, or a field in it that looks like
 ``segment_health_check_dir`` but is not (``segment_health_chek_dir``) is a
 :class:`ConfigurationError` naming the setting and the fix; so is a file that cannot be
 walked (nested too deeply). A document that refers to itself through an anchor
@@ -31,9 +33,11 @@ directory is a :class:`ConfigurationError`: it would do nothing.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
@@ -169,13 +173,46 @@ def _find_section(data: Any, seen: set[int] | None = None) -> Any:
     return None
 
 
+def _open_regular(path: str, what: str) -> TextIO:
+    """The file at ``path`` open for reading as text, refused unless it is a regular file.
+
+    It is opened without blocking: an open of a FIFO for reading waits for a writer.
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigurationError(
+                f"{what} is not a regular file ({_KINDS.get(stat.S_IFMT(mode), 'special file')}); "
+                "give the path of a YAML file",
+                setting=CFG_FLAG,
+            )
+        os.set_blocking(descriptor, True)
+        return open(descriptor, encoding="utf-8")
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
+#: What a file that is not a regular file is, for messages.
+_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
 def _section(path: str) -> Mapping[Any, Any] | None:
     """The ``fault_tolerance`` section of the YAML file at ``path`` (``None``: none),
     its lookalike fields refused."""
     what = f"{CFG_FLAG} {path}"
     try:
-        with open(path, encoding="utf-8") as handle:
+        with _open_regular(path, what) as handle:
             data = yaml.safe_load(handle)
+    except ConfigurationError:  # a ValueError: not one of the parser's below
+        raise
     except OSError as error:
         raise ConfigurationError(
             f"{what}: cannot read the file ({error.strerror or error}); give the path of a "
@@ -193,6 +230,12 @@ def _section(path: str) -> Mapping[Any, Any] | None:
             f"{what} is nested too deeply to be read as YAML; fix the file or drop {CFG_FLAG}",
             setting=CFG_FLAG,
         ) from None
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigurationError(
+            f"{what}: the file holds a {type(data).__name__}, not a mapping of settings; give "
+            f"the path of a YAML configuration file (e.g. one with a '{YAML_SECTION}' section)",
+            setting=CFG_FLAG,
+        )
     try:
         section = _find_section(data)
     except RecursionError:

@@ -6,6 +6,8 @@ Launches are real torchrun agents through the command, rendezvous on 127.0.0.1.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from harness.commands import nvrx_seghealth
@@ -144,6 +146,9 @@ def test_without_any_setting_it_is_plain_torchrun(job):
         ("section not a mapping", "'fault_tolerance' must be a mapping of settings, got str"),
         ("broken yaml", "--ft-cfg-path {cfg} is not valid YAML"),
         ("missing yaml", "--ft-cfg-path {cfg}: cannot read the file (No such file or directory)"),
+        ("fifo", "--ft-cfg-path {cfg} is not a regular file (a FIFO)"),  # not opened: it waits
+        ("list file", "--ft-cfg-path {cfg}: the file holds a list, not a mapping of settings"),
+        ("string file", "--ft-cfg-path {cfg}: the file holds a str, not a mapping of settings"),
         ("relative env", "environment variable NVRX_SEGMENT_HEALTH_CHECK_DIR must be an absolute"),
         ("comma", "cannot be passed to the rendezvous: --rdzv-conf values cannot contain commas"),
         (
@@ -176,6 +181,13 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
         options = [ft_yaml(job, "fault_tolerance: [\n"), flag]
     elif case == "missing yaml":
         options = [f"--ft-cfg-path={cfg}"]
+    elif case == "fifo":
+        os.mkfifo(cfg)
+        options = [f"--ft-cfg-path={cfg}"]
+    elif case == "list file":
+        options = [ft_yaml(job, "- a\n")]
+    elif case == "string file":
+        options = [ft_yaml(job, "a" * 3_000_000 + "\n")]
     elif case == "relative env":
         env = {"NVRX_SEGMENT_HEALTH_CHECK_DIR": "shc"}
     elif case == "comma":
@@ -186,7 +198,8 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
         options = [f"--rdzv-conf=segment_health_check_dir={job / 'env'}", flag]
     # torch's own import warnings (e.g. "Failed to initialize NumPy" without numpy) are not
     # the command's output.
-    done = launch(job, *options, env={**(env or {}), "PYTHONWARNINGS": "ignore::UserWarning"})
+    env = {**(env or {}), "PYTHONWARNINGS": "ignore::UserWarning"}
+    done = launch(job, *options, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("nvrx-seghealth run: error: ")
     assert message.format(cfg=cfg) in done.stderr

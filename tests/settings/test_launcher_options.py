@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 import yaml
+
+from harness.common import AT_ONCE_BOUND
 
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._settings.durations import WATCH_INTERVAL, validate_seconds
 from nvrx_seghealth._settings.launcher_options import (
+    CFG_FLAG,
     WATCH_INTERVAL_FLAG,
     WatchIntervalSetting,
+    YamlSettings,
     resolve_launcher_settings,
     yaml_settings,
 )
@@ -186,3 +193,52 @@ def test_a_watch_without_any_directory_is_refused_but_zero_is_not(tmp_path):
     assert off.directory is None and off.watch_interval == WatchIntervalSetting(
         0.0, WATCH_INTERVAL_FLAG
     )
+
+
+# --- files that are not a YAML configuration ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "- a\n",
+        "a" * 3_000_000 + "\n",
+        "42\n",
+        "- fault_tolerance:\n    segment_health_check_dir: /shc\n",  # a list of files?
+    ],
+)
+def test_a_file_whose_top_level_is_no_mapping_is_refused(tmp_path, text):
+    """The wrong file: read as one without a section, the check would be off without a word."""
+    with pytest.raises(ConfigurationError) as refused:
+        yaml_settings(yaml_file(tmp_path, text))
+    assert refused.value.setting == CFG_FLAG
+
+
+@pytest.mark.parametrize("text", ["", "# nothing yet\n", "model:\n  layers: 2\n"])
+def test_a_file_without_the_section_is_no_setting(tmp_path, text):
+    assert yaml_settings(yaml_file(tmp_path, text)) == YamlSettings()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_path_that_is_no_regular_file_is_refused_without_waiting(tmp_path, kind):
+    """An open of a FIFO for reading waits for a writer: it is refused before that."""
+    path = {"fifo": tmp_path / "ft.yaml", "directory": tmp_path, "device": "/dev/null"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    outcome: list[BaseException | YamlSettings] = []
+
+    def read() -> None:
+        try:
+            outcome.append(yaml_settings(str(path)))
+        except ConfigurationError as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(AT_ONCE_BOUND)
+    if reader.is_alive():  # release the open with a writer, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join()
+        pytest.fail(f"reading {path} waited for a writer")
+    [refused] = outcome
+    assert isinstance(refused, ConfigurationError) and refused.setting == CFG_FLAG
