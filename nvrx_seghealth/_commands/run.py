@@ -28,15 +28,17 @@ without a directory, unsupported backend, a directory that cannot travel in
 ``--rdzv-backend=segment-health``, which torch would replace) is raised to the
 dispatcher, which prints one line naming the setting and the fix and exits 2 before
 anything starts. Once launched, errors and exit codes are torchrun's: a failed worker or
-an excluded unit raises out of the launcher, which exits 1 with the traceback; so does a
+an excluded unit raises out of the launcher, which exits 1 with the traceback. A
 :class:`~nvrx_seghealth.ConfigurationError` that torchrun's agent raises (the backend's
-creator refusing a hand-made ``--rdzv-conf``), as it would under torchrun.
+creator refusing a hand-made ``--rdzv-conf``) exits 1 with its last line only, as under
+torchrun (:mod:`nvrx_seghealth._launcher.backend`).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import traceback
 import uuid
 from collections.abc import MutableMapping
@@ -292,7 +294,7 @@ def launch(args: argparse.Namespace) -> int:
 
     argparse itself exits 2 for a malformed command line. Launch failures propagate as
     in torchrun; a :class:`~nvrx_seghealth.ConfigurationError` from inside torchrun is
-    one of them (its traceback on stderr, exit 1), not a usage error of this command.
+    one of them (its last line on stderr, exit 1), not a usage error of this command.
 
     Raises:
         ConfigurationError: the check's settings are unusable; nothing was started (the
@@ -314,7 +316,7 @@ def launch(args: argparse.Namespace) -> int:
     agent_environment(os.environ)
     try:
         record(run)(launch_args)
-    except ConfigurationError:  # torchrun's failure, reported as an uncaught one would be
-        traceback.print_exc()
+    except ConfigurationError as error:  # torchrun's failure, said as under torchrun
+        sys.stderr.write("".join(traceback.format_exception_only(type(error), error)))
         return EXIT_FAILURE
     return EXIT_OK

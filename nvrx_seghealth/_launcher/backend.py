@@ -15,6 +15,12 @@ outside the launchers (``is_host=false``), where a restart alone needs it.
 
 Launchers that keep their own registry call :func:`register`.
 
+A :class:`ConfigurationError` of the creator leaves it as it is, for any caller to
+catch. If nothing catches it, Python prints only its last line, the message naming the
+setting and the fix, instead of the 40-line traceback through torchrun's launcher
+(:func:`_said_in_one_line`). torch handles no exception type quietly but ``SystemExit``,
+which a launcher's ``except Exception`` would not catch.
+
 This module imports torch only inside its functions: torch loads the entry point
 while it imports its own rendezvous package, so a module-level torch import here
 would be circular.
@@ -22,8 +28,12 @@ would be circular.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
@@ -108,6 +118,36 @@ def _store_outside(params: RendezvousParameters) -> bool:
     return params.backend == "c10d" and not params.get_as_bool("is_host", True)
 
 
+#: The creator's latest :class:`ConfigurationError`, which the hook of
+#: :func:`_said_in_one_line` prints in one line if nothing catches it.
+_refused: BaseException | None = None
+
+
+@contextlib.contextmanager
+def _said_in_one_line() -> Iterator[None]:
+    """Have Python print a :class:`ConfigurationError` raised inside, should nothing catch
+    it, as its last traceback line only; any other uncaught exception goes to the
+    ``sys.excepthook`` in place before."""
+    global _refused
+    try:
+        yield
+    except ConfigurationError as error:
+        if _refused is None:
+            previous = sys.excepthook
+
+            def excepthook(
+                kind: type[BaseException], value: BaseException, tb: TracebackType | None
+            ) -> None:
+                if value is _refused:
+                    sys.stderr.write("".join(traceback.format_exception_only(kind, value)))
+                else:
+                    previous(kind, value, tb)
+
+            sys.excepthook = excepthook
+        _refused = error
+        raise
+
+
 def create_segment_health_handler(
     params: RendezvousParameters,
 ) -> SegmentHealthRendezvousHandler:
@@ -125,7 +165,8 @@ def create_segment_health_handler(
     from .handler import SegmentHealthRendezvousHandler
 
     bypass.created()
-    settings = BackendSettings.from_rdzv_config(params.config)
+    with _said_in_one_line():
+        settings = BackendSettings.from_rdzv_config(params.config)
     ensure_visible()
     inner_params = RendezvousParameters(
         backend=settings.inner_backend,
@@ -136,7 +177,8 @@ def create_segment_health_handler(
         local_addr=params.local_addr,
         **settings.inner_config,
     )
-    inner, store = _create_inner(inner_params)
+    with _said_in_one_line():
+        inner, store = _create_inner(inner_params)
     if settings.check is None and _store_outside(inner_params):
         # With the check on, the handler keeps the workers off the agent store itself.
         keep_workers_off_the_agent_store(OUTSIDE_STORE)

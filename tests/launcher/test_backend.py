@@ -337,6 +337,42 @@ def test_under_torchrun_a_key_of_the_check_without_any_directory_is_refused(tmp_
     assert "worker rank" not in done.stdout
 
 
+def test_under_torchrun_a_refused_setting_is_one_line_not_a_traceback(tmp_path):
+    done = torchrun(tmp_path, slurm_env(task=2), "segment_health_check_stat_timeout=nan")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("nvrx_seghealth.ConfigurationError: rdzv-conf "), done.stderr
+
+
+def test_a_refusal_that_is_caught_and_any_other_error_keep_their_traceback():
+    """Only the creator's own refusal, uncaught, is said in one line."""
+    code = """
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+from nvrx_seghealth._launcher.backend import create_segment_health_handler
+params = RendezvousParameters(
+    "segment-health", "127.0.0.1:1", "r", 1, 1, segment_health_check_stat_timeout="nan"
+)
+try:
+    create_segment_health_handler(params)
+except ValueError as error:
+    print("caught", type(error).__name__)
+raise RuntimeError("another error")
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=clean_environment(),
+        check=False,
+    )
+    assert done.stdout == "caught ConfigurationError\n", done.stderr
+    assert done.returncode == 1
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.splitlines()[-1] == "RuntimeError: another error"
+
+
 def test_etcd_v2_without_python_etcd_names_the_extra_to_install():
     """python-etcd is installed here; its absence is injected with an import blocker."""
     code = """
