@@ -6,7 +6,8 @@ directory, how long a ``stat`` takes), the Slurm identity, whether this launcher
 unit's process 0, the decision file it would consult and what the consumer would decide
 now, and the launch shape that the environment reveals (one launcher per node, no
 requeue of an array task). ``--kill-on-bad-exit`` is invisible to the environment, so it
-is always given as a hint.
+is always given as a hint; so are the routes to the backend that the launcher's
+``check=off`` WARNING cannot see (:mod:`.._launcher.bypass`).
 
 Every finding is one line: ``ok``, ``info``, ``hint``, ``warn`` or ``FAIL``; each ``FAIL``
 says what to do. A decision path that is itself a symlink is a ``warn`` saying so; what
@@ -269,6 +270,17 @@ def _launch_shape_findings(environ: dict[str, str], unit: AllocationUnit | None)
                 ),
             )
         )
+    findings.append(
+        (
+            "hint",
+            (
+                "give --rdzv-backend on the launcher's command line: when torch replaces the "
+                "backend, the check=off WARNING reads only torchrun's and accelerate launch's "
+                "own options (not accelerate config's rdzv_backend, nor a launcher's own code, "
+                "nor another launcher's abbreviations)"
+            ),
+        )
+    )
     restarts = environ.get("SLURM_RESTART_COUNT", "0")
     if unit is not None and unit.is_array and restarts not in ("", "0"):
         findings.append(

@@ -38,6 +38,7 @@ def test_a_good_setup_on_process_0(tmp_path):
     assert "ok    one launcher per node" in out
     assert "hint  start the launchers with srun --kill-on-bad-exit=1" in out
     assert "hint  never start the launchers with --standalone" in out
+    assert "hint  give --rdzv-backend on the launcher's command line" in out
 
 
 def test_other_launchers_and_a_marked_unit_are_reported_not_failed(tmp_path):
