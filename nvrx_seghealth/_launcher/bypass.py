@@ -212,12 +212,9 @@ def _scanned(argv: Sequence[str], environ: Mapping[str, str]) -> Asked:
     return Asked(backend, standalone_asked(argv, environ))
 
 
-class _Refused(Exception):
-    """A launcher's parser refused the command line (it would have printed and exited)."""
-
-
 def _refuse(*args: object, **kwargs: object) -> NoReturn:
-    raise _Refused
+    """Where a parser would exit (its help, a usage error): raise instead."""
+    raise argparse.ArgumentError(None, "the launcher's parser refused the command line")
 
 
 def _say_nothing(*args: object, **kwargs: object) -> None:
@@ -225,8 +222,8 @@ def _say_nothing(*args: object, **kwargs: object) -> None:
 
 
 def _quietly(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``parser``, made to raise :class:`_Refused` where it would exit, and to print
-    nothing (its help and version actions print, then exit)."""
+    """``parser``, made to raise ``argparse.ArgumentError`` where it would exit, and to
+    print nothing (its help and version actions print, then exit)."""
     parser.exit = parser.error = _refuse  # type: ignore[method-assign]
     parser.print_help = parser.print_usage = _say_nothing  # type: ignore[method-assign]
     parser._print_message = _say_nothing  # type: ignore[method-assign]  # the version action's
@@ -288,7 +285,7 @@ def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Aske
         parse, options = parser
         try:
             return parse(options)
-        except Exception as error:  # _Refused, ImportError, a parser's own failure
+        except Exception as error:  # ArgumentError, ImportError, a parser's own failure
             from .signals import stops_the_launcher
 
             if stops_the_launcher(error):
