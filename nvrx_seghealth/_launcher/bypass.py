@@ -78,7 +78,6 @@ __all__ = [
     "BypassCause",
     "asked",
     "asked_for",
-    "command_line",
     "created",
     "launcher_options",
     "standalone_asked",
@@ -105,8 +104,6 @@ _FLAGS = frozenset(
         "--virtual_local_rank",
     }
 )
-#: Launchers whose torchrun-like options follow a subcommand word: program, subcommand.
-_SUBCOMMANDS = {"accelerate": "launch", "nvrx-seghealth": "run"}
 
 
 class BypassCause(str, enum.Enum):
@@ -145,25 +142,6 @@ def created() -> None:
     _created += 1
 
 
-def command_line(argv: Sequence[str]) -> list[str]:
-    """The launcher's command line in ``argv`` (``sys.argv``): without the program, and
-    without the subcommand word of ``accelerate launch`` or ``nvrx-seghealth run``
-    (also as ``python -m nvrx_seghealth run``)."""
-    if not argv:
-        return []
-    skip = 2 if list(argv[1:2]) == [_SUBCOMMANDS.get(_program(argv[0]))] else 1
-    return list(argv[skip:])
-
-
-def _program(path: str) -> str:
-    """The program's name in ``argv[0]``: ``nvrx-seghealth`` for ``python -m
-    nvrx_seghealth``."""
-    head, program = os.path.split(path)
-    if program == "__main__.py":  # python -m PACKAGE
-        return os.path.basename(head).replace("_", "-")
-    return program
-
-
 def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     """The launcher's options in its command line ``argv``, as ``(name, value)`` pairs
     (``None``: no value), up to the training script or ``--`` (the scan of the module doc)."""
@@ -185,7 +163,7 @@ def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def asked_for(argv: Sequence[str], environ: Mapping[str, str], backend: str) -> bool:
-    """Whether the scanned options in ``argv`` (a :func:`command_line`), or else
+    """Whether the scanned options in ``argv`` (without the program), or else
     ``PET_RDZV_BACKEND``, name ``backend``; the last such option counts, as in argparse."""
     return _scanned(argv, environ).backend == backend
 
@@ -203,7 +181,7 @@ def standalone_asked(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
 
 
 def _scanned(argv: Sequence[str], environ: Mapping[str, str]) -> Asked:
-    """What the scan of ``argv`` (a :func:`command_line`) and ``environ`` finds."""
+    """What the scan of ``argv`` (without the program) and ``environ`` finds."""
     given = None
     for name, value in launcher_options(argv):
         if name in _BACKEND_OPTIONS and value is not None:
@@ -262,15 +240,18 @@ _PARSERS: tuple[tuple[str, str, Callable[[list[str]], Asked]], ...] = (
 )
 
 
-def _parser(argv: Sequence[str]) -> tuple[Callable[[list[str]], Asked], list[str]] | None:
-    """The parser of the launcher that ``argv`` runs, and the options it reads."""
+def _launcher(
+    argv: Sequence[str],
+) -> tuple[Callable[[list[str]], Asked] | None, list[str]]:
+    """The parser of the launcher that ``argv`` runs (``None``: not known), and the
+    options it reads: ``argv`` without the program and its subcommand word."""
     for end, subcommand, parse in _PARSERS:
         if argv[0] == end or argv[0].endswith(os.sep + end):
             if not subcommand:
                 return parse, list(argv[1:])
             if list(argv[1:2]) == [subcommand]:
                 return parse, list(argv[2:])
-    return None
+    return None, list(argv[1:])
 
 
 def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Asked:
@@ -280,9 +261,8 @@ def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Aske
     be imported or refuses the line, by the scan with ``environ`` (default ``os.environ``);
     see the module doc. Reading never stops the launcher.
     """
-    parser = _parser(argv) if argv else None
-    if parser is not None:
-        parse, options = parser
+    parse, options = _launcher(argv) if argv else (None, [])
+    if parse is not None:
         try:
             return parse(options)
         except Exception as error:  # ArgumentError, ImportError, a parser's own failure
@@ -291,7 +271,7 @@ def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Aske
             if stops_the_launcher(error):
                 raise
             log.debug("the launcher's parser cannot read %s (%r); scanning it", argv, error)
-    return _scanned(command_line(argv), os.environ if environ is None else environ)
+    return _scanned(options, os.environ if environ is None else environ)
 
 
 def _warn(cause: BypassCause, backend: str) -> None:
