@@ -161,12 +161,13 @@ def _round(port: int, directory: str, run_id: str, share: int, watch: bool, read
     calls = dict(store.calls)  # before the responders look again after the round
     wall = time.perf_counter() - started
     if watch:  # the agents' monitor loops while the workers train
+        told = collections.Counter(round_store.calls)  # each one's interval, as it joined
         deadline = time.monotonic() + WATCH_SECONDS
         while time.monotonic() < deadline:
             for handler in handlers:
                 handler.num_nodes_waiting()
             time.sleep(MONITOR_INTERVAL)
-        calls = {f"watch {name}": count for name, count in round_store.calls.items()}
+        calls = {f"watch {name}": count for name, count in (round_store.calls - told).items()}
     for handler in handlers:
         handler.shutdown()
     results.put((share, wall, calls, stats, len(excluded)))

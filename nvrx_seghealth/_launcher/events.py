@@ -79,7 +79,8 @@ class EventName(str, enum.Enum):
     #: The unit goes on without a judgement. Fields: ``reason`` (a
     #: :class:`FailOpenReason`) and what it needs: ``path``, ``check_us``,
     #: ``trigger`` and ``detail`` for the decision file; ``action`` and ``error`` for
-    #: the wrapper's own work; ``request`` and ``waited_s`` for a missing verdict.
+    #: the wrapper's own work; ``request`` and ``waited_s`` for a missing verdict;
+    #: ``without_watch``, ``world_size`` and ``member_*`` for a world not restarted.
     FAIL_OPEN = "nvrx_seghealth.fail_open"
     #: The launcher leaves (once per launcher). Fields: ``by`` (an
     #: :class:`~.._errors.ExclusionReason`),
@@ -104,7 +105,8 @@ class EventName(str, enum.Enum):
 
 
 class FailOpenReason(str, enum.Enum):
-    """Why a unit went on without a judgement (``reason`` of ``fail_open``)."""
+    """Why a unit went on without a judgement, or without acting on one (``reason`` of
+    ``fail_open``)."""
 
     #: The decision file's stat failed or did not answer in time.
     UNREADABLE = Outcome.UNREADABLE.value
@@ -114,6 +116,10 @@ class FailOpenReason(str, enum.Enum):
     WRAPPER_ERROR = "wrapper-error"
     #: A sibling had no verdict from process 0 within the hand-off timeout.
     NO_VERDICT = "no-verdict"
+    #: A unit excluded during training trains on until its next restart: a member of
+    #: its world has no watch (:mod:`.watch`), whose workers the restart would fail.
+    #: ``without_watch``, ``world_size`` and the first such member's ``member_*``.
+    MIXED_WATCH = "mixed-watch"
 
 
 class MetricName(str, enum.Enum):

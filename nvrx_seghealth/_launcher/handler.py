@@ -42,7 +42,6 @@ from torch.distributed.elastic.rendezvous import (
 
 from .._decision.artifact import DirectoryPath
 from .._errors import UnhealthyNodeException
-from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .agentstore import EXCLUSIONS, keep_workers_off_the_agent_store
@@ -52,7 +51,7 @@ from .exiting import quiet_at_exit, shut_at_exit
 from .failopen import FailOpen
 from .process_zero import ProcessZero
 from .roles import coordinator_for
-from .watch import WorldSignal
+from .watch import AFTER_JOINING, BEFORE_JOINING, Member, WorldSignal
 
 __all__ = ["SegmentHealthRendezvousHandler"]
 
@@ -138,14 +137,14 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._inner = inner
         self._backend = backend or inner.get_backend()
         self._coordinator: Coordinator | None = None
-        self._watch: tuple[FailOpen, DecisionRecorder] | None = None
+        self._member: Member | None = None  # the check on: a member of each round (.watch)
         if settings is not None:
             keep_workers_off_the_agent_store(EXCLUSIONS)
             events = DecisionRecorder(inner)
             self._coordinator = coordinator_for(
                 settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ
             )
-            self._watch = _watch(settings, self._coordinator, events)
+            self._member = _member(settings, self._coordinator, events)
             if isinstance(self._coordinator, ProcessZero):
                 self._coordinator.warn_if_the_world_cannot_shrink(inner)
         self._world: WorldSignal | None = None  # the joined round, when watched
@@ -187,13 +186,13 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             self._world = self._world_of(info)
             return info
         try:
-            _leaving_on_exclusion(previous, coordinator.before_joining)
+            _leaving_on_exclusion(previous, BEFORE_JOINING, coordinator.before_joining)
             try:
                 info = self._join()
             finally:
                 coordinator.out_of_rendezvous()
             world = self._world_of(info)
-            _leaving_on_exclusion(world, coordinator.after_joining, info.rank, world)
+            _leaving_on_exclusion(world, AFTER_JOINING, coordinator.after_joining, info.rank, world)
         except UnhealthyNodeException:
             self._leave(coordinator)
             raise
@@ -201,11 +200,13 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         return info
 
     def _world_of(self, info: RendezvousInfo) -> WorldSignal | None:
-        if self._watch is None:
+        """Tell the round this launcher's watch interval; the round's signal, when watched."""
+        if self._member is None:
             return None
-        fail_open, events = self._watch
-        shut_at_exit(info.store)  # the watch's looks call it
-        return WorldSignal(info.store, info.world_size, fail_open, events)
+        world = self._member.joined(info)
+        if world is not None:
+            shut_at_exit(info.store)  # the watch's looks call it
+        return world
 
     def _join(self) -> RendezvousInfo:
         try:
@@ -283,26 +284,27 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
 
 def _leaving_on_exclusion(
-    world: WorldSignal | None, call: Callable[..., None], *args: object
+    world: WorldSignal | None, when: str, call: Callable[..., None], *args: object
 ) -> None:
     """Run ``call(*args)``; when it excludes this launcher, leave ``world`` (the round it
-    is a member of, when watched) before the exclusion is raised on."""
+    is a member of, when watched; ``when``: before or after joining) before the
+    exclusion is raised on."""
     try:
         call(*args)
     except UnhealthyNodeException as exclusion:
         if world is not None:
-            world.leave(format_fields(exclusion.fields()))
+            world.leave(exclusion, when)
         raise
 
 
-def _watch(
+def _member(
     settings: CheckSettings, coordinator: Coordinator | None, events: DecisionRecorder
-) -> tuple[FailOpen, DecisionRecorder] | None:
-    """What every launcher of a watched job needs to take part in a world's restart,
-    whatever its role; ``None``: the watch is off."""
-    if not settings.watch_enabled:
-        return None
-    return (FailOpen(events) if coordinator is None else coordinator.fail_open), events
+) -> Member:
+    """What every launcher with the check on needs to be a member of a round, whatever
+    its role: it tells each round its watch interval, and takes part in a watched
+    world's restart."""
+    fail_open = FailOpen(events) if coordinator is None else coordinator.fail_open
+    return Member(settings.watch_interval, fail_open, events)
 
 
 def _leave_dynamic_rendezvous(inner: RendezvousHandler) -> None:

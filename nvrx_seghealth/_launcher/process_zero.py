@@ -274,13 +274,8 @@ class ProcessZero(Coordinator):
             decision, after_joining=joined or world is not None, during_training=world is not None
         )
         self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
-        if world is not None:
-            unit = self.unit
-            world.exclude(
-                format_fields(
-                    {"job_id": unit.job_id, "task_id": unit.task_id, "path": decision.path}
-                )
-            )
+        if world is not None and self.exclusion is not None:
+            world.exclude(self.exclusion)
 
     def _publish(self, answer: Answer, *, trigger: str | None, covered: int | None = None) -> None:
         """Publish the answer (lock held) and remember the requests answered.

@@ -7,11 +7,16 @@ and all of them together. That part is :class:`WorldSignal`, one per launcher an
 joined round, kept in the round's own store (``RendezvousInfo.store``, a fresh prefix
 for every round of torch's c10d and etcd-v2 handlers):
 
-* the launcher that excludes its unit during training sets :data:`EXCLUDED_KEY`;
+* every launcher with the check on tells the round its watch interval as it joins
+  (:meth:`Member.joined`: one ``set`` of :data:`MEMBER_KEY` and its rank, ``0`` without
+  the watch), and writes nothing more while the world trains;
+* the launcher that excludes its unit during training sets :data:`EXCLUDED_KEY` at its
+  agent's next ``num_nodes_waiting()``, once every member of the round has told an
+  interval above 0 (see "A member without the watch" below);
 * every launcher's ``num_nodes_waiting()`` looks for that key at most once every
   :data:`LOOK_INTERVAL` seconds (one store ``check``: on etcd-v2 one read of that key,
   :mod:`.etcd_reads`), so the whole job learns of the exclusion within about that plus
-  one ``--monitor-interval``;
+  two ``--monitor-interval``: the excluding launcher's and its own;
 * a launcher that finds it aligns the restart before answering its agent: it counts
   itself in :data:`ARRIVED_KEY` and waits, at most :data:`ALIGN_TIMEOUT` seconds, until
   every member of the round has (the last one sets :data:`RESTART_KEY`); then it
@@ -24,11 +29,28 @@ worker failure instead of a membership change, spend a restart on it, or, with n
 close the rendezvous for everyone. While a launcher waits in the barrier its agent looks
 at nothing, and no agent stops its workers before every member is in the barrier.
 
+A member without the watch (its interval 0, the check off, plain c10d, an older release
+of this package) never looks for the signal: its agent would see its workers fail, and
+with no restart left end the job that, without the watch anywhere, trains on. So the
+launcher that excludes its unit during training tells the round only when every member
+has told an interval above 0, waiting at most :data:`MEMBERS_TIMEOUT` seconds for those
+not yet told (a member that tells nothing has no watch). Otherwise it warns once, naming
+the first member without the watch and its setting, and its unit trains on and leaves at
+its next restart, as without the watch: the job ends no worse than with the watch
+nowhere. Refusing such a world as it forms would end that job instead. One launcher
+decides, so every member does the same thing: a signal in the store means every member
+watches. Different intervals above 0 do no harm: an interval sets only how soon each
+process 0 sees its own decision; the signal's looks and the barrier do not depend on it.
+
 A world formed without the excluded unit does not restart: the key lives in the round
 the unit was a member of. A launcher that is excluded while a member of a round and
 leaves it without reaching the barrier (a sibling that finds its marker right after
 joining; a launcher whose agent restarted it alone and that is refused before joining
-again) sets the key and counts itself.
+again) sets the key and counts itself, whatever the members' intervals: the round has
+lost a member, and every member that watches restarts rather than fail. Each member logs
+what happened with the same tokens (``when=during-training``, ``after-joining`` or
+``before-joining``, then the exclusion's :meth:`~.._errors.UnhealthyNodeException.fields`
+and ``path``).
 Every store call goes through the launcher's :class:`~.failopen.FailOpen`: a failing
 store restarts nobody (one WARNING a streak), and the job goes on as without the watch.
 """
@@ -36,31 +58,46 @@ store restarts nobody (one WARNING a streak), and the job goes on as without the
 from __future__ import annotations
 
 import logging
+import socket
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from torch.distributed import Store
+from torch.distributed.elastic.rendezvous import RendezvousInfo
 
-from .events import DecisionRecorder
+from .._errors import UnhealthyNodeException
+from .._logfmt import FieldValue, format_fields, parse_fields
+from .events import DecisionRecorder, FailOpenReason
 from .failopen import FailOpen
 
 __all__ = [
+    "AFTER_JOINING",
     "ALIGN_POLL",
     "ALIGN_TIMEOUT",
     "ARRIVED_KEY",
+    "BEFORE_JOINING",
+    "DURING_TRAINING",
     "EXCLUDED_KEY",
     "LOOK_INTERVAL",
+    "MEMBERS_TIMEOUT",
+    "MEMBER_KEY",
     "RESTART_KEY",
+    "Member",
     "WorldSignal",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Set (to the excluded unit's fields) by the launcher that excluded its unit.
+#: Set (to the excluded unit's tokens) by the launcher that excluded its unit.
 EXCLUDED_KEY = "nvrx-seghealth/watch/excluded"
 #: How many members of the round have reached the barrier.
 ARRIVED_KEY = "nvrx-seghealth/watch/arrived"
 #: Set by the last member to reach the barrier.
 RESTART_KEY = "nvrx-seghealth/watch/restart"
+#: Followed by a member's rank: what that member told the round as it joined (logfmt:
+#: ``job_id``, ``task_id``, ``procid`` when known, ``host``, ``watch_interval``).
+MEMBER_KEY = "nvrx-seghealth/watch/member/"
 #: Seconds between two looks of one launcher for :data:`EXCLUDED_KEY`: one store call
 #: a second per launcher, whatever the agent's ``--monitor-interval``.
 LOOK_INTERVAL = 1.0
@@ -68,9 +105,57 @@ LOOK_INTERVAL = 1.0
 #: member may be gone (its agent failed) or look late (a long ``--monitor-interval``);
 #: every live member arrives within :data:`LOOK_INTERVAL` plus its monitor interval.
 ALIGN_TIMEOUT = 10.0
-#: Seconds between two looks for :data:`RESTART_KEY` in the barrier (a ``sleep``
-#: between them, so a signal stops the launcher at once).
+#: The longest the launcher that excludes its unit during training waits for members
+#: that have not told their watch interval: each tells it as it joins, before its
+#: workers start, so only a member without this package's watch is still silent.
+MEMBERS_TIMEOUT = 10.0
+#: Seconds between two looks for :data:`RESTART_KEY` in the barrier, and for the
+#: members' intervals (a ``sleep`` between them, so a signal stops the launcher at once).
 ALIGN_POLL = 0.25
+
+#: When the unit that left the round was excluded (``when``, the signal's first token).
+DURING_TRAINING = "during-training"
+AFTER_JOINING = "after-joining"
+BEFORE_JOINING = "before-joining"
+_WHEN = {
+    DURING_TRAINING: " during training",
+    AFTER_JOINING: " right after joining, before its workers started",
+    BEFORE_JOINING: " as its launcher restarted, before it joined again",
+}
+
+
+@dataclass(frozen=True)
+class Member:
+    """What a launcher with the check on needs to be a member of the rounds it joins.
+
+    Attributes:
+        watch_interval: the launcher's ``watch_interval`` in seconds; ``0``: no watch.
+        fail_open: runs every store call.
+        events: records the restart; its unit names the launcher to the others.
+    """
+
+    watch_interval: float
+    fail_open: FailOpen
+    events: DecisionRecorder
+
+    def joined(self, info: RendezvousInfo) -> WorldSignal | None:
+        """Tell the round ``info`` this launcher's watch interval (one ``set``); the
+        round's signal when the launcher watches, else ``None``."""
+        unit = self.events.unit
+        told: dict[str, FieldValue] = {}
+        if unit is not None:
+            told |= {"job_id": unit.job_id, "task_id": unit.task_id, "procid": unit.procid}
+        told |= {"host": socket.gethostname(), "watch_interval": f"{self.watch_interval:g}"}
+        self.fail_open(
+            "tell-watch",
+            "tell the round this launcher's watch interval",
+            info.store.set,
+            f"{MEMBER_KEY}{info.rank}",
+            format_fields(told),
+        )
+        if self.watch_interval <= 0:
+            return None
+        return WorldSignal(info.store, info.world_size, self.fail_open, self.events)
 
 
 class WorldSignal:
@@ -92,24 +177,27 @@ class WorldSignal:
         self._events = events
         self._next_look = 0.0  # the first look is due at once
         self._restart = False
+        # Set by the thread that excludes the unit during training; read by the agent's.
+        self._excluded: UnhealthyNodeException | None = None
+        self._members_judged = False  # for that exclusion (the agent's thread)
 
-    def exclude(self, fields: str) -> None:
-        """This launcher's unit, a member of the round, is excluded (``fields``: who)."""
-        self._fail_open(
-            "signal-world",
-            "tell the current world of the exclusion; it restarts only on its own failures",
-            self._store.set,
-            EXCLUDED_KEY,
-            fields,
-        )
+    def exclude(self, exclusion: UnhealthyNodeException) -> None:
+        """This launcher's unit, a member of the round, is excluded during training.
 
-    def leave(self, fields: str) -> None:
-        """This launcher's unit is excluded and it leaves the round now: the world is told,
-        and the launcher counts itself in the barrier (unless it already passed it)."""
+        The round is told at the agent's next ``num_nodes_waiting()``
+        (:meth:`restart_due`), if every member watches. The calling thread (process 0's
+        watch or responder, holding its lock) makes no store call here.
+        """
+        self._excluded = exclusion
+
+    def leave(self, exclusion: UnhealthyNodeException, when: str) -> None:
+        """This launcher's unit is excluded (``when``: :data:`AFTER_JOINING` or
+        :data:`BEFORE_JOINING`) and it leaves the round now: the world is told, and the
+        launcher counts itself in the barrier (unless it already passed it)."""
         if self._restart:
             return
         self._restart = True
-        self.exclude(fields)
+        self._tell(exclusion, when)
         self._fail_open(
             "align-restart",
             "count this launcher out of the restart",
@@ -123,6 +211,12 @@ class WorldSignal:
         ``num_nodes_waiting()``); aligns the restart first. Once due, stays due."""
         if self._restart:
             return True
+        excluded = self._excluded
+        if excluded is not None and not self._members_judged:
+            self._members_judged = True
+            if self._every_member_watches():
+                self._tell(excluded, DURING_TRAINING)
+                self._next_look = 0.0
         if time.monotonic() < self._next_look:
             return False
         seen = self._fail_open(
@@ -139,21 +233,85 @@ class WorldSignal:
         started = time.monotonic()
         aligned = self._align()
         waited = time.monotonic() - started
-        fields = self._fail_open(
+        told = self._fail_open(
             "watch-world", "read who was excluded", self._store.get, EXCLUDED_KEY
         )
-        who = "" if fields is None else fields.decode(errors="replace")
+        tokens = {} if told is None else parse_fields(told.decode(errors="replace"))
         log.info(
-            "Segment health check: a unit of the current world was excluded during training "
-            "(%s); restarting this launcher's workers %s (waited %.1f s)",
-            who,
+            "Segment health check: a unit of the current world was excluded%s; restarting "
+            "this launcher's workers %s (waited %.1f s); %s",
+            _WHEN.get(tokens.get("when", ""), ""),
             "with every member of the world"
             if aligned
             else "without the members that did not come",
             waited,
+            format_fields(tokens),
         )
         self._events.world_restart(aligned, waited)
         return True
+
+    def _tell(self, exclusion: UnhealthyNodeException, when: str) -> None:
+        """Set :data:`EXCLUDED_KEY`: ``when``, the exclusion's tokens and its path."""
+        tokens = {"when": when, **exclusion.fields(), "path": exclusion.path}
+        self._fail_open(
+            "signal-world",
+            "tell the current world of the exclusion; it restarts only on its own failures",
+            self._store.set,
+            EXCLUDED_KEY,
+            format_fields(tokens),
+        )
+
+    def _every_member_watches(self) -> bool:
+        """Whether every member told an interval above 0, waiting at most
+        :data:`MEMBERS_TIMEOUT` for members not yet told. If not: one WARNING and one
+        ``fail_open`` event naming the first member without the watch. ``False`` too when
+        the store fails (its own WARNING): the world trains on, as without the watch."""
+        keys = [f"{MEMBER_KEY}{rank}" for rank in range(self._world_size)]
+        deadline = time.monotonic() + MEMBERS_TIMEOUT
+        while True:
+            everyone = self._fail_open(
+                "read-members", "read the members' watch intervals", self._store.check, keys
+            )
+            if everyone is None:
+                return False
+            if everyone or time.monotonic() >= deadline:
+                break
+            time.sleep(ALIGN_POLL)
+        members = self._fail_open(
+            "read-members", "read the members' watch intervals", self._read, keys, everyone
+        )
+        if members is None:
+            return False
+        without = [(rank, told) for rank, told in enumerate(members) if not _watches(told)]
+        if not without:
+            return True
+        rank, told = without[0]
+        tokens: dict[str, FieldValue] = {
+            "without_watch": len(without),
+            "world_size": self._world_size,
+            "member_rank": rank,
+        }
+        tokens |= {
+            f"member_{key}": value for key, value in (told or {"watch_interval": "unknown"}).items()
+        }
+        log.warning(
+            "Segment health check: not every member of the current world has the watch, "
+            "and a restart would fail their workers; this launcher's unit, excluded during "
+            "training, trains on and leaves at its next restart, as without the watch. Give "
+            "every launcher the same segment_health_check_watch_interval; %s",
+            format_fields(tokens),
+        )
+        self._events.fail_open(FailOpenReason.MIXED_WATCH, **tokens)
+        return False
+
+    def _read(self, keys: list[str], everyone: bool) -> list[dict[str, str] | None]:
+        """What each member told, by rank; ``None`` for one that told nothing."""
+        present = keys if everyone else [key for key in keys if self._store.check([key])]
+        values = dict(zip(present, self._store.multi_get(present))) if present else {}
+        return [
+            parse_fields(values[key].decode(errors="replace")) if key in values else None
+            for key in keys
+        ]
 
     def _align(self) -> bool:
         """Wait until every member has arrived; ``False``: not in time, or no store."""
@@ -185,4 +343,12 @@ class WorldSignal:
             "workers without them",
             ALIGN_TIMEOUT,
         )
+        return False
+
+
+def _watches(told: Mapping[str, str] | None) -> bool:
+    """Whether a member that told ``told`` (``None``: nothing) has the watch."""
+    try:
+        return told is not None and float(told.get("watch_interval", "0")) > 0
+    except ValueError:
         return False
