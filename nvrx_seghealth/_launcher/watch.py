@@ -48,9 +48,9 @@ leaves it without reaching the barrier (a sibling that finds its marker right af
 joining; a launcher whose agent restarted it alone and that is refused before joining
 again) sets the key and counts itself, whatever the members' intervals: the round has
 lost a member, and every member that watches restarts rather than fail. Each member logs
-what happened with the same tokens (``when=during-training``, ``after-joining`` or
-``before-joining``, then the exclusion's :meth:`~.._errors.UnhealthyNodeException.fields`
-and ``path``).
+what happened with the same tokens, those of the ``nvrx_seghealth.excluded`` event:
+``when`` (``during-training``, ``after-joining`` or ``before-joining``), ``by``,
+``job_id``, ``task_id`` and, for a decision file, ``path``.
 Every store call goes through the launcher's :class:`~.failopen.FailOpen`: a failing
 store restarts nobody (one WARNING a streak), and the job goes on as without the watch.
 """
@@ -251,8 +251,17 @@ class WorldSignal:
         return True
 
     def _tell(self, exclusion: UnhealthyNodeException, when: str) -> None:
-        """Set :data:`EXCLUDED_KEY`: ``when``, the exclusion's tokens and its path."""
-        tokens = {"when": when, **exclusion.fields(), "path": exclusion.path}
+        """Set :data:`EXCLUDED_KEY` to the tokens of the ``nvrx_seghealth.excluded`` event:
+        ``when``, ``by``, and the unit's ``job_id``, ``task_id``, with ``path`` for a
+        decision file. Not ``reason``: a member's log would then read as its own
+        exclusion (:mod:`.._demo.logtokens`)."""
+        tokens: dict[str, FieldValue] = {
+            "when": when,
+            "by": exclusion.reason.value,
+            "job_id": exclusion.job_id,
+            "task_id": exclusion.task_id,
+            "path": exclusion.path,
+        }
         self._fail_open(
             "signal-world",
             "tell the current world of the exclusion; it restarts only on its own failures",
