@@ -9,7 +9,9 @@ Unit :data:`LAGGED`'s agent looks at its workers only every :data:`LAG_MONITOR_I
 seconds (``--monitor-interval``): it learns of anything late, as an agent on a busy node
 does. Once the spare is up, unit :data:`~harness.launcherjob.MARKED` is marked (a
 producer's ``publish_decision``); with :attr:`Variant.stall`, its worker first stops calling the
-collective, so every peer blocks in it until the gloo timeout.
+collective, so every peer blocks in it until the gloo timeout. A variant may change the
+shape (:attr:`Variant.units`, :attr:`Variant.spare`, :attr:`Variant.lagged`) and run some
+tasks without the watch (:attr:`Variant.unwatched`).
 
 The job then runs until a world without the marked unit formed or :attr:`Variant.window`
 seconds passed since the mark, whichever is first; then its workers are told to stop
@@ -75,6 +77,11 @@ class Variant:
         backend: ``segment-health`` or ``c10d``.
         watch_interval: ``segment_health_check_watch_interval`` in seconds; 0: the key is
             not given (the watch is off).
+        unwatched: tasks given ``segment_health_check_watch_interval=0`` whatever
+            :attr:`watch_interval` (a setting that differs between launchers).
+        units: the tasks of the first world (``--nnodes=N:N``, N of them).
+        spare: the spare task, started once the first world formed.
+        lagged: the task whose agent learns late (``None``: none).
         stall: the marked unit's worker stops calling the collective before the mark.
         gloo_timeout: the process group's timeout (``init_process_group(timeout=)``).
         max_restarts: torchrun's ``--max-restarts``.
@@ -86,20 +93,30 @@ class Variant:
     name: str
     backend: str = "segment-health"
     watch_interval: float = 0.0
+    unwatched: tuple[int, ...] = ()
+    units: tuple[int, ...] = UNITS
+    spare: int = SPARE
+    lagged: int | None = LAGGED
     stall: bool = False
     gloo_timeout: float = 120.0
     max_restarts: int = 0
     window: float = 20.0
     end_timeout: float = 60.0
 
-    def rdzv_conf(self, decisions: Path) -> str:
-        """The ``--rdzv-conf`` value."""
+    def rdzv_conf(self, decisions: Path, task: int) -> str:
+        """The ``--rdzv-conf`` value of ``task``'s launcher."""
         settings = ["is_host=false", "last_call_timeout=1"]
         if self.backend == "segment-health":
             settings.append(f"segment_health_check_dir={decisions}")
-            if self.watch_interval > 0:
-                settings.append(f"segment_health_check_watch_interval={self.watch_interval:g}")
+            interval = 0.0 if task in self.unwatched else self.watch_interval
+            if interval > 0 or task in self.unwatched:
+                settings.append(f"segment_health_check_watch_interval={interval:g}")
         return ",".join(settings)
+
+    @property
+    def tasks(self) -> tuple[int, ...]:
+        """Every task of the job: the units, then the spare."""
+        return (*self.units, self.spare)
 
 
 @dataclass(frozen=True)
@@ -196,17 +213,18 @@ def _reformed_at(records: list[Formed], marked_at: float) -> float | None:
 
 
 def _torchrun(variant: Variant, endpoint: str, decisions: Path, task: int) -> list[str]:
+    nodes = len(variant.units)
     argv = [
         "torchrun",
-        "--nnodes=3:3",
+        f"--nnodes={nodes}:{nodes}",
         "--nproc-per-node=1",
         f"--rdzv-backend={variant.backend}",
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id=watch-{variant.name}",
-        f"--rdzv-conf={variant.rdzv_conf(decisions)}",
+        f"--rdzv-conf={variant.rdzv_conf(decisions, task)}",
         f"--max-restarts={variant.max_restarts}",
     ]
-    if task == LAGGED:
+    if task == variant.lagged:
         argv.append(f"--monitor-interval={LAG_MONITOR_INTERVAL:g}")
     return [*argv, str(TRAIN)]
 
@@ -237,7 +255,7 @@ def run_job(variant: Variant, workdir: Path) -> Outcome:
     decisions = workdir / "segment-health-check"
     decisions.mkdir(parents=True)
     stop_file, stall_file = workdir / "stop", workdir / "stall"
-    logs = {task: workdir / f"task{task}.log" for task in (*UNITS, SPARE)}
+    logs = {task: workdir / f"task{task}.log" for task in variant.tasks}
     running: dict[int, subprocess.Popen[bytes]] = {}
 
     def start(task: int, endpoint: str) -> None:
@@ -263,10 +281,10 @@ def run_job(variant: Variant, workdir: Path) -> Outcome:
 
     with store_host("127.0.0.1", free_port()) as store:
         try:  # the launchers end before the store does: none of them sees it go away
-            for task in UNITS:
+            for task in variant.units:
                 start(task, store.endpoint)
             deadline = time.monotonic() + JOB_TIMEOUT
-            while len(formed()) < len(UNITS):
+            while len(formed()) < len(variant.units):
                 ended = {t: p.returncode for t, p in running.items() if p.poll() is not None}
                 if ended or time.monotonic() > deadline:
                     raise RuntimeError(
@@ -274,7 +292,7 @@ def run_job(variant: Variant, workdir: Path) -> Outcome:
                         f"{ {t: _read(log)[-2000:] for t, log in logs.items()} }"
                     )
                 time.sleep(0.2)
-            start(SPARE, store.endpoint)
+            start(variant.spare, store.endpoint)
             time.sleep(SPARE_SETTLE)
             if variant.stall:
                 stall_file.touch()
