@@ -263,9 +263,10 @@ class ProcessZero(Coordinator):
     def _exclude_now(self, decision: Decision, trigger: str, *, joined: bool = False) -> None:
         """Exclude the unit, publish its marker and the final answer (lock held).
 
-        While the watch runs, the unit is a member of the current world: the world is
-        told too, whichever look found the decision (the watch's, or a fresh stat for a
-        sibling's request). ``joined``: the unit is in a round (the watch's looks),
+        While the watch runs, the unit is a member of the current world: its signal
+        gets the exclusion too (:meth:`.WorldSignal.exclude`), whichever look found the
+        decision (the watch's, or a fresh stat for a sibling's request). ``joined``: the
+        unit is in a round (the watch's looks),
         even before the watch starts (the look right after joining; the handler then
         tells the round as it leaves it).
         """
