@@ -107,7 +107,7 @@ LOOK_INTERVAL = 1.0
 ALIGN_TIMEOUT = 10.0
 #: The longest the launcher that excludes its unit during training waits for members
 #: that have not told their watch interval: each tells it as it joins, before its
-#: workers start, so only a member without this package's watch is still silent.
+#: workers start, so a member silent that long has no watch (or its store call failed).
 MEMBERS_TIMEOUT = 10.0
 #: Seconds between two looks for :data:`RESTART_KEY` in the barrier, and for the
 #: members' intervals (a ``sleep`` between them, so a signal stops the launcher at once).

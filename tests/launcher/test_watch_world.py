@@ -88,6 +88,7 @@ def test_a_member_without_the_watch_keeps_the_world_training(tcp_store, shc, cap
     assert (warning["member_task_id"], warning["member_watch_interval"]) == ("0", "0")
     (fell_back,) = [f for f in seen.fields("fail_open") if f["reason"] == "mixed-watch"]
     assert fell_back["task_id"] == "1" and fell_back["member_task_id"] == "0"
+    assert seen.values("fail_open.mixed-watch") == [1]
     assert seen.fields("world_restart") == []
     # The next restart (e.g. a worker failure): task 1 is refused, the spare joins.
     spare = watched(tcp_store, shc, 2, nodes=(2, 2))
