@@ -239,8 +239,8 @@ def publish_decision(
     never a partial or empty file. ``directory`` must exist. The write holds the
     directory's lock (:data:`~.files.LOCK_NAME`), so writers of this package never
     interleave. With ``expect`` (what :func:`~.files.read_current` returned), the
-    write happens only if the file still holds exactly that; else
-    :class:`DecisionConflict` is raised and nothing is written.
+    write happens only if the file still holds exactly that; else, unless it already
+    holds ``text``, :class:`DecisionConflict` is raised and nothing is written.
 
     A directory sync that fails after the rename is logged as a WARNING: the new
     decision is in place, and the call succeeds.

@@ -200,8 +200,9 @@ class Result:
     """The outcome of :func:`replace`.
 
     Attributes:
-        status: ``done``, or ``conflict`` (the path no longer held ``expect``; nothing
-            was written).
+        status: ``done``; ``unchanged`` (the path no longer held ``expect`` but
+            already held what was to be written; nothing was written); or ``conflict``
+            (the path no longer held ``expect``, nor that; nothing was written).
         before: what the path held when the lock was taken.
         warnings: problems that did not stop the write (directory sync, no lock, a
             stale temporary file that could not be removed).
@@ -459,6 +460,13 @@ def _write(path: str, content: bytes) -> None:
         raise
 
 
+def _holds(current: Current, content: bytes | None) -> bool:
+    """Whether ``current`` is already what writing ``content`` (``None``: removing) makes."""
+    if content is None:
+        return current.kind == "absent"
+    return current == Current("content", content, len(content))
+
+
 def replace(
     path: str,
     content: bytes | None,
@@ -472,8 +480,9 @@ def replace(
     Under the directory's lock (unless ``lock=False``, for a file that is not a decision
     and that only one writer owns) the path is read again (:func:`read_current`); when
     ``expect`` is given and the path no longer holds it (same kind, size and bytes),
-    nothing is written and the status is ``conflict``. Removing a missing file is
-    ``done``. Holding the lock, the writer first removes the directory's stale
+    nothing is written: the status is ``unchanged`` when the path already holds
+    ``content`` (another writer wrote the same, e.g. a replica of a producer), else
+    ``conflict``. Removing a missing file is ``done``. Holding the lock, the writer first removes the directory's stale
     temporary files (see the module's documentation).
 
     Raises:
@@ -495,7 +504,7 @@ def replace(
             warnings += _remove_stale_temporaries(directory)
         before = read_current(path)
         if expect is not None and before != expect:
-            return Result("conflict", before, warnings)
+            return Result("unchanged" if _holds(before, content) else "conflict", before, warnings)
         if content is None:
             if before.kind == "absent":
                 return Result("done", before, warnings)

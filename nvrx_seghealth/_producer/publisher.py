@@ -267,6 +267,9 @@ class DrainedPublisher:
                 raise _Hung from None
             return
         result.warnings.extend(written.warnings)
+        if written.status == "unchanged":  # another writer wrote the same: a replica
+            result.unchanged += 1
+            return
         if written.status == "conflict":
             before = written.before
             found = first_line(before.data) if before.kind == "content" else before.kind

@@ -244,3 +244,18 @@ def test_append_text_starts_a_new_line_after_a_cut_one(tmp_path):
     decisionfs.append_text(str(log), '{"c": 3}\n')
     decisionfs.append_text(str(log), '{"d": 4}\n')
     assert log.read_text().splitlines() == ['{"a": 1}', '{"b": ', '{"c": 3}', '{"d": 4}']
+
+
+def test_a_file_that_already_holds_what_was_to_be_written_is_no_conflict(path):
+    """Another writer (a replica of a producer) wrote the same content, or removed the
+    file, between this writer's read and its write: nothing to write, nothing to report."""
+    decisionfs.replace(path, b"old\n")
+    read = decisionfs.read_current(path)
+    decisionfs.replace(path, b"same\n")
+    mtime = os.stat(path).st_mtime_ns
+    result = decisionfs.replace(path, b"same\n", read)
+    assert (result.status, result.before) == ("unchanged", Current("content", b"same\n", 5))
+    assert os.stat(path).st_mtime_ns == mtime  # not written again
+    assert decisionfs.replace(path, b"other\n", read).status == "conflict"
+    os.unlink(path)
+    assert decisionfs.replace(path, None, read).status == "unchanged"

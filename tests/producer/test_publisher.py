@@ -116,3 +116,22 @@ def test_a_pass_trusts_the_ids_and_the_directory_it_was_given(slurm, monkeypatch
         assert result.error is None and result.running == 3
     assert slurm.decision(1).read_text() == TASK1_DRAINED
     assert calls == []
+
+
+def test_a_replica_that_wrote_the_same_decision_meanwhile_is_no_conflict(slurm):
+    """Two producers with one ``--producer-id`` (replicas): the other's pass, a real
+    ``publish-drained --once``, writes the identical decision between this pass's read
+    and its write. The file already holds what this pass wanted: nothing to report."""
+    ran: list[str] = []
+
+    def replica(path):
+        if path == str(slurm.decision(1)) and not ran:
+            done = slurm.run("--once")
+            assert done.returncode == 0, done.stderr
+            ran.append(path)
+
+    result = publisher(slurm, replica).run_pass()
+    assert ran, "the window was not reached"
+    assert slurm.decision(1).read_text() == TASK1_DRAINED
+    assert [e for e in result.events if e.task_id == "1"] == []
+    assert result.ok and result.unchanged == 3
