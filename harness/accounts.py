@@ -14,10 +14,12 @@ import yaml
 
 import nvrx_seghealth
 
-__all__ = ["NOBODY", "as_nobody", "public_copy", "require_root"]
+__all__ = ["NOBODY", "SETPRIV_NOBODY", "as_nobody", "public_copy", "require_root"]
 
 #: The uid of user ``nobody``.
 NOBODY = pwd.getpwnam("nobody").pw_uid
+#: The command prefix that runs a command as user ``nobody``, group ``nogroup`` (root only).
+SETPRIV_NOBODY = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups")
 
 _CLI = "import sys; from nvrx_seghealth._commands import main; sys.exit(main())"
 
@@ -44,7 +46,7 @@ def public_copy(root: str) -> str:
 def as_nobody(lib: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """Run ``nvrx-seghealth ARGS`` as user nobody, from the copy in ``lib``, with ``env``."""
     command = [os.path.realpath(sys.executable), "-s", "-c", _CLI, *args]
-    command = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command]
+    command = [*SETPRIV_NOBODY, *command]
     return subprocess.run(
         command,
         capture_output=True,

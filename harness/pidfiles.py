@@ -4,16 +4,22 @@ nothing may signal, and the lock test a sender makes (util-linux ``flock(1)``)."
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from .accounts import SETPRIV_NOBODY
+
 __all__ = ["is_locked", "lock_held", "victim"]
 
 _HOLD = (
-    "import fcntl, os, sys, time\n"
-    "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "import errno, fcntl, os, sys, time\n"
+    "try:\n"
+    "    fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+    "except OSError as error:\n"
+    "    sys.exit(print(errno.errorcode[error.errno], flush=True))\n"
     "fcntl.flock(fd, fcntl.LOCK_EX)\n"
     "print('locked', flush=True)\n"
     "time.sleep(600)\n"
@@ -21,14 +27,22 @@ _HOLD = (
 
 
 @contextlib.contextmanager
-def lock_held(path: Path) -> Iterator[subprocess.Popen[str]]:
-    """A process that holds an exclusive ``flock`` on ``path`` until the block ends."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD, str(path)], stdout=subprocess.PIPE, text=True
-    )
+def lock_held(path: Path, *, nobody: bool = False) -> Iterator[str]:
+    """A process that opens ``path`` read-only and holds an exclusive ``flock`` on it
+    until the block ends: this account's, or with ``nobody`` user nobody's (root needed).
+
+    Yields ``locked``, or for user nobody the errno name that refused the open (e.g.
+    ``EACCES``: then nothing holds it).
+    """
+    command = [os.path.realpath(sys.executable), "-I", "-c", _HOLD, str(path)]
+    if nobody:
+        command = [*SETPRIV_NOBODY, *command]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
-        yield holder
+        assert holder.stdout is not None
+        outcome = holder.stdout.readline().strip()
+        assert outcome == "locked" or (nobody and outcome.startswith("E")), outcome
+        yield outcome
     finally:
         holder.kill()
         holder.wait()

@@ -40,6 +40,14 @@ never among them: every writer of a decision holds the lock from before it creat
 its temporary file until after the rename (:func:`replace` refuses ``lock=False`` for a
 decision), and a writer that could not lock (below) does not remove anything.
 
+``flock`` needs only a descriptor, a read-only one too, so whoever can open the lock
+can hold it and block every write. A lock this module creates can be opened only by the
+accounts that can write in the directory: mode 0600, or 0660 with the directory's group
+when the group can write there, or 0644 when every account can (``1777``: any writer can
+then block the others, docs/cluster.md). A lock others can open (0644 from an earlier
+release) is replaced by a new file while it is held (:func:`_lock`); one held for the
+whole lock wait is refused with who can open it and the fix.
+
 Where ``flock`` is not supported (``ENOLCK``, ``EOPNOTSUPP``, ...; e.g. a Lustre client
 mounted without ``-o flock``), writes still compare before they rename but are not
 serialised; the result carries a warning saying so.
@@ -48,7 +56,7 @@ This module imports nothing from the package and only the standard library: the 
 code runs in-process (:func:`nvrx_seghealth.publish_decision`) and, for the operators'
 commands, in a helper process (``python -I -S decisionfs.py``, see
 :mod:`nvrx_seghealth._decision.boundedfs`) that answers JSON requests on stdin, one per line.
-That is also why it is one module of about 600 lines, over the package's 400: the helper
+That is also why it is one module of about 770 lines, over the package's 400: the helper
 runs this file by path, alone, so the operations and the wire format it serves them in
 cannot be split into modules that import each other.
 """
@@ -65,6 +73,7 @@ import stat
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,9 +106,11 @@ READ_LIMIT = 64 * 1024
 STALE_TEMPORARY_AGE = 600.0
 
 _TEMPORARY_SUFFIX = ".tmp"
-#: A decision's temporary file, as :func:`_write` names it (mkstemp's random part).
+#: A decision's (or the lock's) temporary file, as :func:`_write` names it (mkstemp's
+#: random part).
 _DECISION_TEMPORARY = re.compile(
-    rf"\.{re.escape(_DECISION_PREFIX)}[0-9]+\.[0-9]+\.[a-z0-9_]+{re.escape(_TEMPORARY_SUFFIX)}"
+    rf"\.{re.escape(_DECISION_PREFIX)}(?:[0-9]+\.[0-9]+|lock)\.[a-z0-9_]+"
+    rf"{re.escape(_TEMPORARY_SUFFIX)}"
 )
 #: Added to every open in the decision directory (:func:`open_regular`).
 _HOSTILE_OPEN = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -123,7 +134,9 @@ class StepError(OSError):
     """A filesystem call of a write failed; ``step`` names it.
 
     Steps: ``lock`` (open the lock file), ``create`` (the temporary file), ``write``,
-    ``rename`` (over the decision), ``remove``.
+    ``rename`` (over the decision), ``remove``. A lock this module refuses is step
+    ``lock`` with ``ELOOP`` or ``EINVAL`` (not a regular file) or ``EPERM`` (held, and
+    others can open it: :func:`_lock`); its ``strerror`` says what is wrong and the fix.
     """
 
     def __init__(self, step: str, error: OSError) -> None:
@@ -230,14 +243,17 @@ def _require_regular(path: str, mode: int) -> None:
         raise NotRegularError(path, kind)
 
 
-def open_regular(path: str, flags: int, mode: int = 0o644) -> tuple[int, os.stat_result]:
+def open_regular(
+    path: str, flags: int, mode: int = 0o644, *, dir_fd: int | None = None
+) -> tuple[int, os.stat_result]:
     """Open the regular file ``path``; never follow a symlink nor open anything else.
 
     ``lstat`` first: an existing path that is not a regular file is refused before any
     ``open``. Then ``open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC,
     mode)`` and ``fstat``: the descriptor must be a regular file and, when the ``lstat``
     found one, the same ``(st_dev, st_ino)``; a path replaced in between is looked at
-    again (up to three times). ``O_CREAT`` in ``flags`` creates a missing file.
+    again (up to three times). ``O_CREAT`` in ``flags`` creates a missing file. With
+    ``dir_fd``, ``path`` is a name in the directory open on it (as :func:`os.open`).
 
     Returns:
         The descriptor (the caller closes it) and its ``fstat``.
@@ -250,7 +266,7 @@ def open_regular(path: str, flags: int, mode: int = 0o644) -> tuple[int, os.stat
     """
     for _ in range(_OPEN_ATTEMPTS):
         try:
-            seen: os.stat_result | None = os.lstat(path)
+            seen: os.stat_result | None = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             if not flags & os.O_CREAT:
                 raise
@@ -258,7 +274,7 @@ def open_regular(path: str, flags: int, mode: int = 0o644) -> tuple[int, os.stat
         if seen is not None:
             _require_regular(path, seen.st_mode)
         try:
-            fd = os.open(path, flags | _HOSTILE_OPEN, mode)
+            fd = os.open(path, flags | _HOSTILE_OPEN, mode, dir_fd=dir_fd)
         except OSError as error:
             if error.errno == errno.ELOOP:  # a symlink put there since the lstat
                 raise NotRegularError(path, "symbolic link") from None
@@ -306,9 +322,61 @@ def read_current(path: str, limit: int = READ_LIMIT) -> Current:
         os.close(fd)
 
 
-def _open_lock(lock_path: str) -> int:
-    """Open (create 0644 if missing) the regular file :data:`LOCK_NAME`, read-write or,
-    when it is another account's (a sticky directory), read-only.
+def _lock_mode(directory: os.stat_result) -> int:
+    """The mode of a new lock file in ``directory``: only the accounts that can write
+    there can open it (a read-only descriptor is enough for ``flock``)."""
+    if directory.st_mode & stat.S_IWOTH:
+        return 0o644  # every account writes here, so every account must be able to lock
+    if directory.st_mode & stat.S_IWGRP:
+        return 0o660  # with the directory's group (:func:`_restrict_lock`)
+    return 0o600
+
+
+def _restrict_lock(fd: int, directory: os.stat_result) -> None:
+    """Give the new lock file open on ``fd`` its :func:`_lock_mode`, on the descriptor.
+
+    For a group's directory the file takes the directory's group; a writer that cannot
+    give it that group makes it 0600 instead (no other account can open it then)."""
+    mode = _lock_mode(directory)
+    if mode == 0o660 and os.fstat(fd).st_gid != directory.st_gid:
+        try:
+            os.fchown(fd, -1, directory.st_gid)
+        except OSError:
+            mode = 0o600
+    os.fchmod(fd, mode)
+
+
+def _exposure(lock: os.stat_result, directory: os.stat_result) -> str | None:
+    """Who can open the lock file ``lock``, and so hold it, without the right to write in
+    its ``directory``; ``None``: no one.
+
+    In a directory every account can write (``1777``) no one is: each writer can block
+    the others anyway (docs/cluster.md). The accounts that can reach the file are
+    judged by the directory's search bits; the directories above it are not looked at.
+    """
+    mode = directory.st_mode
+    if mode & stat.S_IWOTH:
+        return None
+    who = []
+    if lock.st_uid not in (0, directory.st_uid) and not mode & stat.S_IWGRP:
+        who.append(f"its owner (uid {lock.st_uid})")
+    group_writes = mode & stat.S_IWGRP and lock.st_gid == directory.st_gid
+    if lock.st_mode & 0o060 and mode & (stat.S_IXGRP | stat.S_IXOTH) and not group_writes:
+        who.append(f"its group (gid {lock.st_gid})")
+    if lock.st_mode & 0o006 and mode & stat.S_IXOTH:
+        who.append("every user")
+    if not who:
+        return None
+    return (
+        f"{' and '.join(who)} can open it (owner uid {lock.st_uid}, mode "
+        f"{stat.S_IMODE(lock.st_mode):04o}) without the right to write in the directory"
+    )
+
+
+def _open_lock(lock_path: str, directory: os.stat_result) -> int:
+    """Open the regular file :data:`LOCK_NAME`, read-write or, when it is another
+    account's (a sticky directory), read-only; a missing one is created with
+    :func:`_lock_mode` (``O_EXCL``: a file put there meanwhile is opened instead).
 
     Raises:
         StepError: step ``lock``; for a lock that is not a regular file the message says
@@ -316,12 +384,18 @@ def _open_lock(lock_path: str) -> int:
     """
     try:
         try:
-            fd, _ = open_regular(lock_path, os.O_RDWR | os.O_CREAT)
-        except PermissionError as denied:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _HOSTILE_OPEN, 0o600)
+        except FileExistsError:
             try:
+                fd, _ = open_regular(lock_path, os.O_RDWR)
+            except PermissionError:
                 fd, _ = open_regular(lock_path, os.O_RDONLY)
-            except FileNotFoundError:  # no lock, and no right to create one
-                raise denied from None
+        else:
+            try:
+                _restrict_lock(fd, directory)
+            except BaseException:
+                os.close(fd)
+                raise
     except NotRegularError as error:
         refusal = OSError(
             error.errno,
@@ -335,32 +409,113 @@ def _open_lock(lock_path: str) -> int:
     return fd
 
 
+def _flock(fd: int, lock_path: str, started: float, wait: float) -> str | None:
+    """``flock`` ``fd``, waiting until ``wait`` seconds after ``started``; a warning when
+    ``flock`` is unsupported (then unlocked).
+
+    Raises:
+        LockBusyError: another process held it all that time.
+        StepError: step ``lock``: ``flock`` failed otherwise.
+    """
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return None
+        except BlockingIOError:
+            waited = time.monotonic() - started
+            if waited >= wait:
+                raise LockBusyError(lock_path, waited) from None
+            time.sleep(0.01)
+        except OSError as error:
+            if error.errno not in _UNSUPPORTED_LOCK:
+                raise StepError("lock", error) from None
+            return (
+                f"{lock_path} cannot be locked ({_describe(error)}): concurrent "
+                "writers are not serialised on this filesystem"
+            )
+
+
 def _lock(directory: str, wait: float) -> tuple[int, str | None]:
     """Open and flock :data:`LOCK_NAME`, waiting at most ``wait`` seconds for another
-    writer; return the fd and a warning when ``flock`` is unsupported (then unlocked)."""
+    writer; return the fd and a warning (``flock`` unsupported: then unlocked; or a lock
+    that could not be made safe).
+
+    Only the directory's writers can open a lock this module creates
+    (:func:`_lock_mode`). A lock that others can open (:func:`_exposure`; one made 0644
+    by an earlier release) is replaced, while held, by a new one that they cannot: a
+    process that opened the old file keeps only a lock that no writer takes any more.
+    So after taking the lock a writer checks that the name still holds the file it
+    locked, and locks the new one when it does not.
+
+    Raises:
+        LockBusyError: another writer held the lock for ``wait`` seconds.
+        StepError: step ``lock``; also when the lock that was held that long can be
+            opened by accounts that cannot write in the directory (the message says who,
+            and to remove it).
+    """
     lock_path = os.path.join(directory, LOCK_NAME)
-    fd = _open_lock(lock_path)
-    started = time.monotonic()
     try:
-        while True:
+        place = os.stat(directory)
+    except OSError as error:
+        raise StepError("lock", error) from None
+    started = time.monotonic()
+    for _ in range(_OPEN_ATTEMPTS):
+        fd = _open_lock(lock_path, place)
+        try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd, None
-            except BlockingIOError:
-                waited = time.monotonic() - started
-                if waited >= wait:
-                    raise LockBusyError(lock_path, waited) from None
-                time.sleep(0.01)
-            except OSError as error:
-                if error.errno not in _UNSUPPORTED_LOCK:
-                    raise StepError("lock", error) from None
-                return fd, (
-                    f"{lock_path} cannot be locked ({_describe(error)}): concurrent "
-                    "writers are not serialised on this filesystem"
+                warning = _flock(fd, lock_path, started, wait)
+            except LockBusyError as busy:
+                exposure = _exposure(os.fstat(fd), place)
+                if exposure is None:
+                    raise
+                refusal = (
+                    f"another process has held {lock_path} for {busy.waited:.1f} s, and "
+                    f"{exposure} {directory}: any of them can block every write. Remove it "
+                    "(as its owner or root): the next write creates one that only the "
+                    "directory's writers can open"
                 )
-    except BaseException:
-        os.close(fd)
-        raise
+                raise StepError("lock", OSError(errno.EPERM, refusal, lock_path)) from None
+            held = os.fstat(fd)
+            if warning is None and _same_file(lock_path, held):
+                warning = _make_safe(lock_path, held, place)
+            if warning is not None or _same_file(lock_path, held):
+                return fd, warning
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # replaced, by this writer or another: lock the new file
+    replaced = OSError(
+        errno.EAGAIN, f"replaced at each of {_OPEN_ATTEMPTS} attempts to lock it", lock_path
+    )
+    raise StepError("lock", replaced)
+
+
+def _same_file(path: str, st: os.stat_result) -> bool:
+    """Whether ``path`` (not followed) is the file ``st`` describes."""
+    try:
+        now = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as error:
+        raise StepError("lock", error) from None
+    return (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _make_safe(lock_path: str, held: os.stat_result, directory: os.stat_result) -> str | None:
+    """Replace the held lock ``held`` when others can open it (:func:`_exposure`) by a
+    new one with :func:`_lock_mode`; a warning when it cannot be replaced."""
+    exposure = _exposure(held, directory)
+    if exposure is None:
+        return None
+    try:
+        _write(lock_path, b"", lambda fd: _restrict_lock(fd, directory))
+    except StepError as error:
+        return (
+            f"{lock_path} stays: {exposure} {os.path.dirname(lock_path)}, so any of them can "
+            f"block every write, and it cannot be replaced ({_describe(error)}): remove it "
+            "as its owner or root"
+        )
+    return None
 
 
 def _remove_stale_temporaries(directory: str) -> list[str]:
@@ -429,11 +584,16 @@ def _write_all(fd: int, data: bytes, name: str) -> None:
         written += count
 
 
-def _write(path: str, content: bytes) -> None:
+def _public(fd: int) -> None:
+    os.fchmod(fd, 0o644)
+
+
+def _write(path: str, content: bytes, settle: Callable[[int], None] = _public) -> None:
     """Write ``content`` to a temporary file and rename it over ``path``.
 
-    The temporary file is removed on any failure before the rename, also on a
-    :class:`BaseException` (a signal handler that raises).
+    ``settle`` gives the temporary file its mode, on its descriptor (the name may no
+    longer be this file): 0644 unless told. The temporary file is removed on any failure
+    before the rename, also on a :class:`BaseException` (a signal handler that raises).
     """
     directory, name = os.path.split(path)
     try:
@@ -443,7 +603,7 @@ def _write(path: str, content: bytes) -> None:
     step = "write"
     try:
         try:
-            os.fchmod(fd, 0o644)  # on the descriptor: the name may no longer be this file
+            settle(fd)
             _write_all(fd, content, path)
             os.fsync(fd)
         finally:

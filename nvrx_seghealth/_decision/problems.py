@@ -72,8 +72,8 @@ def write_problem(error: BaseException, directory: str, path: str, timeout: floa
     step = error.step if isinstance(error, StepError) else "write"
     code = error.errno
     in_directory = step in ("lock", "create")
-    if step == "lock" and code in (errno.ELOOP, errno.EINVAL):
-        return str(error.strerror)  # a planted lock: what is there, and to remove it
+    if step == "lock" and code in (errno.ELOOP, errno.EINVAL, errno.EPERM):
+        return str(error.strerror)  # a refused lock: what is wrong with it, and the fix
     if code == errno.ENOENT and in_directory:
         return (
             f"the decision directory {directory} does not exist: create it "

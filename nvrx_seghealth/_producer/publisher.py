@@ -27,8 +27,11 @@ Guarantees:
   ``mark`` that lands meanwhile stands, and the pass records a ``conflict``.
 * **A failed pass writes nothing.** A Slurm command that fails, hangs (``--slurm-timeout``)
   or answers something unexpected keeps the last decisions: a broken Slurm never reads
-  as "all healthy". With ``--clear-after-failing S`` (opt-in), a producer whose passes
-  have all failed for S seconds clears its own decisions once (fail open).
+  as "all healthy". A pass whose Slurm queries succeeded but that could not read or
+  write a decision failed too (``write-failed``; ``status`` says ``failing``); its
+  other decisions are written. With ``--clear-after-failing S`` (opt-in), a producer
+  whose passes have all failed for S seconds clears its own decisions once (fail open),
+  at a pass whose Slurm queries fail: a pass that knows the nodes' states never clears.
 * **Bounded on a hung mount.** Every read, write and append runs in a helper process
   within ``--fs-timeout`` (:mod:`nvrx_seghealth._decision.boundedfs`); SIGTERM or SIGINT stops
   ``--interval`` at once, also in the middle of a pass.
@@ -349,7 +352,6 @@ class DrainedPublisher:
             return result
         hosts = {host for task in tasks for host in task.hosts}
         self.debouncer.observe(node for node in nodes if node.node in hosts)
-        self.streak = self.streak.ok(now)
         result.running = len(tasks)
         result.unavailable = sorted(self.debouncer.unavailable().values())
         result.pending = sorted(self.debouncer.pending() & hosts)
@@ -362,9 +364,22 @@ class DrainedPublisher:
             result.warnings.append(
                 "the decision directory does not answer: the rest of this pass was skipped"
             )
+            self._settle(result, now)
             return result
+        self._settle(result, now)
         self._save_state(result, now)
         return result
+
+    def _settle(self, result: PassResult, now: float) -> None:
+        """Record how the pass whose Slurm queries succeeded went: ok, or failed when a
+        read or write of a decision failed (``status`` then says ``failing``)."""
+        failures = [event for event in result.events if event.kind is EventKind.WRITE_FAILED]
+        if not failures:
+            self.streak = self.streak.ok(now)
+            return
+        first = failures[0]
+        count = f"{len(failures)} decision{'' if len(failures) == 1 else 's'} not written"
+        self.streak = self.streak.failed(now, f"{count} (task {first.task_id}: {first.error})")
 
     def _failed(self, result: PassResult, error: str, now: float) -> None:
         result.error = error

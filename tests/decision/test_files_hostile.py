@@ -10,6 +10,7 @@ write that hangs fails its test instead of the suite.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -115,6 +116,58 @@ def test_a_planted_lock_is_refused_at_once_and_nothing_is_written(public, writer
     assert outcome == {"step": "lock", "errno": code}
     assert sorted(os.listdir(directory)) == [LOCK_NAME]  # no decision, no temporary file
     assert not (public / "root-only" / "nologin").exists()
+
+
+NOGROUP = 65534  # user nobody's group under setpriv --regid=nogroup
+
+
+@pytest.mark.parametrize(
+    "mode,lock_mode",
+    [(0o755, 0o600), (0o2770, 0o660), (0o770, 0o660), (0o1777, 0o644)],
+    ids=["0755", "2770", "0770", "1777"],
+)
+def test_a_new_lock_can_be_opened_only_by_the_directorys_writers(public, mode, lock_mode):
+    """Whatever the umask: only the owner writes (0755), the group writes (the lock takes
+    the directory's group, also without the set-group-ID bit), or every account does."""
+    for umask in (0o002, 0o077):
+        directory = public / f"shared{mode:o}-{umask:o}"
+        directory.mkdir()
+        os.chown(directory, -1, NOGROUP)
+        directory.chmod(mode)
+        before = os.umask(umask)
+        try:
+            decisionfs.replace(str(directory / "segment_health_check.9.1"), b"x\n")
+        finally:
+            os.umask(before)
+        st = (directory / LOCK_NAME).stat()
+        group = NOGROUP if lock_mode == 0o660 else 0
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (lock_mode, 0, group)
+    if mode != 0o755:  # user nobody writes too (in 2770 and 0770 as a member of nogroup)
+        assert write_as(NOBODY, public, "replace", directory / "segment_health_check.9.2") == {
+            "written": True
+        }
+
+
+def test_a_lock_others_can_open_is_replaced_and_its_old_file_blocks_no_one(public):
+    """A lock made 0644 by an earlier release, opened by another process before this
+    release's first write replaced it: that process can lock the old file, and writers
+    no longer take it."""
+    directory = shared(public, 0o755)
+    lock = directory / LOCK_NAME
+    os.close(os.open(lock, os.O_CREAT | os.O_WRONLY, 0o644))
+    kept = os.open(lock, os.O_RDONLY)  # opened before the replacement, as an attacker can
+    try:
+        decisionfs.replace(str(directory / "segment_health_check.9.1"), b"x\n")
+        st = lock.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o600 and st.st_ino != os.fstat(kept).st_ino
+        fcntl.flock(kept, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = decisionfs.replace(
+            str(directory / "segment_health_check.9.1"), b"y\n", lock_wait=1
+        )
+        assert (result.status, result.warnings) == ("done", [])
+    finally:
+        os.close(kept)
+    assert sorted(os.listdir(directory)) == [LOCK_NAME, "segment_health_check.9.1"]
 
 
 def test_a_planted_lock_is_refused_with_what_to_do(public):
