@@ -9,14 +9,15 @@ meanwhile is reported once. With ``--once``, SIGUSR1 is ignored: the one pass ru
 anyway, and a signal meant for a long-running producer does not kill it halfway.
 
 A producer that is not root refuses to start when its state file's name holds anything
-but its own file (:func:`_state_file_problem`): it could not keep its counts there.
+but its own file (:func:`_state_file_problem`): it could not keep its counts there. Any
+producer refuses an ``--audit-log`` that is not its own file (:func:`_audit_log_problem`).
 
 What a pass does and guarantees: :mod:`nvrx_seghealth._producer.publisher`.
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``publish-drained``). Standard library plus
 PyYAML.
 
-One module of about 420 lines, over the package's 400: the options and their help
+One module of about 460 lines, over the package's 400: the options and their help
 (:func:`register`) are a hundred lines of it.
 """
 
@@ -34,6 +35,7 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._decision.boundedstat import stat_within
+from .._decision.files import not_own_file
 from .._producer.audit import TRANSITIONS, AuditEvent, EventKind, PassResult, iso_time
 from .._producer.debounce import DEFAULT_PASSES
 from .._producer.pidfile import PidFile
@@ -178,7 +180,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--audit-log",
         metavar="FILE.jsonl",
-        help="append one JSON line per transition and per failure",
+        help="append one JSON line per transition and per failure; a file of another "
+        "account, or with several names (hard links), is refused",
     )
     parser.set_defaults(func=publish_drained_command)
 
@@ -327,29 +330,52 @@ def _directory_problem(directory: str, timeout: float) -> str | None:
     return None
 
 
-def _state_file_problem(path: str, timeout: float) -> str | None:
-    """Why this producer, unless it is root, must not start with its state file ``path``:
-    the name holds anything but a regular file of this account (planted by another: the
-    default producer id is predictable). It could not replace that in a sticky directory,
-    so every pass would count anew, and a state that must hold for several passes would
-    never count. ``None`` when the name is free or this account's, when the filesystem
-    does not answer within ``timeout`` (the load says so), and for root, who replaces
-    what is there at its first save (:func:`~.._producer.state.read_state_file` trusts
-    none of it)."""
-    uid = os.geteuid()
-    if uid == 0:
-        return None
+def _not_own(path: str, timeout: float) -> str | None:
+    """What makes ``path`` not this account's own regular file
+    (:func:`~.._decision.files.not_own_file`: another's, or several names; or not a
+    regular file). ``None`` when it is, when it does not exist, and when the
+    filesystem does not answer within ``timeout`` (the first use says so)."""
     try:
         current = boundedfs.read_current(path, timeout)
     except OSError:  # HelperTimeout, or the helper failed
         return None
-    if current.kind == "absent" or (current.kind == "content" and current.uid == uid):
+    if current.kind == "absent":
         return None
-    what = f"it belongs to uid {current.uid}" if current.kind == "content" else current.error
+    if current.kind != "content":
+        return current.error
+    return not_own_file(current.uid, current.nlink)
+
+
+def _state_file_problem(path: str, timeout: float) -> str | None:
+    """Why this producer, unless it is root, must not start with its state file ``path``:
+    the name holds anything but this account's own regular file (:func:`_not_own`;
+    planted by another: the default producer id is predictable). It could not replace
+    that in a sticky directory, so every pass would count anew, and a state that must
+    hold for several passes would never count. ``None`` for root, who replaces what is
+    there at its first save (:func:`~.._producer.state.read_state_file` trusts none of
+    it)."""
+    what = None if os.geteuid() == 0 else _not_own(path, timeout)
+    if what is None:
+        return None
     return (
         f"the state file {path} is not this account's ({what}): this producer could not "
         "keep its counts there. Remove it (as its owner or root); a decision directory "
         "writable only by the producer's account, or by a group, keeps others from planting it"
+    )
+
+
+def _audit_log_problem(path: str | None, timeout: float) -> str | None:
+    """Why this producer must not start with ``--audit-log`` ``path``: it is not this
+    account's own regular file (:func:`_not_own`). Every append refuses such a file too
+    (:func:`~.._decision.files.append_text`), should it be swapped in later."""
+    what = None if path is None else _not_own(os.path.abspath(path), timeout)
+    if what is None:
+        return None
+    return (
+        f"--audit-log {path} is not this account's own file ({what}): its owner could "
+        "rewrite the trail, or a link make this producer append to a file it never named. "
+        "Remove it (as its owner or root), or give a path in a folder only this account "
+        "can write"
     )
 
 
@@ -370,7 +396,9 @@ def publish_drained_command(args: argparse.Namespace) -> int:
         clear_after_failing=args.clear_after_failing,
         interval=args.interval,
     )
-    problem = _state_file_problem(publisher.state_path, args.fs_timeout)
+    problem = _state_file_problem(publisher.state_path, args.fs_timeout) or _audit_log_problem(
+        args.audit_log, args.fs_timeout
+    )
     if problem is not None:
         return usage_error(NAME, problem)
     # Ignored outside the schedule: with --once the pass runs anyway; with --interval a

@@ -88,6 +88,7 @@ __all__ = [
     "StepError",
     "append_text",
     "list_names",
+    "not_own_file",
     "open_regular",
     "read_current",
     "replace",
@@ -179,6 +180,7 @@ class Current:
             denied`` or ``not a regular file: FIFO``.
         uid: the owner of the very file read (``content`` only), from the ``fstat`` of
             its descriptor; not compared: two reads of the same bytes are equal.
+        nlink: its number of names (hard links), the same way (``content`` only).
     """
 
     kind: str
@@ -186,6 +188,7 @@ class Current:
     size: int = 0
     error: str = ""
     uid: int | None = field(default=None, compare=False)
+    nlink: int | None = field(default=None, compare=False)
 
     @property
     def empty(self) -> bool:
@@ -199,13 +202,13 @@ class Current:
             "size": self.size,
             "error": self.error,
             "uid": self.uid,
+            "nlink": self.nlink,
         }
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> Current:
-        return cls(
-            wire["kind"], base64.b64decode(wire["data"]), wire["size"], wire["error"], wire["uid"]
-        )
+        data = base64.b64decode(wire["data"])
+        return cls(wire["kind"], data, wire["size"], wire["error"], wire["uid"], wire["nlink"])
 
 
 @dataclass(frozen=True)
@@ -315,7 +318,8 @@ def read_current(path: str, limit: int = READ_LIMIT) -> Current:
                 break
             chunks.append(chunk)
             left -= len(chunk)
-        return Current("content", b"".join(chunks), st.st_size, uid=st.st_uid)
+        data = b"".join(chunks)
+        return Current("content", data, st.st_size, uid=st.st_uid, nlink=st.st_nlink)
     except OSError as error:
         return Current("unreadable", error=_describe(error))
     finally:
@@ -688,24 +692,48 @@ def list_names(directory: str) -> list[str]:
     return os.listdir(directory)
 
 
+def not_own_file(uid: int | None, nlink: int | None) -> str | None:
+    """Why a regular file of owner ``uid`` with ``nlink`` names is not this process's own
+    (its effective uid's, with one name), or ``None`` when it is.
+
+    A file another account owns can be rewritten by that account whatever this process
+    writes; a second name (a hard link) can be another account's way to make this
+    process write to a file it never named.
+    """
+    if uid != os.geteuid():
+        return f"it belongs to uid {uid}"
+    if nlink is not None and nlink > 1:
+        return f"it has {nlink} names (hard links)"
+    return None
+
+
 def append_text(path: str, text: str) -> None:
-    """Append all of ``text`` to the regular file ``path`` (created 0644 if missing).
+    """Append all of ``text`` to this account's own regular file ``path`` (created 0644
+    if missing).
 
     Opened by :func:`open_regular` (``O_RDWR | O_APPEND | O_CREAT``): a symlink or any
-    other non-regular file is refused (:class:`NotRegularError`). When the file does not
-    end with a newline (an earlier append was cut short), a newline is written first, so
-    a new line never continues a cut one. Partial writes are continued; a write that
-    fails or makes no progress raises. (A concurrent appender can at worst make that
-    check see a byte in the middle of its line: one empty line more.)
+    other non-regular file is refused (:class:`NotRegularError`). A file that is not
+    this account's own (:func:`not_own_file`) is refused too, before anything is
+    written, rather than warned about: a log its owner can rewrite is no trail, and a
+    hard link could make a producer running as root append to a file it never named.
+    When the file does not end with a newline (an earlier append was cut short), a
+    newline is written first, so a new line never continues a cut one. Partial writes
+    are continued; a write that fails or makes no progress raises. (A concurrent
+    appender can at worst make that check see a byte in the middle of its line: one
+    empty line more.)
 
     Raises:
         NotRegularError: ``path`` is not a regular file.
-        OSError: opening or writing failed (e.g. ``ENOSPC``); the message names ``path``
-            and how many bytes of ``text`` were written.
+        OSError: ``EPERM``: ``path`` is not this account's own file (the message says
+            why); else opening or writing failed (e.g. ``ENOSPC``), the message names
+            ``path`` and how many bytes of ``text`` were written.
     """
-    fd, _ = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    fd, st = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
     try:
-        size = os.fstat(fd).st_size
+        problem = not_own_file(st.st_uid, st.st_nlink)
+        if problem is not None:
+            raise OSError(errno.EPERM, f"not this account's own file: {problem}", path)
+        size = st.st_size
         if size and os.pread(fd, 1, size - 1) != b"\n":
             _write_all(fd, b"\n", path)
         _write_all(fd, text.encode(), path)

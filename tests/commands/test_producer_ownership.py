@@ -6,7 +6,9 @@ publisher's test, ``tests/producer/test_publisher.py``):
   and the decision belongs to root, mode 0600. It is never overwritten nor cleared;
 * a state file that another account planted is not trusted: a producer running as
   root ignores its counts and replaces it; one running as ``nobody``, who could not
-  replace it in a sticky directory, refuses to start and says why.
+  replace it in a sticky directory, refuses to start and says why;
+* an audit log that user ``nobody`` created, or a second name of another file, is
+  refused: the producer does not start.
 
 Slurm is the fake of ``harness/fakeslurm.py`` (shell scripts on PATH).
 """
@@ -17,12 +19,13 @@ import json
 import os
 import pwd
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from harness.accounts import NOBODY, as_nobody, public_copy, require_root
+from harness.accounts import NOBODY, SETPRIV_NOBODY, as_nobody, public_copy, require_root
 from harness.fakeslurm import ALL_FINE, NODES, FakeSlurm, dump, planted
 
 
@@ -170,3 +173,36 @@ def test_a_producer_running_as_nobody_refuses_a_state_file_name_another_account_
         assert fake.calls("squeue") == 0  # no pass ran
         assert fake.files() == {}
     assert (state.lstat().st_ino, state.lstat().st_uid) == (before.st_ino, before.st_uid)
+
+
+# --- an audit log that is not the producer's own ----------------------------------------------
+
+
+@pytest.mark.parametrize("planted", ["nobody's file", "a second name of root's file"])
+def test_an_audit_log_that_is_not_the_producers_own_is_refused(public, planted):
+    """The audit log's folder is 1777: user nobody creates the log first (mode 0666,
+    content of its choosing), or the name is a hard link to a file of root's. Root's
+    producer refuses to start (exit 2): it would append its trail where another account
+    rewrites it, or to a file it never named."""
+    fake = FakeSlurm(Path(public))
+    folder = Path(public) / "aud"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    fake.audit = folder / "shc-audit.jsonl"
+    if planted == "nobody's file":
+        plant = 'umask 0; echo \'{"forged": true}\' > "$1"'
+        subprocess.run([*SETPRIV_NOBODY, "sh", "-c", plant, "-", str(fake.audit)], check=True)
+        why = f"it belongs to uid {NOBODY}"
+    else:
+        mine = Path(public) / "root-only.jsonl"
+        mine.write_text('{"forged": true}\n')
+        os.link(mine, fake.audit)
+        why = "it has 2 names (hard links)"
+    done = fake.run("--once")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(
+        f"nvrx-seghealth publish-drained: error: --audit-log {fake.audit} is not this "
+        f"account's own file ({why})"
+    )
+    assert fake.audit.read_text() == '{"forged": true}\n'
+    assert fake.calls("squeue") == 0 and fake.files() == {}  # no pass ran

@@ -192,6 +192,21 @@ def test_a_planted_audit_log_is_refused_at_once(public, writer, kind):
     assert not (public / "root-only" / "nologin").exists()
 
 
+@pytest.mark.parametrize("kind", ["nobody's", "two names"])
+def test_an_audit_log_that_is_not_this_accounts_own_is_refused(public, kind):
+    """Root appends (the producer); the log was swapped, after the producer started, for
+    a file user nobody made (mode 0666), or for a second name of a file of root's."""
+    directory = shared(public, 0o1777)
+    log = directory / "audit.jsonl"
+    if kind == "nobody's":
+        as_user(NOBODY, "sh", "-c", 'umask 0; echo forged > "$1"', "-", str(log))
+    else:
+        (public / "mine").write_text("forged\n")
+        os.link(public / "mine", log)
+    assert write_as(0, public, "append", log) == {"step": None, "errno": errno.EPERM}
+    assert log.read_text() == "forged\n"
+
+
 def test_a_temporary_file_swapped_for_a_symlink_never_changes_the_target(public, monkeypatch):
     """Root writes in a 0777 directory; user nobody renames a symlink to a root-only file
     over root's temporary file while root syncs it (made to happen exactly then: from
