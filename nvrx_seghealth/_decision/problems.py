@@ -6,7 +6,8 @@
 * :func:`permission_problems` says who, besides the directory's owner, can write in the
   decision directory or above it: anyone who can write there can exclude any unit, and
   without the sticky bit also delete or replace another account's decision. It judges
-  the real directory (symlinks resolved) and the path as given.
+  the real directory (symlinks resolved) and the path as given
+  (:func:`other_writers`, which ``publish-drained --pid-file`` uses for its folder too).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import errno
 import os
 import pwd
 import stat
+from collections.abc import Callable, Container
 
 from .boundedstat import stat_within
 from .files import LockBusyError, StepError
 from .helperprocess import HelperTimeout
 
-__all__ = ["hung_problem", "permission_problems", "write_problem"]
+__all__ = ["hung_problem", "other_writers", "permission_problems", "write_problem"]
 
 
 def _account(uid: int) -> str:
@@ -106,16 +108,20 @@ def write_problem(error: BaseException, directory: str, path: str, timeout: floa
     return f"{step} of {path} failed: {name}: {error.strerror}"
 
 
-def _writers(mode: int) -> list[str]:
-    """Who besides the owner may replace entries of a directory of ``mode``: its group,
-    every user, or nobody (also when the sticky bit is set)."""
-    if mode & stat.S_ISVTX:
-        return []
-    return [
-        who
-        for who, bit in (("its group", stat.S_IWGRP), ("every user", stat.S_IWOTH))
-        if mode & bit
-    ]
+def _writers(st: os.stat_result, owners: Container[int] | None) -> list[str]:
+    """Who besides the owner of a directory of stat ``st`` may replace its entries: its
+    group, every user, or nobody (also when the sticky bit is set); with ``owners``, its
+    owner too when it is not one of them."""
+    who = []
+    if owners is not None and st.st_uid not in owners:
+        who.append(f"its owner ({_account(st.st_uid)})")
+    if not st.st_mode & stat.S_ISVTX:
+        who += [
+            name
+            for name, bit in (("its group", stat.S_IWGRP), ("every user", stat.S_IWOTH))
+            if st.st_mode & bit
+        ]
+    return who
 
 
 def _ancestors(path: str) -> list[str]:
@@ -126,38 +132,55 @@ def _ancestors(path: str) -> list[str]:
     return chain
 
 
-def permission_problems(directory: str, timeout: float) -> list[str]:
-    """Who else can write in ``directory`` or in a directory above it, one line each.
+def other_writers(
+    path: str,
+    stat_path: Callable[[str], os.stat_result],
+    owners: Container[int] | None = None,
+) -> list[tuple[str, os.stat_result, str]]:
+    """The directories at or above ``path`` that others can change: each one's path,
+    ``stat_path`` of it, and who (``its group and every user``).
 
-    A directory writable by its group or by everyone is a problem unless it has the
-    sticky bit (``/tmp``-style: each account may only replace its own files). Each line
-    ends with the fix. Directories that cannot be examined in time are skipped.
-
-    Both ways to the files are judged: the real directory
-    (:func:`os.path.realpath`) and the directories above it, where the files live, and
-    the directories of the path as given, through which it is reached (whoever can
-    replace a symlink on that path can point it elsewhere). When the two differ, each
-    line says so. Resolving the symlinks is not time-bounded; the callers have listed
-    or examined ``directory`` (bounded) just before.
+    Others are the group and every user when the directory lacks the sticky bit
+    (``/tmp``-style: each account may only replace its own entries) and, given
+    ``owners`` (uids), its owner when it is not one of them. Both ways to ``path`` are
+    judged: the real directory (:func:`os.path.realpath`) and those above it, and the
+    directories of the path as given, through which it is reached (whoever can replace
+    a symlink on that path can point it elsewhere). A directory is listed once, nearest
+    first; one that ``stat_path`` cannot examine (``OSError``, ``ValueError``) is
+    skipped. Resolving the symlinks is not time-bounded.
     """
-    given = os.path.abspath(directory)
-    real = os.path.realpath(given)
-    through = "" if real == given else f" (reached through the symlink {given})"
-    problems = []
+    given = os.path.abspath(path)
+    found = []
     seen: set[tuple[int, int]] = set()
-    for current in [*_ancestors(real), *_ancestors(given)[1:]]:
+    for current in [*_ancestors(os.path.realpath(given)), *_ancestors(given)[1:]]:
         try:
-            st = stat_within(current, timeout)
+            st = stat_path(current)
         except (OSError, ValueError):
             continue
         if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
             continue
         seen.add((st.st_dev, st.st_ino))
-        mode = stat.S_IMODE(st.st_mode)
-        writers = " and ".join(_writers(mode))
-        if not writers:
-            continue
-        owner = f"owner {_account(st.st_uid)}, mode {mode:04o}"
+        writers = _writers(st, owners)
+        if writers:
+            found.append((current, st, " and ".join(writers)))
+    return found
+
+
+def permission_problems(directory: str, timeout: float) -> list[str]:
+    """Who else can write in ``directory`` or in a directory above it, one line each.
+
+    A directory writable by its group or by everyone is a problem unless it has the
+    sticky bit (:func:`other_writers`, each stat bounded by ``timeout``), through the
+    real directory and the path as given; when the two differ, each line says so. Each
+    line ends with the fix. Directories that cannot be examined in time are skipped;
+    the callers have listed or examined ``directory`` (bounded) just before.
+    """
+    given = os.path.abspath(directory)
+    real = os.path.realpath(given)
+    through = "" if real == given else f" (reached through the symlink {given})"
+    problems = []
+    for current, st, writers in other_writers(given, lambda path: stat_within(path, timeout)):
+        owner = f"owner {_account(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
         if current == real:
             problems.append(
                 f"decision directory {current}{through} ({owner}) is writable by {writers} "

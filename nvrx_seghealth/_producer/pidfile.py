@@ -13,7 +13,12 @@ The contract (:class:`PidFile`):
   own ``flock(LOCK_SH | LOCK_NB)`` fails, and reads the pid from the file it opened.
 * **Claim.** The file's folder must belong to this account (or root) and be writable by
   no other (group, others): whoever can write there can plant or replace the file that a
-  root-run trigger trusts. An existing file is looked at without following a symlink or
+  root-run trigger trusts. It is opened without following a symlink (``O_NOFOLLOW``), and
+  every folder above it must be changeable only by root or this account (sticky, or
+  writable by its owner only: :func:`~.._decision.problems.other_writers`), else another
+  account could put a folder of its own in its place. Every later call on the file is
+  made in that opened folder (``dir_fd``), so the file created, and removed at exit, is
+  always in the folder that was checked. An existing file is looked at without following a symlink or
   opening anything but a regular file (no FIFO can make the claim wait), and refused at
   once (:class:`~.._errors.ConfigurationError`: ``publish-drained`` exits 2, and the
   message says what to do) when it is not a regular file, belongs to another account,
@@ -21,8 +26,9 @@ The contract (:class:`PidFile`):
   producer that was killed) is replaced atomically, whatever process its pid names now;
   claimers taking over the same stale file are serialised by a POSIX record lock on it,
   which no sender looks at, so a stale file never looks alive.
-* **Release** at exit: the name is removed only while it still holds the very file this
-  process claimed (same device and inode); the file is never read again.
+* **Release** at exit: the name is removed, in the folder opened at the claim, only while
+  it still holds the very file this process claimed (same device and inode); the file is
+  never read again.
 * :meth:`PidFile.problem` says when the name no longer holds that file (removed or
   replaced), so a wake-up can no longer find this producer.
 
@@ -34,13 +40,15 @@ calls are not bounded in time as those on the shared decision directory are.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
+import secrets
 import stat
-import tempfile
 
 from .._decision.files import NotRegularError, open_regular
+from .._decision.problems import other_writers
 from .._errors import ConfigurationError
 
 __all__ = ["PidFile"]
@@ -56,6 +64,8 @@ class PidFile:
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
+        self._name = os.path.basename(self.path)
+        self._folder: int | None = None  # the file's folder, open from claim to release
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
 
@@ -67,9 +77,18 @@ class PidFile:
                 producer holds the file, or it cannot be written (the message names the
                 file and the fix).
         """
-        self._check_folder()
+        self._folder = self._open_folder()
         try:
-            fd, temporary = _locked_pid_file(self.path)
+            self._claim()
+        except BaseException:
+            os.close(self._folder)
+            self._folder = None
+            raise
+
+    def _claim(self) -> None:
+        """:meth:`claim` in the folder just opened."""
+        try:
+            fd, temporary = _locked_pid_file(self._name, self._folder)
         except OSError as error:
             raise self._refused(
                 f"cannot be written ({error.strerror or error}): give a path in a local "
@@ -86,7 +105,7 @@ class PidFile:
             raise
         finally:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)  # linked, or left after an error; renamed: gone
+                os.unlink(temporary, dir_fd=self._folder)  # linked, or left; renamed: gone
         self._fd, self._identity = fd, (st.st_dev, st.st_ino)
 
     def problem(self) -> str | None:
@@ -111,18 +130,25 @@ class PidFile:
         )
 
     def release(self) -> None:
-        """Remove the file if its name still holds the file :meth:`claim` made, and drop
-        the lock; never reads the file, never raises for a name that is gone."""
-        if self._fd is None:
+        """Remove the file if its name, in the folder :meth:`claim` opened, still holds
+        the file it made, and drop the lock; never reads the file, never raises for a
+        name that is gone."""
+        if self._fd is None or self._folder is None:
             return
         try:
-            if self.problem() is None:
-                os.unlink(self.path)
+            if self._stat_name() == self._identity:
+                os.unlink(self._name, dir_fd=self._folder)
         except OSError:
             pass
         finally:
             os.close(self._fd)
-            self._fd = self._identity = None
+            os.close(self._folder)
+            self._fd = self._identity = self._folder = None
+
+    def _stat_name(self) -> tuple[int, int]:
+        """The identity of what the name holds in the folder (a symlink not followed)."""
+        st = os.stat(self._name, dir_fd=self._folder, follow_symlinks=False)
+        return st.st_dev, st.st_ino
 
     def _refused(self, problem: str) -> ConfigurationError:
         return ConfigurationError(f"--pid-file {self.path} {problem}", setting="--pid-file")
@@ -133,16 +159,38 @@ class PidFile:
             "give another --pid-file"
         )
 
-    def _check_folder(self) -> None:
-        """Refuse a folder that another account can write, or that does not exist."""
+    def _open_folder(self) -> int:
+        """Open the file's folder, never through a symlink, and check it
+        (:meth:`_check_folder`); every later call on the file is made in it (``dir_fd``).
+
+        Raises:
+            ConfigurationError: the folder is missing, a symlink, or refused.
+        """
         folder = os.path.dirname(self.path)
         try:
-            st = os.stat(folder)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as error:
+            if os.path.islink(folder):  # O_NOFOLLOW | O_DIRECTORY: ENOTDIR or ELOOP
+                raise self._refused(
+                    f"is in {folder}, a symbolic link: whoever can change the link chooses "
+                    "the folder; give the real folder's path"
+                ) from None
             raise self._refused(
                 f"cannot be written: its folder {folder} cannot be used ({error.strerror}); "
                 f"create it, writable by this account only (install -d -m 0755 {folder})"
             ) from None
+        try:
+            self._check_folder(folder, os.fstat(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _check_folder(self, folder: str, st: os.stat_result) -> None:
+        """Refuse the folder ``folder`` (of stat ``st``) when another account can write
+        in it, or in a folder above it (:func:`~.._decision.problems.other_writers`:
+        without the sticky bit, or being its owner), where it could put a folder of its
+        own in its place."""
         writers = [
             who for who, bit in (("its group", 0o020), ("everyone", 0o002)) if st.st_mode & bit
         ]
@@ -156,12 +204,20 @@ class PidFile:
                 "trusts; use a folder that only this account can write (e.g. "
                 "install -d -m 0755 -o ACCOUNT /run/nvrx-seghealth)"
             )
+        above = other_writers(os.path.dirname(folder), os.stat, owners=(os.geteuid(), 0))
+        for parent, parent_st, who in above:
+            raise self._refused(
+                f"is below {parent} (mode {stat.S_IMODE(parent_st.st_mode):04o}), which "
+                f"{who} can change: another account could put a folder of its own in the "
+                f"place of {folder}; use a folder whose parents only root or this account "
+                "can write (e.g. /run/nvrx-seghealth)"
+            )
 
     def _publish(self, temporary: str) -> None:
         """Give ``temporary`` the name :attr:`path`: a new name, or a stale file's."""
         for _attempt in range(_ATTEMPTS):
             try:
-                os.link(temporary, self.path)
+                os.link(temporary, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
                 return
             except FileExistsError:
                 if self._take_over(temporary):
@@ -179,7 +235,7 @@ class PidFile:
             ConfigurationError: the existing file is refused (see the module doc).
         """
         try:
-            fd, st = open_regular(self.path, os.O_RDWR)
+            fd, st = open_regular(self._name, os.O_RDWR, dir_fd=self._folder)
         except FileNotFoundError:
             return False
         except NotRegularError as error:
@@ -187,7 +243,7 @@ class PidFile:
                 f"is a {error.kind}, not a pid file: remove it, or give another --pid-file"
             ) from None
         except OSError as error:
-            owner = _owner(self.path)
+            owner = self._owner()
             if owner is not None and owner != os.geteuid():
                 raise self._foreign(owner) from None
             raise self._refused(f"cannot be opened ({error.strerror})") from None
@@ -212,28 +268,42 @@ class PidFile:
                     "is being taken over by another producer that starts now; give each "
                     "producer its own --pid-file"
                 ) from None
-            now = os.lstat(self.path)
-            if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            if self._stat_name() != (st.st_dev, st.st_ino):
                 return False
-            os.rename(temporary, self.path)
+            os.rename(temporary, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
             return True
         finally:
             os.close(fd)  # drops the record lock
 
+    def _owner(self) -> int | None:
+        """The uid that owns what the name holds (a symlink not followed); ``None``: unknown."""
+        try:
+            return os.stat(self._name, dir_fd=self._folder, follow_symlinks=False).st_uid
+        except OSError:
+            return None
 
-def _locked_pid_file(path: str) -> tuple[int, str]:
-    """A new file beside ``path`` holding this process's pid, mode 0644 (a sender of
-    another account reads it), exclusively ``flock``-ed: its descriptor and name."""
-    fd, temporary = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=os.path.dirname(path)
-    )
+
+def _locked_pid_file(name: str, folder: int | None) -> tuple[int, str]:
+    """A new file beside ``name`` in the folder open on ``folder``, holding this
+    process's pid, mode 0644 (a sender of another account reads it), exclusively
+    ``flock``-ed: its descriptor and name."""
+    for _attempt in range(_ATTEMPTS):
+        temporary = f".{name}.{secrets.token_hex(4)}.tmp"
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(temporary, flags, 0o600, dir_fd=folder)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temporary name beside it", name)
     try:
         os.fchmod(fd, 0o644)
         os.write(fd, f"{os.getpid()}\n".encode())
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BaseException:
         os.close(fd)
-        os.unlink(temporary)
+        os.unlink(temporary, dir_fd=folder)
         raise
     return fd, temporary
 
@@ -247,11 +317,3 @@ def _locked(fd: int) -> bool:
         return True
     fcntl.flock(fd, fcntl.LOCK_UN)
     return False
-
-
-def _owner(path: str) -> int | None:
-    """The uid that owns ``path`` itself (a symlink is not followed); ``None``: unknown."""
-    try:
-        return os.lstat(path).st_uid
-    except OSError:
-        return None

@@ -10,13 +10,16 @@ file, a victim a ``sleep``, the lock test util-linux ``flock(1)`` (as a sender m
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.accounts import NOBODY, require_root
+from harness.accounts import NOBODY, SETPRIV_NOBODY, require_root
 from harness.pidfiles import is_locked, lock_held, victim
 from nvrx_seghealth import ConfigurationError
 from nvrx_seghealth._producer.pidfile import PidFile
@@ -172,3 +175,65 @@ def test_a_removed_file_is_a_problem_and_release_is_quiet(folder):
 def test_a_path_that_cannot_be_written_says_so(tmp_path):
     with pytest.raises(ConfigurationError, match="cannot be written: its folder .* create it"):
         PidFile(str(tmp_path / "no" / "p.pid")).claim()
+
+
+@pytest.fixture
+def public() -> Iterator[Path]:
+    """A 0755 folder of root's outside pytest's 0700 tree, so that user nobody reaches it."""
+    require_root("needs root to act as user nobody")
+    root = Path(tempfile.mkdtemp(prefix="nvrx-pidfile-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root)
+
+
+def test_a_symlink_another_account_planted_as_the_folder_is_refused(public):
+    """The review's case: ``alice`` is user nobody's folder, and nobody makes ``alice/run``
+    a symlink to a folder only root writes. Root's producer must not create (and at exit
+    remove) its file in the folder nobody chose."""
+    alice, root_only = public / "alice", public / "root-only"
+    alice.mkdir()
+    os.chown(alice, NOBODY, -1)
+    root_only.mkdir(mode=0o755)
+    link = ["ln", "-s", str(root_only), str(alice / "run")]
+    subprocess.run([*SETPRIV_NOBODY, *link], check=True)
+    with pytest.raises(ConfigurationError, match="a symbolic link: .* give the real folder's"):
+        PidFile(str(alice / "run" / "123.pid")).claim()
+    assert list(root_only.iterdir()) == []
+
+
+@pytest.mark.parametrize("above", ["nobody's", "0777", "0775"])
+def test_a_folder_below_one_another_account_can_change_is_refused(public, above):
+    """Root's own 0755 folder, in a folder that user nobody owns or that others can write
+    without the sticky bit: it could be renamed away and another put in its place."""
+    parent = public / "parent"
+    parent.mkdir()
+    if above == "nobody's":
+        os.chown(parent, NOBODY, -1)
+    else:
+        parent.chmod(int(above, 8))
+    (parent / "run").mkdir(mode=0o755)
+    with pytest.raises(ConfigurationError, match=f"is below {parent} .* can change"):
+        PidFile(str(parent / "run" / "123.pid")).claim()
+    assert list((parent / "run").iterdir()) == []
+    parent.chmod(0o1777)  # sticky: no other account can rename root's folder
+    os.chown(parent, 0, -1)
+    pid_file = PidFile(str(parent / "run" / "123.pid"))
+    pid_file.claim()
+    pid_file.release()
+
+
+def test_release_removes_the_file_in_the_folder_claimed_not_by_name(folder):
+    """The folder is renamed and another put in its place, with a file of the same name:
+    release removes the claimed file, where it now is, and leaves the other."""
+    path = folder / "p.pid"
+    pid_file = PidFile(str(path))
+    pid_file.claim()
+    moved = folder.with_name("run.old")
+    folder.rename(moved)
+    folder.mkdir(mode=0o755)
+    path.write_text(f"{os.getpid()}\n")
+    pid_file.release()
+    assert list(moved.iterdir()) == [] and path.read_text() == f"{os.getpid()}\n"
