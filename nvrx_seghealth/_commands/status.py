@@ -5,7 +5,9 @@ its age (:func:`nvrx_seghealth._decision.artifact.judge_with_stat`), so the stat
 says what the unit's process 0 would do. For an unhealthy file the table also shows the
 first line of the producer's diagnostic text (one bounded read). Below the table, one
 line per ``publish-drained`` producer that keeps its state in the directory: when its
-last pass ran, and since when its passes fail (its decisions are then kept, stale).
+last pass ran, and since when its passes fail (its decisions are then kept, stale). Its
+last pass is judged by its own stamp and its state file's last change (:func:`quiet_for`),
+so a clock that differs from this host's is said, never printed as a negative age.
 Each row's state is a token computed once and used by the table and by ``--json`` alike:
 a decision row's is its :class:`~.._decision.artifact.Outcome` (or :data:`NOT_LOOKED_AT`),
 a producer's is its :class:`ProducerHealth` (:func:`producer_health`).
@@ -35,7 +37,7 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._decision.artifact import Outcome, judge_with_stat
-from .._decision.boundedstat import stuck_for
+from .._decision.boundedstat import stat_within, stuck_for
 from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
 from .._decision.problems import permission_problems
 from .._producer.state import STATE_FILE, ProducerState, StateFileError, read_state_file
@@ -76,8 +78,9 @@ class ProducerHealth(enum.Enum):
     #: Its last passes failed (Slurm did not answer, a write failed): its decisions are
     #: kept as they were, stale.
     FAILING = "failing"
-    #: It runs a pass every ``interval`` seconds but its last one is older than
-    #: ``max(3 * interval, interval + 60)``: it may have stopped. Said whether or not its
+    #: It runs a pass every ``interval`` seconds but its last one, and its state file's
+    #: last change (:func:`quiet_for`), are older than ``max(3 * interval, interval + 60)``
+    #: by this host's clock: it may have stopped. Said whether or not its
     #: last passes failed (``failing_since`` tells): a producer that no longer runs is
     #: what to fix first.
     STOPPED = "stopped"
@@ -85,10 +88,24 @@ class ProducerHealth(enum.Enum):
     UNREADABLE = "unreadable"
 
 
-def producer_health(state: ProducerState, now: float) -> ProducerHealth:
-    """What :class:`ProducerHealth` a producer is in at ``now``, by its state file."""
+def quiet_for(state: ProducerState, now: float, written: float | None = None) -> float:
+    """Seconds since the producer's last pass at ``now`` (this host's clock), never
+    negative: the age of its own stamp (``last_pass``, its clock) or, when younger, of
+    its state file's last change (``written``, its ``st_mtime``: the file server's clock
+    on NFS, the producer's on a local disk or Lustre). The producer rewrites the file
+    after every pass, so either tells; a producer whose clock is behind this host's
+    then still looks alive where the file server stamps the file."""
+    ages = [now - state.last_pass] + ([] if written is None else [now - written])
+    return max(0.0, min(ages))
+
+
+def producer_health(
+    state: ProducerState, now: float, written: float | None = None
+) -> ProducerHealth:
+    """What :class:`ProducerHealth` a producer is in at ``now``, by its state file and
+    (``written``) the file's last change (:func:`quiet_for`)."""
     interval = state.interval
-    if interval and now - state.last_pass > max(3 * interval, interval + 60):
+    if interval and quiet_for(state, now, written) > max(3 * interval, interval + 60):
         return ProducerHealth.STOPPED
     return ProducerHealth.OK if state.failing_since is None else ProducerHealth.FAILING
 
@@ -231,6 +248,7 @@ class _ProducerRow:
     health: ProducerHealth
     state: ProducerState | None = None
     problem: str | None = None
+    written: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -256,23 +274,40 @@ class _ProducerRow:
         state = self.state
         if state is None:
             return f"{who}: state file unreadable ({printable(self.problem or '')})"
-        quiet = now - state.last_pass
+        quiet = quiet_for(state, now, self.written)
+        ahead = state.last_pass - now  # more than 1 s: the clocks differ, say by how much
+        skew = f" (its clock is {format_age(ahead)} ahead of this host's)" if ahead > 1 else ""
         if state.failing_since is None:
-            line = f"{who}: last pass {format_age(quiet)} ago, ok"
+            line = f"{who}: last pass {format_age(quiet)} ago{skew}, ok"
         else:
-            good = "never" if state.last_ok is None else f"{format_age(now - state.last_ok)} ago"
+            good = "never" if state.last_ok is None else f"{_age(now, state.last_ok)} ago"
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.failing_since))
             line = (
-                f"{who}: FAILING since {since} ({format_age(now - state.failing_since)}, "
-                f"{state.failed_passes} passes; last good pass {good}); its decisions are "
-                f"kept as they were: {printable(state.last_error or '')}"
+                f"{who}: FAILING since {since} ({_age(now, state.failing_since)}, "
+                f"{state.failed_passes} passes; last good pass {good}){skew}; its decisions "
+                f"are kept as they were: {printable(state.last_error or '')}"
             )
         if self.health is ProducerHealth.STOPPED:
             line += (
-                f"; STOPPED? no pass for {format_age(quiet)} though it runs one every "
-                f"{state.interval:g} s: its decisions are not kept up to date, restart it"
+                f"; STOPPED? no pass for {format_age(quiet)} by this host's clock though it "
+                f"runs one every {state.interval:g} s: its decisions are not kept up to "
+                "date, restart it (or, if it runs, set the clocks right)"
             )
         return line
+
+
+def _age(now: float, then: float) -> str:
+    """How long ago ``then`` (a producer's clock) was at ``now`` (this host's): a time
+    stamped ahead of this host's clock is ``0s`` old, never a negative age."""
+    return format_age(max(0.0, now - then))
+
+
+def _written(path: str, timeout: float) -> float | None:
+    """The ``st_mtime`` of ``path`` (one bounded stat), ``None`` when it cannot be had."""
+    try:
+        return stat_within(path, timeout).st_mtime
+    except (OSError, ValueError):  # HelperTimeout too
+        return None
 
 
 def _producers(
@@ -280,17 +315,19 @@ def _producers(
 ) -> list[_ProducerRow]:
     """The state of each ``publish-drained`` producer that keeps it in ``directory``.
 
-    Each state file is checked (:func:`~.._producer.state.read_state_file`); one that
-    cannot be read in time or is not valid is an :attr:`ProducerHealth.UNREADABLE` row
-    saying why.
+    Each state file is checked (:func:`~.._producer.state.read_state_file`) and, for a
+    producer that runs every ``interval``, looked at once more for its last change
+    (:func:`quiet_for`); one that cannot be read in time or is not valid is an
+    :attr:`ProducerHealth.UNREADABLE` row saying why.
     """
     producers = []
     for name in sorted(names):
         match = STATE_FILE.fullmatch(name)
         if match is None or job_id not in (None, match["job"]):
             continue
+        path = os.path.join(directory, name)
         try:
-            state = read_state_file(os.path.join(directory, name), timeout)
+            state = read_state_file(path, timeout)
         except (OSError, StateFileError) as error:  # HelperTimeout is an OSError
             problem = str(error) or type(error).__name__
             producers.append(
@@ -298,8 +335,10 @@ def _producers(
             )
             continue
         if state is not None:  # else removed since the directory was listed
-            health = producer_health(state, now)
-            producers.append(_ProducerRow(match["id"], match["job"], health, state))
+            written = _written(path, timeout) if state.interval else None
+            health = producer_health(state, now, written)
+            row = _ProducerRow(match["id"], match["job"], health, state, written=written)
+            producers.append(row)
     return producers
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shutil
 import tempfile
 import time
@@ -148,7 +149,10 @@ def plant_producer(shc, producer_id, *, quiet, interval, failing):
         nodes={},
         **(failed if failing else {}),
     )
-    (shc / f".publish-drained.{producer_id}.12.json").write_bytes(dump(body))
+    state = shc / f".publish-drained.{producer_id}.12.json"
+    state.write_bytes(dump(body))
+    os.utime(state, (last, last))  # written at its last pass, as a producer does
+    return state
 
 
 #: producer id -> (seconds since its last pass, its interval, failing?, its state token).
@@ -198,6 +202,37 @@ def test_the_text_shows_the_same_producer_states(tmp_path):
     for producer_id, (_quiet, _interval, failing, state) in PRODUCERS.items():
         assert ("STOPPED?" in lines[producer_id]) is (state == "stopped"), lines[producer_id]
         assert ("FAILING" in lines[producer_id]) is failing, lines[producer_id]
+
+
+def test_a_producer_whose_clock_is_ahead_shows_no_negative_age(tmp_path):
+    """The review's case: the producer's clock is 120 s ahead of this host's."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    state = plant_producer(shc, "p", quiet=-120, interval=30.0, failing=False)
+    os.utime(state)  # the file server stamped it now, by its own clock
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if line.startswith("producer p ")]
+    ahead = re.search(
+        r"last pass 0s ago \(its clock is 1m([0-9]{2})s ahead of this host's\), ok", line
+    )
+    assert ahead is not None and int(ahead[1]) >= 30, line  # 120 s, less the time status took
+    assert " -" not in line
+
+
+def test_a_live_producer_whose_clock_is_behind_is_not_stopped(tmp_path):
+    """The producer runs every second, its clock 95 s behind this host's (more than the
+    61 s margin); its state file was stamped 1 s ago by the file server. A producer whose
+    file is as old as its stamp is stopped."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    behind = plant_producer(shc, "behind", quiet=95, interval=1.0, failing=False)
+    os.utime(behind, (time.time() - 1, time.time() - 1))
+    plant_producer(shc, "stopped", quiet=95, interval=1.0, failing=False)
+    done = nvrx_seghealth("status", "--dir", str(shc), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["producer_id"]: row["state"] for row in json.loads(done.stdout)["producers"]}
+    assert rows == {"behind": "ok", "stopped": "stopped"}
 
 
 def test_help_documents_every_producer_state():
