@@ -57,6 +57,9 @@ NAME = "status"
 #: The state of a decision file that was not looked at, because an earlier call into
 #: the directory did not answer: what the launcher would see is not known.
 NOT_LOOKED_AT = "unknown"
+#: The state of a file named like a decision but with an id with leading zeros
+#: (:attr:`~.._decision.listing.DecisionFile.unread`): no launcher reads it.
+UNREAD = "unread"
 
 #: Colour of each decision row's state, by outcome (``None``: not looked at).
 _STATE_COLOURS: dict[Outcome | None, str | None] = {
@@ -121,7 +124,8 @@ def register(subparsers: Any) -> None:
         names and temporary files are ignored): job, task, the state the launcher would
         see (unhealthy, clear, not-a-regular-file, unreadable; absent for a dangling
         symlink; {NOT_LOOKED_AT}: not looked at, because a call into the directory did not
-        answer within --fs-timeout, which ends the command with exit 1), size, age, and
+        answer within --fs-timeout, which ends the command with exit 1; {UNREAD}: an id
+        has leading zeros, which no launcher reads, as mark refuses), size, age, and
         the first line of the producer's diagnostic text (control characters escaped);
         then each publish-drained producer of the directory: its last pass, and since
         when its passes have failed (its decisions are kept meanwhile). Warns when users
@@ -158,7 +162,9 @@ class _DecisionRow:
 
     @property
     def state(self) -> str:
-        """The row's state token: the outcome's, or :data:`NOT_LOOKED_AT`."""
+        """The row's state token: :data:`UNREAD`, the outcome's, or :data:`NOT_LOOKED_AT`."""
+        if self.entry.unread:
+            return UNREAD
         return NOT_LOOKED_AT if self.outcome is None else self.outcome.value
 
     def to_json(self) -> dict[str, Any]:
@@ -195,6 +201,10 @@ def _describe_all(
     rows: list[_DecisionRow] = []
     problem = None
     for entry in entries:
+        if entry.unread:  # not looked at: what it holds does not matter
+            reason = f"no launcher reads it (ids with leading zeros): {entry.read_name} is read"
+            rows.append(_DecisionRow(entry, None, reason))
+            continue
         if problem is None:
             waited = stuck_for(entry.path)
             if waited is None:
@@ -209,11 +219,8 @@ def _describe_all(
                 f"{os.path.dirname(entry.path)}: an earlier call there is still stuck "
                 f"after {waited:.1f} s (a hung shared filesystem?)"
             )
-        rows.append(
-            _DecisionRow(
-                entry, None, "not looked at: an earlier call in the directory did not answer"
-            )
-        )
+        reason = "not looked at: an earlier call in the directory did not answer"
+        rows.append(_DecisionRow(entry, None, reason))
     return rows, problem
 
 
@@ -259,14 +266,8 @@ class _ProducerRow:
         if self.state is None:
             row["unreadable"] = self.problem
         else:
-            row.update(
-                last_pass=self.state.last_pass,
-                last_ok=self.state.last_ok,
-                failing_since=self.state.failing_since,
-                failed_passes=self.state.failed_passes,
-                last_error=self.state.last_error,
-                interval=self.state.interval,
-            )
+            fields = ("last_pass", "last_ok", "failing_since", "failed_passes", "last_error")
+            row.update({name: getattr(self.state, name) for name in (*fields, "interval")})
         return row
 
     def line(self, now: float) -> str:
@@ -302,14 +303,6 @@ def _age(now: float, then: float) -> str:
     return format_age(max(0.0, now - then))
 
 
-def _written(path: str, timeout: float) -> float | None:
-    """The ``st_mtime`` of ``path`` (one bounded stat), ``None`` when it cannot be had."""
-    try:
-        return stat_within(path, timeout).st_mtime
-    except (OSError, ValueError):  # HelperTimeout too
-        return None
-
-
 def _producers(
     names: list[str], directory: str, job_id: str | None, timeout: float, now: float
 ) -> list[_ProducerRow]:
@@ -335,7 +328,10 @@ def _producers(
             )
             continue
         if state is not None:  # else removed since the directory was listed
-            written = _written(path, timeout) if state.interval else None
+            written = None
+            if state.interval:  # the file's last change (quiet_for)
+                with contextlib.suppress(OSError, ValueError):  # HelperTimeout too
+                    written = stat_within(path, timeout).st_mtime
             health = producer_health(state, now, written)
             row = _ProducerRow(match["id"], match["job"], health, state, written=written)
             producers.append(row)
@@ -365,7 +361,7 @@ def status_command(args: argparse.Namespace) -> int:
         list_decisions(names, directory, args.job_id), now, args.fs_timeout
     )
     if problem is not None:
-        unknown = sum(row.outcome is None for row in rows)
+        unknown = sum(row.state == NOT_LOOKED_AT for row in rows)
         print(
             f"nvrx-seghealth {NAME}: {problem}; {unknown} more decision file"
             f"{'' if unknown == 1 else 's'} not looked at (state {NOT_LOOKED_AT}): run "
@@ -391,8 +387,10 @@ def status_command(args: argparse.Namespace) -> int:
         colours = [[None, None, _STATE_COLOURS[row.outcome], None, None, None] for row in rows]
         print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
         unhealthy = sum(row.outcome is Outcome.UNHEALTHY for row in rows)
+        unread = sum(row.entry.unread for row in rows)
         plural = "" if len(rows) == 1 else "s"
-        print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy")
+        ignored = f"; {unread} {UNREAD}: no launcher reads it, remove it" if unread else ""
+        print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy{ignored}")
     for producer in producers:
         print(producer.line(now))
     return status

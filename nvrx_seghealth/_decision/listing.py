@@ -27,6 +27,17 @@ class DecisionFile:
     task_id: str
     path: str
 
+    @property
+    def unread(self) -> bool:
+        """An id has leading zeros (``segment_health_check.01.1``): no launcher reads the
+        file, as Slurm writes no such id (and ``mark`` refuses one)."""
+        return any(len(id_) > 1 and id_[0] == "0" for id_ in (self.job_id, self.task_id))
+
+    @property
+    def read_name(self) -> str:
+        """The name a launcher of this unit reads: its ids without leading zeros."""
+        return f"{ARTIFACT_PREFIX}.{int(self.job_id)}.{int(self.task_id)}"
+
 
 def list_decisions(
     names: list[str], directory: str, job_id: str | None = None
@@ -35,7 +46,8 @@ def list_decisions(
     sorted by job and task.
 
     Temporary files of an atomic write (``.segment_health_check.*.tmp``), the lock file
-    and every other name are ignored. ``job_id`` keeps only that job's decisions.
+    and every other name are ignored. Names with leading zeros are listed, marked
+    :attr:`DecisionFile.unread`. ``job_id`` keeps only that job's decisions.
     """
     found = []
     for name in names:

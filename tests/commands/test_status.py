@@ -339,3 +339,24 @@ def test_each_decision_file_is_stated_once(shc, monkeypatch, capsys):
     unhealthy = {row["path"] for row in rows if row["state"] == "unhealthy"}
     assert set(reads) == unhealthy and set(reads.values()) == {1}
     assert all(row["age_seconds"] is not None for row in rows if row["state"] != "absent")
+
+
+def test_a_name_with_leading_zeros_is_shown_as_a_file_no_launcher_reads(tmp_path):
+    """``mark`` refuses ``--task-id 01``: Slurm writes no such id, so no launcher reads
+    ``segment_health_check.01.1``. status says so instead of calling it unhealthy."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    (shc / "segment_health_check.01.1").write_text("bad\n")
+    (shc / "segment_health_check.1.01").write_text("bad\n")
+    (shc / "segment_health_check.1.2").write_text("bad\n")
+    done = nvrx_seghealth("status", "--dir", str(shc), "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {(r["job_id"], r["task_id"]): r for r in json.loads(done.stdout)["decisions"]}
+    assert {key: row["state"] for key, row in rows.items()} == {
+        ("01", "1"): "unread",
+        ("1", "01"): "unread",
+        ("1", "2"): "unhealthy",
+    }
+    assert "segment_health_check.1.1 is read" in rows[("01", "1")]["reason"]
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert "3 decision files in" in done.stdout and "1 unhealthy; 2 unread" in done.stdout
