@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import require_root
+from harness.accounts import NOBODY, SETPRIV_NOBODY, require_root
 from nvrx_seghealth._decision import files as decisionfs
 from nvrx_seghealth._decision.files import LOCK_NAME, Current
 
-NOBODY = 65534
 #: Seconds a write may take before its test fails: 6 x the writer's lock wait (5 s).
 HANG = 30
 
@@ -38,10 +37,10 @@ import _decisionfs as decisionfs
 op, path = sys.argv[2:]
 try:
     if op == "replace":
-        decisionfs.replace(path, b"x\\n", lock_wait=5)
+        warnings = decisionfs.replace(path, b"x\\n", lock_wait=5).warnings
     else:
-        decisionfs.append_text(path, "line\\n")
-    print(json.dumps({"written": True}))
+        warnings = decisionfs.append_text(path, "line\\n") or []
+    print(json.dumps({"written": True, **({"warnings": warnings} if warnings else {})}))
 except OSError as error:
     print(json.dumps({"step": getattr(error, "step", None), "errno": error.errno}))
 """
@@ -64,7 +63,7 @@ def public():
 def as_user(uid, *command):
     """``command`` as root (uid 0) or as user nobody."""
     if uid == NOBODY:
-        command = ("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *command)
+        command = (*SETPRIV_NOBODY, *command)
     return subprocess.run(
         command, capture_output=True, text=True, timeout=HANG, stdin=subprocess.DEVNULL, check=True
     )
@@ -168,6 +167,24 @@ def test_a_lock_others_can_open_is_replaced_and_its_old_file_blocks_no_one(publi
     finally:
         os.close(kept)
     assert sorted(os.listdir(directory)) == [LOCK_NAME, "segment_health_check.9.1"]
+
+
+def test_a_lock_others_can_open_that_cannot_be_replaced_is_used_with_a_warning(public):
+    """A group's sticky directory (3775, group nogroup) that others can search, and a lock
+    of root's, mode 0644: every user can open it. User nobody, a member of the group,
+    cannot replace root's file there: its write lands, with a warning that says so."""
+    directory = public / "group"
+    directory.mkdir()
+    os.chown(directory, -1, NOGROUP)
+    directory.chmod(0o3775)
+    lock = directory / LOCK_NAME
+    os.close(os.open(lock, os.O_CREAT | os.O_WRONLY, 0o644))
+    before = lock.stat().st_ino
+    outcome = write_as(NOBODY, public, "replace", directory / "segment_health_check.9.1")
+    [warning] = outcome.pop("warnings")
+    assert outcome == {"written": True} and lock.stat().st_ino == before
+    assert f"{lock} stays: every user can open it" in warning
+    assert "cannot be replaced (EPERM" in warning and "remove it as its owner or root" in warning
 
 
 def test_a_planted_lock_is_refused_with_what_to_do(public):
