@@ -2,15 +2,16 @@
 
 Each file is judged as the consumer judges it, by one bounded ``stat`` that also gives
 its age (:func:`nvrx_seghealth._decision.artifact.judge_with_stat`), so the state column
-says what the unit's process 0 would do. For an unhealthy file the table also shows the
+says what the unit's process 0 would do; a name with leading zeros, which no launcher
+reads, is not looked at (:data:`UNREAD`). For an unhealthy file the table also shows the
 first line of the producer's diagnostic text (one bounded read). Below the table, one
 line per ``publish-drained`` producer that keeps its state in the directory: when its
 last pass ran, and since when its passes fail (its decisions are then kept, stale). Its
 last pass is judged by its own stamp and its state file's last change (:func:`quiet_for`),
 so a clock that differs from this host's is said, never printed as a negative age.
 Each row's state is a token computed once and used by the table and by ``--json`` alike:
-a decision row's is its :class:`~.._decision.artifact.Outcome` (or :data:`NOT_LOOKED_AT`),
-a producer's is its :class:`ProducerHealth` (:func:`producer_health`).
+a decision row's is its :class:`~.._decision.artifact.Outcome` (or :data:`NOT_LOOKED_AT`,
+:data:`UNREAD`), a producer's is its :class:`ProducerHealth` (:func:`producer_health`).
 
 Every call into the directory is bounded by ``--fs-timeout`` (a hung filesystem is
 reported, exit 1), and one call that does not answer ends the looking: at most one call
