@@ -383,8 +383,8 @@ def _open_lock(lock_path: str, directory: os.stat_result) -> int:
     :func:`_lock_mode` (``O_EXCL``: a file put there meanwhile is opened instead).
 
     Raises:
-        StepError: step ``lock``; for a lock that is not a regular file the message says
-            what is there and to remove it.
+        StepError: step ``lock``; for a lock that is not a regular file, or that this
+            account cannot open (``EPERM``), the message says what is there and the fix.
     """
     try:
         try:
@@ -393,7 +393,10 @@ def _open_lock(lock_path: str, directory: os.stat_result) -> int:
             try:
                 fd, _ = open_regular(lock_path, os.O_RDWR)
             except PermissionError:
-                fd, _ = open_regular(lock_path, os.O_RDONLY)
+                try:
+                    fd, _ = open_regular(lock_path, os.O_RDONLY)
+                except PermissionError:
+                    raise StepError("lock", _closed_lock(lock_path)) from None
         else:
             try:
                 _restrict_lock(fd, directory)
@@ -408,9 +411,27 @@ def _open_lock(lock_path: str, directory: os.stat_result) -> int:
             lock_path,
         )
         raise StepError("lock", refusal) from None
+    except StepError:
+        raise
     except OSError as error:
         raise StepError("lock", error) from None
     return fd
+
+
+def _closed_lock(lock_path: str) -> OSError:
+    """The refusal of a lock that this account, a writer of the directory, cannot open
+    (e.g. one made 0600 before the directory was opened to others)."""
+    try:
+        st = os.lstat(lock_path)
+        what = f"owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}"
+    except OSError as error:
+        what = _describe(error)
+    return OSError(
+        errno.EPERM,
+        f"{lock_path} ({what}) cannot be opened by this account: remove it (as its owner or "
+        "root); the next write creates one that every writer of the directory can open",
+        lock_path,
+    )
 
 
 def _flock(fd: int, lock_path: str, started: float, wait: float) -> str | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import require_root
+from harness.accounts import as_nobody, public_copy, require_root
 from harness.commands import nvrx_seghealth
 from harness.fakeslurm import TASK1_DRAINED, FakeSlurm
 from harness.pidfiles import lock_held
@@ -105,3 +105,18 @@ def test_a_lock_others_can_open_is_refused_while_held_and_replaced_once_free(fak
     assert done.returncode == 0, done.stderr
     assert fake.decision(1).read_text() == TASK1_DRAINED
     assert producer_state(fake) == "ok"
+
+
+def test_a_lock_a_writer_cannot_open_is_refused_with_whose_it_is_and_the_fix(fake):
+    """The directory was 0755 when root's first write made the lock 0600, then opened to
+    every account (1777): user nobody's ``mark`` says whose lock it is and what to do."""
+    assert unit(fake, "mark", "--reason", "ops: bad psu") == (0, "")
+    fake.shc.chmod(0o1777)
+    lib = public_copy(str(fake.root))
+    args = ["--dir", str(fake.shc), "--job-id", "500", "--task-id", "1", "--reason", "x"]
+    done = as_nobody(lib, "mark", *args, env={"PATH": os.environ["PATH"]})
+    assert done.returncode == 1
+    lock = fake.shc / LOCK_NAME
+    assert f"{lock} (owner uid 0, mode 0600) cannot be opened by this account" in done.stderr
+    assert "remove it (as its owner or root)" in done.stderr
+    assert not fake.decision(1).exists()

@@ -187,6 +187,17 @@ def test_a_lock_others_can_open_that_cannot_be_replaced_is_used_with_a_warning(p
     assert "cannot be replaced (EPERM" in warning and "remove it as its owner or root" in warning
 
 
+def test_a_lock_a_writer_cannot_open_is_refused_with_what_to_do(public):
+    """A 1777 directory whose lock root made 0600 (e.g. while the directory was 0755):
+    user nobody may write there but cannot lock: refused (the message: test_lock_readers)."""
+    directory = shared(public, 0o1777)
+    lock = directory / LOCK_NAME
+    os.close(os.open(lock, os.O_CREAT | os.O_WRONLY, 0o600))
+    decision = directory / "segment_health_check.9.1"
+    assert write_as(NOBODY, public, "replace", decision) == {"step": "lock", "errno": errno.EPERM}
+    assert not decision.exists()
+
+
 def test_a_planted_lock_is_refused_with_what_to_do(public):
     directory = shared(public, 0o1777)
     plant("fifo", directory / LOCK_NAME, NOBODY, public)
