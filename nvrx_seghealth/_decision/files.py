@@ -56,7 +56,7 @@ This module imports nothing from the package and only the standard library: the 
 code runs in-process (:func:`nvrx_seghealth.publish_decision`) and, for the operators'
 commands, in a helper process (``python -I -S decisionfs.py``, see
 :mod:`nvrx_seghealth._decision.boundedfs`) that answers JSON requests on stdin, one per line.
-That is also why it is one module of about 770 lines, over the package's 400: the helper
+That is also why it is one module of about 810 lines, over the package's 400: the helper
 runs this file by path, alone, so the operations and the wire format it serves them in
 cannot be split into modules that import each other.
 """
