@@ -6,9 +6,9 @@ run in a helper process (:mod:`nvrx_seghealth._decision.files` served by ``pytho
 tagged :data:`HELPER_TAG`) through :class:`~.helperprocess.HelperClient`, whose module
 tells why and how, as the consumer's stat does (:mod:`nvrx_seghealth._decision.boundedstat`):
 a call that has not answered within its bound raises :class:`~.helperprocess.HelperTimeout`
-naming the directory, and at most one abandoned helper per directory is left, across this
-account's processes and shared with the bounded stat's (a later call there is refused at
-once, ``earlier``). Waiting for a helper is interruptible: a signal handler that raises
+naming the directory, and once a helper is abandoned no later call goes there, across this
+account's processes and shared with the bounded stat's (it is refused at once, ``earlier``):
+a command, which makes one call at a time, leaves at most one stuck helper per directory. Waiting for a helper is interruptible: a signal handler that raises
 ends the wait, e.g. SIGTERM of ``publish-drained --interval``.
 """
 

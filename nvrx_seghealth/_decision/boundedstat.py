@@ -7,8 +7,9 @@ how: a stat that has not answered within its bound raises
 is stuck, a new stat of any path in the same directory (the key is ``os.path.dirname`` of
 the absolute path, shared with the operators' reads and writes there,
 :mod:`nvrx_seghealth._decision.boundedfs`) is refused at once instead of sending one more
-process into the hung filesystem; :func:`stuck_for` tells whether it would be. A stuck
-helper stays in the launcher's process group and Slurm step, so Slurm still sees a node
+process into the hung filesystem; :func:`stuck_for` tells whether it would be. A stat
+made while another thread's is in flight has a helper of its own and its own bound: it
+never waits for that stat. A stuck helper stays in the launcher's process group and Slurm step, so Slurm still sees a node
 whose filesystem hangs.
 """
 

@@ -9,6 +9,15 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
 * The helper is started on first use, or ahead of time (:meth:`HelperClient.start`),
   and reused: a call costs one request and one reply line over two private pipes. A
   helper that died since the last call is replaced.
+* Each call's bound is its own. A call made while another thread's call is in flight
+  does not wait for it: it is sent at once to a helper of its own (started then,
+  outside its bound), and one idle helper is kept afterwards. The kernel may still
+  hold it behind a call with the same key (Linux looks a name up once at a time, and
+  a second lookup waits for the first). So its bound counts from the last answer of
+  a call that was in flight ahead of it, if one answers while it waits. A call ahead
+  that never answers moves nothing. So a stat that must be fresh (process 0's before
+  it joins a round) is never spent waiting behind a slow one (the watch's), and on a
+  hung filesystem it waits its own bound, not the other call's.
 * Starting a helper is not part of a call's bound: a new helper first writes
   :data:`READY` on its stdout, and the client waits for that line up to
   :data:`STARTUP_TIMEOUT` seconds (else :class:`HelperStartError`) before the call's
@@ -18,11 +27,14 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
   its helper: the next call starts a new one. The abandoned helper exits on its own as
   soon as its call returns (its stdin is closed), and a daemon thread waiting for it
   reaps it then: once the filesystem answers, nothing is left behind.
-* A key names what a call may hang on (a directory). **At most one abandoned helper per
-  key, across the processes of one account**: while one is still inside its call, a new
-  call with that key is refused at once (``HelperTimeout``, ``earlier``) instead
-  of sending one more process into the hung filesystem. In this process that holds for
-  every client (a stat and a read in one directory share the key). For other processes,
+* A key names what a call may hang on (a directory). **Once a helper is abandoned, no
+  call with its key is sent, across the processes of one account**: while it is still
+  inside its call, a new call with that key is refused at once (``HelperTimeout``,
+  ``earlier``) instead of sending one more process into the hung filesystem. So a key
+  has at most as many stuck helpers as calls were in flight together when the first
+  was abandoned: one for a command, two for a launcher (the watch's look, a join's).
+  In this process that holds for every client (a stat and a read in one directory
+  share the key). For other processes,
   abandonment is recorded explicitly: the client starts a *stuck record*, a small
   sleeping process whose command line ends ``STUCK_TAG <key> <helper pid> <call
   start, epoch seconds>`` and which holds the abandoned helper's reply pipe, so
@@ -40,16 +52,17 @@ names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
 * At the interpreter's exit, :func:`close_calls` ends every pending call at once and
   refuses every later one (:class:`CallsClosed`), so that a thread waiting for a hung
   filesystem does not hold the exit.
+* A call that gets no answer says so, ``no answer after N s``: it does not know whether
+  the filesystem hangs or is only slower than the bound.
 
-Calls are serialised: one at a time per client, across threads.
-
-One module of about 480 lines, over the package's 400: a call's path, from the client's
-lock through its helper to an abandonment, its stuck record and its end at exit, keeps
-every rule above, and is read whole here.
+One module of about 540 lines, over the package's 400: a call's path, from the client's
+idle helper to an abandonment, its stuck record and its end at exit, keeps every rule
+above, and is read whole here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -59,7 +72,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .._errors import SegmentHealthError
 
@@ -107,9 +120,8 @@ class HelperTimeout(TimeoutError, SegmentHealthError):
         subject: what the call was about, as its message names it (the stat of a path,
             ``stat('/shared/shc/segment_health_check.7.3')``; else the key).
         key: what the call may hang on: the directory it went to.
-        waited: seconds of its bound the call used: waiting for another thread's call
-            and for the answer, not starting a helper; ``earlier``: seconds the earlier
-            call has been stuck.
+        waited: seconds the call waited for its answer (not starting a helper);
+            ``earlier``: seconds the earlier call has been stuck.
         earlier: the call was not sent: an earlier call with ``key`` is still stuck
             (:func:`stuck_for`).
     """
@@ -120,7 +132,7 @@ class HelperTimeout(TimeoutError, SegmentHealthError):
             if earlier
             else "no answer after"
         )
-        super().__init__(f"{subject}: {what} {waited:.1f} s (a hung shared filesystem?)")
+        super().__init__(f"{subject}: {what} {waited:.1f} s")
         self.subject = subject
         self.key = key
         self.waited = waited
@@ -188,19 +200,20 @@ class _Pipe:
         self.poller.register(_wake_fd(), select.POLLIN)
         self.unread = b""
 
-    def line(self, deadline: float) -> bytes | None:
-        """The next line (without its newline), or ``None`` once ``deadline`` passed.
+    def line(self, deadline: Callable[[], float]) -> bytes | None:
+        """The next line (without its newline), or ``None`` once the monotonic time
+        ``deadline()`` passed (asked again each time it seems to: it may have moved).
 
         Raises:
             OSError: the helper exited (its stdout reached end of file).
             CallsClosed: :func:`close_calls` was called.
         """
         while b"\n" not in self.unread:
-            remaining = deadline - time.monotonic()
+            remaining = deadline() - time.monotonic()
             events = self.poller.poll(max(1, int(remaining * 1000) + 1)) if remaining > 0 else []
             _refuse_when_closed()
             if not any(fd == self.fd for fd, _ in events):  # read only what has data
-                if time.monotonic() >= deadline:
+                if time.monotonic() >= deadline():
                     return None
                 continue
             chunk = os.read(self.fd, 65536)
@@ -247,7 +260,8 @@ class _Helper:
         self.requests = self.process.stdin.fileno()
         self.replies = _Pipe(name, self.process)
         try:
-            ready = self.replies.line(time.monotonic() + STARTUP_TIMEOUT)
+            limit = time.monotonic() + STARTUP_TIMEOUT
+            ready = self.replies.line(lambda: limit)
         except BaseException:
             self.discard()
             raise
@@ -256,9 +270,9 @@ class _Helper:
             said = "nothing" if ready is None else repr(ready[:80])
             raise OSError(errno.ETIMEDOUT, f"not ready within {STARTUP_TIMEOUT:g} s (said {said})")
 
-    def ask(self, request: bytes, deadline: float) -> bytes | None:
+    def ask(self, request: bytes, deadline: Callable[[], float]) -> bytes | None:
         """Send ``request``; the reply line (without its newline), or ``None`` once the
-        monotonic ``deadline`` has passed.
+        monotonic time ``deadline()`` has passed.
 
         Raises:
             OSError: the helper is gone (it died, or its pipe broke).
@@ -303,9 +317,46 @@ class _Stuck:
             return False
 
 
-# Stuck calls by key, for every client of this process; keys already looked up in /proc.
+class _Flight:
+    """One call in flight since ``sent`` (monotonic), behind the calls with its key that
+    were in flight then (``ahead``); ``answered``: when its answer came (monotonic)."""
+
+    def __init__(self, ahead: list[_Flight]) -> None:
+        self.ahead = ahead
+        self.sent = time.monotonic()
+        self.answered: float | None = None
+
+    def deadline(self, timeout: float) -> float:
+        """When the call's bound of ``timeout`` seconds ends: counted from its sending, or
+        from the last answer of a call ahead of it, whichever came later."""
+        answers = [call.answered for call in self.ahead if call.answered is not None]
+        return max([self.sent, *answers]) + timeout
+
+
+# Calls in flight and stuck calls by key, for every client of this process.
 _registry_lock = threading.Lock()
-_stuck: dict[str, _Stuck] = {}
+_flights: dict[str, list[_Flight]] = {}
+
+
+@contextlib.contextmanager
+def _flying(key: str) -> Iterator[_Flight]:
+    """A call with ``key`` is in flight for the time of the ``with`` block."""
+    with _registry_lock:
+        flying = _flights.setdefault(key, [])
+        flight = _Flight(list(flying))
+        flying.append(flight)
+    try:
+        yield flight
+    finally:
+        with _registry_lock:
+            flying.remove(flight)
+            if not flying:
+                del _flights[key]
+
+
+# Stuck calls: more than one for a key when calls were in flight together. Keys already
+# looked up in /proc.
+_stuck: dict[str, list[_Stuck]] = {}
 _looked_up: set[str] = set()
 
 
@@ -335,8 +386,8 @@ def _records(key: str) -> _Stuck | None:
 
 
 def stuck_for(key: str) -> float | None:
-    """Seconds the abandoned call with ``key`` has been stuck, or ``None`` when a call
-    with ``key`` would be sent.
+    """Seconds the oldest abandoned call with ``key`` has been stuck, or ``None`` when a
+    call with ``key`` would be sent.
 
     The first query of a ``key`` in this process also looks for other processes'
     stuck records of it (see the module doc).
@@ -346,12 +397,12 @@ def stuck_for(key: str) -> float | None:
             _looked_up.add(key)
             found = _records(key)
             if found is not None:
-                _stuck.setdefault(key, found)
-        entry = _stuck.get(key)
-        if entry is not None and not entry.alive():
-            del _stuck[key]
-            entry = None
-    return None if entry is None else max(0.0, time.time() - entry.started)
+                _stuck.setdefault(key, []).append(found)
+        entries = [entry for entry in _stuck.pop(key, []) if entry.alive()]
+        if not entries:
+            return None
+        _stuck[key] = entries
+    return max(0.0, time.time() - min(entry.started for entry in entries))
 
 
 def _record(key: str, helper: _Helper, started: float) -> None:
@@ -374,7 +425,7 @@ def _record(key: str, helper: _Helper, started: float) -> None:
     helper.close()
     entry = _Stuck(started, helper)
     with _registry_lock:
-        _stuck[key] = entry
+        _stuck.setdefault(key, []).append(entry)
     _reap(_reap_when_done, key, entry, record)
 
 
@@ -396,8 +447,11 @@ def _reap_when_done(key: str, entry: _Stuck, record: subprocess.Popen[bytes] | N
     if record is not None:
         record.wait()  # its stdin, the helper's replies, has reached end of file
     with _registry_lock:
-        if _stuck.get(key) is entry:
-            del _stuck[key]
+        entries = _stuck.get(key, [])
+        if entry in entries:
+            entries.remove(entry)
+        if not entries:
+            _stuck.pop(key, None)
 
 
 class HelperClient:
@@ -415,8 +469,8 @@ class HelperClient:
     def __init__(self, name: str, argv: Sequence[str], tag: str) -> None:
         self._name = name
         self._argv = [*argv, tag]
-        self._lock = threading.Lock()
-        self._helper: _Helper | None = None
+        self._lock = threading.Lock()  # guards the idle helper only, never a call
+        self._helper: _Helper | None = None  # the idle helper, ready for the next call
 
     def start(self) -> None:
         """Start the helper now, unless a live one is ready, so that the first call
@@ -426,26 +480,39 @@ class HelperClient:
         Raises:
             HelperStartError: no helper process could be started.
         """
-        with self._lock:
-            self._ready_helper()
+        self._keep(self._take())
 
-    def _ready_helper(self) -> _Helper:
-        """The live helper, started if need be. Called with the lock held."""
-        if self._helper is not None and self._helper.process.poll() is not None:
-            self._helper.close()  # it died since the last call
-            self._helper = None
-        if self._helper is None:
-            self._helper = _Helper(self._name, self._argv)
-        return self._helper
+    def _take(self) -> _Helper:
+        """The idle helper if it lives, else a new one; the caller has it to itself."""
+        with self._lock:
+            helper, self._helper = self._helper, None
+        if helper is not None and helper.process.poll() is None:
+            return helper
+        if helper is not None:
+            helper.close()  # it died since its last call
+        return _Helper(self._name, self._argv)
+
+    def _keep(self, helper: _Helper) -> None:
+        """Keep ``helper``, which answered its call, for the next call; one idle helper
+        is enough, so a second one is closed (it exits at the end of its stdin)."""
+        with self._lock:
+            if self._helper is None:
+                self._helper = helper
+                return
+        helper.close()
+        _reap(helper.process.wait)
 
     def call(self, key: str, request: bytes, timeout: float, *, subject: str = "") -> bytes:
         """Send ``request`` (bytes the helper reads as one request) and return the
         reply line, without its newline, waiting at most ``timeout`` seconds for it.
         ``subject`` names the call in a :class:`HelperTimeout` (default: ``key``).
 
-        The bound covers waiting for another thread's call and for the reply; starting
-        a helper, when one must be started, comes before it (bounded by
-        :data:`STARTUP_TIMEOUT`).
+        The bound is the call's own: it covers waiting for the reply only, counted
+        from the call's sending, or from the last answer of a call with ``key`` that
+        was in flight ahead of it (see the module doc). A call made while another
+        thread's call is in flight gets a helper of its own instead of waiting for
+        that call. Starting a helper, when one must be started, comes before the bound
+        (bounded by :data:`STARTUP_TIMEOUT`).
 
         Raises:
             HelperStartError: no helper process could be started.
@@ -455,31 +522,21 @@ class HelperClient:
             CallsClosed: the calls are closed (:func:`close_calls`).
         """
         subject = subject or key
-        queued = time.monotonic()
-        if not self._lock.acquire(timeout=max(timeout, 0.0)):
-            raise HelperTimeout(subject, key, time.monotonic() - queued)
-        try:
-            _refuse_when_closed()
-            waited = stuck_for(key)
-            if waited is not None:
-                raise HelperTimeout(subject, key, waited, earlier=True)
-            queued_for = time.monotonic() - queued
-            helper = self._ready_helper()
-            started, sent = time.monotonic(), time.time()
+        _refuse_when_closed()
+        waited = stuck_for(key)
+        if waited is not None:
+            raise HelperTimeout(subject, key, waited, earlier=True)
+        helper = self._take()
+        with _flying(key) as flight:
+            sent = time.time()
             try:
-                reply = helper.ask(request, started + timeout - queued_for)
+                reply = helper.ask(request, lambda: flight.deadline(timeout))
             except BaseException:  # the helper died, or a signal handler ended the wait
-                self._abandon(key, helper, sent)
+                _record(key, helper, sent)
                 raise
             if reply is None:
-                self._abandon(key, helper, sent)
-                raise HelperTimeout(subject, key, queued_for + time.monotonic() - started)
-            return reply
-        finally:
-            self._lock.release()
-
-    def _abandon(self, key: str, helper: _Helper, started: float) -> None:
-        """Give up ``helper``, stuck in a call with ``key`` since ``started`` (epoch
-        seconds). Called with the lock held."""
-        self._helper = None
-        _record(key, helper, started)
+                _record(key, helper, sent)
+                raise HelperTimeout(subject, key, time.monotonic() - flight.sent)
+            flight.answered = time.monotonic()
+        self._keep(helper)
+        return reply

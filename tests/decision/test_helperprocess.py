@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -31,6 +32,16 @@ os.write(1, b"nvrx-seghealth-helper-ready\n")
 for line in sys.stdin.buffer:
     if line.startswith(b"sleep "):
         time.sleep(float(line.split()[1]))
+    if line.startswith(b"hold "):  # hold PATH SECONDS: touch PATH, sleep, remove PATH
+        _, path, seconds = line.split()
+        open(path, "w").close()
+        time.sleep(float(seconds))
+        os.remove(path)
+    if line.startswith(b"behind "):  # behind PATH SECONDS: wait until PATH is gone, sleep
+        _, path, seconds = line.split()
+        while os.path.exists(path):
+            time.sleep(0.01)
+        time.sleep(float(seconds))
     if line == b"exit\n":
         os._exit(3)
     os.write(1, line)
@@ -90,6 +101,83 @@ def test_a_late_call_abandons_its_helper_and_holds_only_its_key(client):
         except HelperTimeout:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+
+
+def test_a_call_beside_another_threads_call_has_its_own_helper_and_bound(client, tmp_path):
+    """Another thread's call holds its helper for 3 s (it touched ``held`` first). A call
+    made meanwhile with a bound of 1 s (shorter than what is left of the other) does
+    not wait for it: it gets a helper of its own and its answer. Both helpers' pids
+    differ, and once both are done one helper is kept for the next call."""
+    held = tmp_path / "held"
+    client.call(A, b"warm\n", 5)
+    first = helper_pid(client)
+    replies = []
+    other = threading.Thread(
+        target=lambda: replies.append(client.call(A, b"hold %s 3\n" % bytes(held), 30))
+    )
+    other.start()
+    try:
+        wait_until(held.exists)
+        assert client.call(A, b"beside\n", 1.0) == b"beside"
+        assert helper_pid(client) != first  # its own, kept: the other is still in its call
+    finally:
+        other.join(30)
+    assert replies == [b"hold %s 3" % bytes(held)]
+    assert helper_pid(client) != first  # one idle helper is kept; the second one exits
+    wait_until(lambda: not Path(f"/proc/{first}").exists() or _zombie(first))
+
+
+def test_a_call_held_behind_another_call_with_its_key_counts_its_bound_from_that_answer(
+    client, tmp_path
+):
+    """As the kernel holds a lookup behind another of the same name: a call sent while
+    another call with its key holds ``held`` (1 s) is answered only 1.5 s after that
+    one. Its bound of 2 s counts from the other's answer, so it is answered."""
+    held = tmp_path / "held"
+    replies = []
+    ahead = threading.Thread(
+        target=lambda: replies.append(client.call(A, b"hold %s 1\n" % bytes(held), 30))
+    )
+    ahead.start()
+    try:
+        wait_until(held.exists)
+        behind = b"behind %s 1.5" % bytes(held)
+        assert client.call(A, behind + b"\n", 2.0) == behind
+    finally:
+        ahead.join(30)
+    assert replies == [b"hold %s 1" % bytes(held)]
+
+
+def test_a_call_ahead_that_does_not_answer_moves_no_bound(client, tmp_path):
+    """A call ahead that is abandoned (it holds ``held`` for 20 s, its bound is 0.5 s)
+    does not lengthen the bound of a call held behind it: that one ends on its own 1 s."""
+    held = tmp_path / "held"
+    key = f"ahead-{uuid.uuid4()}"
+    failures: list[BaseException] = []
+
+    def ahead() -> None:
+        try:
+            client.call(key, b"hold %s 20\n" % bytes(held), 0.5)
+        except HelperTimeout as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=ahead)
+    thread.start()
+    wait_until(held.exists)
+    started = time.monotonic()
+    with pytest.raises(HelperTimeout) as behind:
+        client.call(key, b"behind %s 0\n" % bytes(held), 1.0)
+    assert not behind.value.earlier  # it was sent, and timed out on its own bound
+    assert time.monotonic() - started < 10  # not until the call ahead returned (20 s)
+    thread.join(30)
+    assert [error.earlier for error in failures] == [False]  # type: ignore[attr-defined]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except OSError:
+        return True
 
 
 def test_a_helper_that_dies_in_a_call_is_an_oserror_and_is_replaced(client):
