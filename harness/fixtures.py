@@ -1,6 +1,8 @@
 """The pytest fixtures that tests of more than one folder use; the root ``conftest.py``
 registers this module (``pytest_plugins``).
 
+``tcp_store``: a real TCPStore server on 127.0.0.1, for in-process launchers.
+
 A real etcd server (Debian's etcd-server, v2 API enabled) on 127.0.0.1, for the tests
 marked ``etcd`` and the etcd cells of the configuration matrix: the session-scoped
 ``etcd_server`` fixture starts one etcd with a private data directory and free ports
@@ -14,20 +16,41 @@ broken etcd fails the tests. The Python client comes with the package's ``etcd``
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .etcd import EtcdServer, EtcdUnavailable, running_etcd
 
-__all__ = ["etcd_server", "module_etcd_server"]
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore
+
+__all__ = ["etcd_server", "module_etcd_server", "tcp_store"]
 
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_ETCD_INSTALL") == "1"
+
+
+@pytest.fixture
+def tcp_store() -> Iterator[TCPStore]:
+    """A real TCPStore server on 127.0.0.1 (any free port); yields the master store."""
+    from torch.distributed import TCPStore
+
+    store = TCPStore(
+        "127.0.0.1",
+        0,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=30),
+    )
+    yield store
+    del store
 
 
 def _unavailable(reason: str) -> None:

@@ -1,10 +1,12 @@
-"""A real hung filesystem (FUSE) and bounded runs beside it, for the tests marked
+"""A real hung, or slow, filesystem (FUSE) and bounded runs beside it, for the tests marked
 ``hungmount`` (their fixtures: ``integration/hungmount/conftest.py``).
 
 :func:`hung_mount` mounts :mod:`harness.hungfs` (``getattr`` answers for the root and
 never for anything below it) in a child process, so that ``os.stat(mount)`` returns and
 ``os.stat(mount / name)`` blocks in the kernel, as on a hung Lustre or NFS client: no
-signal makes it return. Its end always aborts the mount's own FUSE connection, which
+signal makes it return. :func:`slow_mount` mounts it over a backing folder instead: each
+request below the root answers a fixed delay after it arrived, until the test makes the
+mount hang (:meth:`HungMount.hang`). Its end always aborts the mount's own FUSE connection, which
 fails every pending request with ENOTCONN and so releases whatever a test left stuck;
 then it kills the server and lazily unmounts. :func:`run_bounded` runs a command beside
 the mount and fails the test when it does not end in time.
@@ -37,10 +39,13 @@ __all__ = [
     "kill_session",
     "pipe_holders",
     "run_bounded",
+    "slow_mount",
 ]
 
 IN_CI = os.environ.get("CI") == "true"
 HUNGFS = Path(__file__).with_name("hungfs.py")
+#: The file beside a slow mount's backing folder that makes its requests hang.
+HANG_SWITCH = "hang"
 CONNECTIONS = Path("/sys/fs/fuse/connections")
 #: Seconds the FUSE server may take to mount (python start-up and libfuse's mount).
 MOUNT_TIMEOUT = 15.0
@@ -92,15 +97,23 @@ class HungMount:
     """A mounted :mod:`harness.hungfs`: its mount point and its FUSE connection.
 
     Attributes:
-        path: the mount point; it answers ``stat``, every name below it hangs.
+        path: the mount point; it answers ``stat``, every name below it hangs (a slow
+            mount: answers late).
         connection: ``/sys/fs/fuse/connections/<id>`` of this mount alone.
         aborted: whether :meth:`abort` has been called.
+        backing: a slow mount's backing folder, whose files the mount shows; else ``None``.
     """
 
-    def __init__(self, path: Path, connection: Path) -> None:
+    def __init__(self, path: Path, connection: Path, backing: Path | None = None) -> None:
         self.path = path
         self.connection = connection
         self.aborted = False
+        self.backing = backing
+
+    def hang(self) -> None:
+        """A slow mount: every request that arrives from now on hangs."""
+        assert self.backing is not None, "only a slow mount can start hanging"
+        (self.backing.parent / HANG_SWITCH).touch()
 
     def waiting(self) -> int:
         """How many requests to this mount await an answer (the kernel's count): a
@@ -133,9 +146,22 @@ def _stop(server: subprocess.Popen[bytes], mount: HungMount | None, mountpoint: 
         )
 
 
-def hung_mount(tmp_path: Path, *options: str) -> Iterator[HungMount]:
+def slow_mount(tmp_path: Path, delay: float) -> Iterator[HungMount]:
+    """:func:`hung_mount` over the backing folder ``tmp_path / "backing"``: each request
+    below the root answers ``delay`` seconds after it arrived, with the backing folder's
+    state then (:mod:`harness.hungfs`, ``--delay``)."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    switch = tmp_path / HANG_SWITCH
+    yield from hung_mount(
+        tmp_path, "--delay", str(delay), str(backing), str(switch), backing=backing
+    )
+
+
+def hung_mount(tmp_path: Path, *options: str, backing: Path | None = None) -> Iterator[HungMount]:
     """Mount :mod:`harness.hungfs` (with ``options``) in ``tmp_path`` for one test, and yield
-    it; at the end abort its connection, kill its server and unmount it."""
+    it; at the end abort its connection, kill its server and unmount it. ``backing``:
+    the folder the options name, for :func:`slow_mount`."""
     missing = _missing_requirement()
     if missing:
         _unavailable(missing)
@@ -157,7 +183,7 @@ def hung_mount(tmp_path: Path, *options: str) -> Iterator[HungMount]:
                 _unavailable(f"hungfs did not mount {mountpoint}: {log_path.read_text()!r}")
             time.sleep(0.05)
         connection = CONNECTIONS / str(os.minor(os.stat(mountpoint).st_dev))
-        mount = HungMount(mountpoint, connection)
+        mount = HungMount(mountpoint, connection, backing)
         if not (connection / "abort").exists():
             _unavailable(f"no FUSE connection {connection} for {mountpoint}")
         yield mount

@@ -32,6 +32,7 @@ from nvrx_seghealth._launcher.handoff import VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 from nvrx_seghealth._launcher.roles import coordinator_for
 from nvrx_seghealth._settings.check_settings import check_settings
+from nvrx_seghealth._settings.durations import DEFAULT_STAT_TIMEOUT
 
 from .common import AT_ONCE_BOUND, slurm_env
 
@@ -140,6 +141,7 @@ def watched(
     *,
     watch_interval: float = WATCH,
     nodes: tuple[int, int] = (2, 3),
+    stat_timeout: float = DEFAULT_STAT_TIMEOUT,
     **env: Any,
 ) -> SegmentHealthRendezvousHandler:
     """A launcher of array task ``task`` with the watch on (``watch_interval``); ``env``
@@ -150,6 +152,7 @@ def watched(
         store=store,
         directory=directory,
         environ=slurm_env(task=task, **env),
+        stat_timeout=stat_timeout,
         watch_interval=watch_interval,
     )
 

@@ -1,8 +1,8 @@
-"""Shared fixtures: real torch stores on 127.0.0.1."""
+"""A unit test's setting of the shared agent store stays in it (the fixtures that tests of
+more than one folder share, ``tcp_store`` among them: :mod:`harness.fixtures`)."""
 
 from __future__ import annotations
 
-import datetime
 import os
 
 import pytest
@@ -20,19 +20,3 @@ def _shared_store_setting_stays_in_its_test():
         os.environ.pop(SHARED_STORE_ENV, None)
     else:
         os.environ[SHARED_STORE_ENV] = before
-
-
-@pytest.fixture
-def tcp_store():
-    """A real TCPStore server on 127.0.0.1 (any free port); yields the master store."""
-    from torch.distributed import TCPStore
-
-    store = TCPStore(
-        "127.0.0.1",
-        0,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=datetime.timedelta(seconds=30),
-    )
-    yield store
-    del store

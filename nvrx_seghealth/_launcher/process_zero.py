@@ -49,6 +49,15 @@ class ProcessZero(Coordinator):
     the responder thread. The watch's looks stat without it and take it only to act on
     what they found: a look waiting for a hung mount holds neither the agent's next
     ``next_rendezvous()`` nor the launcher's exit.
+
+    The stat before joining has a bound of its own. It does not wait for a look in
+    flight: it goes at once to a helper process of its own
+    (:mod:`.._decision.helperprocess`). The kernel may hold it behind the look's lookup
+    of the same name; its bound then counts from the look's answer. So a slow
+    filesystem is judged, and a hung one costs this stat's own bound, not the rest of
+    the look's. Nor does it take the look's result: that stat began before the agent
+    restarted this launcher, maybe before the decision behind the restart was written.
+    Only a stat that begins after the restart is sure to see that decision.
     """
 
     def __init__(
