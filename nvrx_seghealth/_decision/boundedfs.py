@@ -8,8 +8,9 @@ tells why and how, as the consumer's stat does (:mod:`nvrx_seghealth._decision.b
 a call that has not answered within its bound raises :class:`~.helperprocess.HelperTimeout`
 naming the directory, and once a helper is abandoned no later call goes there, across this
 account's processes and shared with the bounded stat's (it is refused at once, ``earlier``):
-a command, which makes one call at a time, leaves at most one stuck helper per directory. Waiting for a helper is interruptible: a signal handler that raises
-ends the wait, e.g. SIGTERM of ``publish-drained --interval``.
+a command, which makes one call at a time, leaves at most one stuck helper per directory.
+Waiting for a helper is interruptible: a signal handler that raises ends the wait, e.g.
+SIGTERM of ``publish-drained --interval``.
 """
 
 from __future__ import annotations
