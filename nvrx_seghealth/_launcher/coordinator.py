@@ -12,8 +12,8 @@ its own module:
   answers its siblings' verdict requests (:mod:`.handoff`): at once while it stands
   in the rendezvous, and between its attempts from a thread that looks for requests
   every :data:`~.process_zero.RESPONDER_INTERVAL` seconds, so a sibling that restarts alone is
-  answered while process 0's workers run. With the watch on (:mod:`.watch`) it stats again
-  right after joining, before its workers start, and then every ``watch_interval`` seconds
+  answered while process 0's workers run. It stats again right after joining, before its
+  workers start, and with the watch on (:mod:`.watch`) every ``watch_interval`` seconds
   while they run.
 * :class:`~.sibling.Sibling` (the other launchers of an array task): asks process 0 for a
   verdict and waits, at most ``handoff_timeout`` seconds, for one that covers its

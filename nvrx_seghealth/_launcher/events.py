@@ -86,7 +86,7 @@ class EventName(str, enum.Enum):
     #: :class:`~.._errors.ExclusionReason`),
     #: ``path`` and ``size`` (decision file), ``when`` (``before-joining`` or
     #: ``after-joining``, marker and verdict, and ``after-joining`` for the decision
-    #: file read right after joining with the watch on; ``during-training``, the
+    #: file read right after joining; ``during-training``, the
     #: watch's decision file), ``marker`` (the marker's text).
     EXCLUDED = "nvrx_seghealth.excluded"
     #: Process 0 marked its replacement group unhealthy. Fields: ``group``.
@@ -138,7 +138,8 @@ class MetricName(str, enum.Enum):
 #: How the stat that led to a decision came about (``trigger``).
 ATTEMPT = "attempt"  # process 0 about to join a round
 REQUEST = "request"  # a sibling's request, between process 0's rounds
-WATCH = "watch"  # the watch's looks: right after joining, then while the workers run
+JOINED = "joined"  # process 0's look right after joining, before its workers start
+WATCH = "watch"  # the watch's looks while the workers run
 
 
 class DecisionRecorder:

@@ -22,7 +22,7 @@ from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings
 from .check import SegmentHealthCheck
 from .coordinator import Coordinator
-from .events import ATTEMPT, REQUEST, WATCH, DecisionRecorder
+from .events import ATTEMPT, JOINED, REQUEST, WATCH, DecisionRecorder
 from .handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from .markers import ReplacementGroupMarkers
 from .periodic import PeriodicThread
@@ -78,7 +78,7 @@ class ProcessZero(Coordinator):
         self._responder: PeriodicThread | None = None
         self._watch: PeriodicThread | None = None
         self._watched: WorldSignal | None = None  # the round the watch looks for
-        self._watch_failing = False  # the watch's looks fail open: warned once a streak
+        self._looks_failing = False  # the looks after joining fail open: warned once a streak
 
     def _before_joining(self) -> None:
         """Stop the watch; stat; exclude, or stand on this attempt's verdict."""
@@ -86,6 +86,8 @@ class ProcessZero(Coordinator):
             self._stop_watch()
             self._joining = True
             verdict = self._judge(ATTEMPT)
+            # a failure it warned of is the streak the look after joining continues
+            self._looks_failing = verdict is Verdict.UNCHECKED
             if self.exclusion is None:
                 self._attempt_verdict = verdict
                 self._publish(Answer(verdict, self._covered, standing=True), trigger=ATTEMPT)
@@ -111,25 +113,32 @@ class ProcessZero(Coordinator):
                 self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
     def after_joining(self, rank: int, world: WorldSignal | None) -> None:
-        """With the watch on: look once now, before the workers start; then start the
+        """Look once now, before the workers start; with the watch on, then start the
         watch, a look every ``watch_interval`` seconds.
 
         The stat this launcher joined on may be old: a spare waits in the rendezvous,
         beyond the maximum, for hours, and is admitted on the stat it made before it
-        began to wait. So it judges again now, as a sibling looks at its marker here.
+        began to wait. So it judges again now (one stat, with the watch or without),
+        as a sibling looks at its marker here.
 
         Raises:
             UnhealthyNodeException: the unit is excluded by this look, or was since
                 the inner rendezvous returned (a fresh stat for a sibling's request):
-                the handler then leaves ``world``, which restarts the other members
-                before their workers have trained.
+                the handler then leaves the round, and with the watch on tells
+                ``world``, which restarts the other members before their workers have
+                trained.
         """
         super().after_joining(rank, world)
-        if world is None or not self._settings.watch_enabled or self._stopped:
+        if self._stopped:
             return
         self._look(None)
         with self._lock:
-            if self.exclusion is None and not self._stopped:
+            if (
+                world is not None
+                and self._settings.watch_enabled
+                and self.exclusion is None
+                and not self._stopped
+            ):
                 self._watched = world
                 self._watch = PeriodicThread(
                     self._watch_look, self._settings.watch_interval, name="nvrx-seghealth-watch"
@@ -188,21 +197,27 @@ class ProcessZero(Coordinator):
         """Stat once, without the lock; exclude the unit now if the decision says so.
 
         ``world``: the round the watch looks for; ``None``: the look right after joining,
-        before the watch starts. What the stat found is acted on under the lock, and
-        only while that is still so: a look that returns after the agent restarted the
-        launcher, or after it stopped, is dropped (the next stat decides).
+        before the watch starts (with the watch off, the only one). What the stat found
+        is acted on under the lock, and only while that is still so: a look that
+        returns after the agent restarted the launcher, or after it stopped, is dropped
+        (the next stat decides).
 
         A look that finds nothing is not a decision: nothing is recorded or logged. A
         run of looks that fail open is warned once, and its end once.
         """
         if self.exclusion is not None:
             return
+        looker, trigger = (
+            ("Segment health check's watch", WATCH)
+            if world is not None
+            else ("Segment health check's look after joining", JOINED)
+        )
         started = time.monotonic()
         decision = self.fail_open(
             "evaluate",
-            "evaluate the decision file (the watch's look)",
+            f"evaluate the decision file ({trigger})",
             lambda: self.check.evaluate(warn=False),
-            streak="the watch's decision file readable",
+            streak="the decision file readable after joining",
         )
         if decision is None:
             return
@@ -211,23 +226,24 @@ class ProcessZero(Coordinator):
             if self._watched is not world or self.exclusion is not None or self._stopped:
                 return
             if decision.failed_open:
-                if not self._watch_failing:
-                    self._watch_failing = True
-                    self._events.judged(decision, seconds, WATCH)
+                if not self._looks_failing:
+                    self._looks_failing = True
+                    self._events.judged(decision, seconds, trigger)
                     log.warning(
-                        "Segment health check's watch cannot judge %s (%s); training goes "
-                        "on (fail open); warned once until a look succeeds",
+                        "%s cannot judge %s (%s); training goes on (fail open); warned "
+                        "once until a look succeeds",
+                        looker,
                         decision.path,
                         decision.reason,
                     )
                 return
-            if self._watch_failing:
-                self._watch_failing = False
-                log.info("Segment health check's watch judges %s again", decision.path)
+            if self._looks_failing:
+                self._looks_failing = False
+                log.info("%s judges %s again", looker, decision.path)
             if decision.proceed:
                 return
-            self._events.judged(decision, seconds, WATCH)
-            self._exclude_now(decision, WATCH, joined=True)
+            self._events.judged(decision, seconds, trigger)
+            self._exclude_now(decision, trigger, joined=True)
 
     def _answer_requests(self) -> bool:
         """Between attempts (responder thread): answer new requests.

@@ -154,21 +154,24 @@ def test_failure_to_publish_is_a_warning_and_the_exclusion_stands(tcp_store, shc
     assert "publish-marker" in actions and "publish-verdict" in actions
 
 
-def test_a_failing_check_fails_open_with_one_warning(make_coordinator, caplog, monkeypatch):
-    """Nothing but an exclusion leaves process 0 as an error: its launcher joins."""
+def test_a_failing_check_fails_open_with_one_warning_per_stat(
+    make_coordinator, caplog, monkeypatch
+):
+    """Nothing but an exclusion leaves process 0 as an error: its launcher joins. Each
+    of its two stats (before joining, right after) fails with one warning."""
     zero = process_zero(make_coordinator)
 
-    def broken():
+    def broken(**_):
         raise RuntimeError("a bug in the check")
 
     monkeypatch.setattr(zero.check, "evaluate", broken)
     with captured() as telemetry:
         attempt(zero)
-    assert len(our_records(caplog, logging.WARNING)) == 1
+    assert len(our_records(caplog, logging.WARNING)) == 2
     failed = telemetry.fields("fail_open")
     assert [(f["action"], f["error"].split(":")[0]) for f in failed] == [
         ("evaluate", "RuntimeError")
-    ]
+    ] * 2
 
 
 # -- between rounds: the responder ---------------------------------------------------------
@@ -199,12 +202,13 @@ def test_a_sibling_restarting_alone_is_answered_while_process_zero_trains(
         launcher(tcp_store, shc, slurm_env(task=1, procid=p), 2, 2, AT_ONCE_BOUND) for p in (0, 1)
     )
     assert [j.result.world_size for j in join_all([process0, sibling])] == [2, 2]
-    assert len(stats) == 1  # one stat for the round: the sibling asked while process 0 joined
+    # the round's stat and the look after joining: the sibling asked while process 0 joined
+    assert len(stats) == 2
     started = time.monotonic()
     restart = Join(sibling)  # the sibling's worker failed; process 0's still run
     wait_until(lambda: process0.num_nodes_waiting() == 1, timeout=AT_ONCE_BOUND)
     assert time.monotonic() - started < AT_ONCE_BOUND / 2  # not the hand-off's bound
-    assert len(stats) == 2  # answered with a fresh stat, not the round's old verdict
+    assert len(stats) == 3  # answered with a fresh stat, not the round's old verdict
     again = Join(process0)  # process 0's agent sees the waiting node and restarts
     assert restart.wait().result.world_size == again.wait().result.world_size == 2
     assert rendezvous_round(tcp_store) == 1
@@ -232,7 +236,7 @@ def test_a_request_while_process_zero_joins_costs_no_second_stat(tcp_store, shc,
     wait_until(lambda: participants(tcp_store) == 1)  # process 0 waits inside the round
     sibling = Join(launcher(tcp_store, shc, slurm_env(task=1, procid=1), 2, 2))
     assert process0.wait().result.world_size == sibling.wait().result.world_size == 2
-    assert len(stats) == 1
+    assert len(stats) == 2  # the stat before joining and the look after it: none for the request
 
 
 def test_a_streak_of_failed_looks_is_one_warning_and_its_end_one_line(
@@ -354,26 +358,28 @@ def test_a_fail_open_is_recorded_with_its_reason(shc, make_coordinator, monkeypa
         zero = process_zero(make_coordinator)
         attempt(zero)
 
-        def broken():
+        def broken(**_):
             raise RuntimeError("a bug in the check")
 
         monkeypatch.setattr(zero.check, "evaluate", broken)
         attempt(zero)
+    # the look after joining continues the first attempt's streak; a bug fails each stat
     assert seen.names() == [
         "installed",
         "fail_open",
         "verdict_published",
         "fail_open",
         "verdict_published",
+        "fail_open",
     ]
-    first, second = seen.fields("fail_open")
+    first, second, _ = seen.fields("fail_open")
     assert (first["reason"], first["trigger"]) == ("not-a-regular-file", "attempt")
     assert first["detail"] == "not a regular file: directory"
     assert (second["reason"], second["action"]) == ("wrapper-error", "evaluate")
     assert second["error"] == "RuntimeError: a bug in the check"
     assert [f["verdict"] for f in seen.fields("verdict_published")] == ["unchecked"] * 2
     assert seen.values("fail_open.not-a-regular-file") == [1]
-    assert seen.values("fail_open.wrapper-error") == [1]
+    assert seen.values("fail_open.wrapper-error") == [1, 1]
 
 
 def test_the_responder_records_its_answers_never_its_looks(tcp_store, shc):

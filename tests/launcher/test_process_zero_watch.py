@@ -163,20 +163,28 @@ def test_a_look_waiting_for_its_stat_holds_neither_a_restart_nor_the_exit(tcp_st
 
 
 @pytest.mark.usefixtures("own_bootstrap_stores")
-def test_the_watch_off_admits_a_marked_spare_as_before(tcp_store, shc):
-    """The watch off: a spare marked while it waits joins the next round as it does
-    without the watch; it is refused at its next join."""
-    handlers = [watched(tcp_store, shc, task, watch_interval=0, nodes=(2, 2)) for task in (0, 1, 2)]
-    assert [j.error for j in join_all(handlers[:2])] == [None, None]
-    spare = Join(handlers[2])
-    wait_until(lambda: spares(tcp_store) == 1)
-    publish_decision(shc, str(ARRAY), "2", "drained while waiting")
-    publish_decision(shc, str(ARRAY), "1", "drained during training")
-    zero, one = join_all(handlers[:2])
-    assert zero.error is None and isinstance(one.error, UnhealthyNodeException)
-    spare.wait()
-    assert spare.error is None and spare.result.world_size == 2
-    assert not excluded(handlers[2])
+def test_without_the_watch_a_spare_marked_while_it_waits_never_trains(tcp_store, shc):
+    """The watch off, a world of one or two: tasks 0 and 1 train, spare task 2 waits
+    beyond the maximum and is marked there, then task 1 is marked and its worker fails.
+    The spare, admitted to the next round on the stat it made before it waited, judges
+    again right after joining, as with the watch: it never gets a rendezvous result."""
+    handlers = [watched(tcp_store, shc, task, watch_interval=0, nodes=(1, 2)) for task in (0, 1, 2)]
+    with captured() as seen:
+        assert [j.error for j in join_all(handlers[:2])] == [None, None]
+        spare = Join(handlers[2])
+        wait_until(lambda: spares(tcp_store) == 1)
+        publish_decision(shc, str(ARRAY), "2", "drained while waiting")
+        publish_decision(shc, str(ARRAY), "1", "drained during training")
+        zero, one = join_all(handlers[:2])  # task 1's worker failed: both agents restart
+        assert zero.error is None and isinstance(one.error, UnhealthyNodeException)
+        spare.wait()
+        assert spare.result is None  # never a rendezvous result: no workers
+        assert isinstance(spare.error, UnhealthyNodeException)
+        assert spare.error.reason is ExclusionReason.DECISION_FILE
+        assert spare.error.after_joining
+    by_task = {f["task_id"]: f["when"] for f in seen.fields("excluded") if "when" in f}
+    assert by_task == {"2": "after-joining"}
+    assert {f["task_id"] for f in seen.fields("excluded")} == {"1", "2"}
 
 
 def test_a_stat_that_does_not_answer_is_reported_with_the_decision_file(tcp_store, shc, caplog):
