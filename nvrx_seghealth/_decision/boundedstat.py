@@ -89,10 +89,12 @@ def stuck_for(path: str) -> float | None:
 
 
 def stat_within(path: str, timeout: float) -> os.stat_result:
-    """Return ``os.stat(path)`` (following symlinks), waiting at most ``timeout`` s.
+    """Return ``os.stat(path)`` (following symlinks), waiting ``timeout`` s of its own.
 
     The stat runs in the helper process (see the module doc); ``timeout`` does not
-    include starting it. The result carries
+    include starting it, nor the time the kernel holds the stat behind another one in
+    the same directory that answers meanwhile
+    (:meth:`~.helperprocess.HelperClient.call`). The result carries
     ``st_mode``, ``st_ino``, ``st_dev``, ``st_nlink``, ``st_uid``, ``st_gid``,
     ``st_size`` and the three times.
 

@@ -504,7 +504,7 @@ class HelperClient:
 
     def call(self, key: str, request: bytes, timeout: float, *, subject: str = "") -> bytes:
         """Send ``request`` (bytes the helper reads as one request) and return the
-        reply line, without its newline, waiting at most ``timeout`` seconds for it.
+        reply line, without its newline, waiting for it ``timeout`` seconds of its own.
         ``subject`` names the call in a :class:`HelperTimeout` (default: ``key``).
 
         The bound is the call's own: it covers waiting for the reply only, counted
