@@ -62,8 +62,8 @@ class Coordinator(abc.ABC):
 
     The handler calls, for each ``next_rendezvous()``: :meth:`before_joining`, then the
     inner rendezvous, then :meth:`out_of_rendezvous` (whether it returned or raised),
-    then :meth:`after_joining` with its result (and, with the watch on, the round's
-    :class:`~.watch.WorldSignal`).
+    then :meth:`after_joining` with its result and the round's
+    :class:`~.watch.WorldSignal`.
 
     Attributes:
         unit: the launcher's allocation unit.
@@ -109,8 +109,8 @@ class Coordinator(abc.ABC):
         """The inner ``next_rendezvous()`` returned or raised."""
 
     def after_joining(self, rank: int, world: WorldSignal | None) -> None:
-        """The launcher joined a round as ``rank``; ``world``: the round's exclusions
-        during training, when the watch is on.
+        """The launcher joined a round as ``rank``; ``world``: the round's signal, which
+        the handler tells when this launcher leaves the round (:mod:`.watch`).
 
         Raises:
             UnhealthyNodeException: the unit is excluded.

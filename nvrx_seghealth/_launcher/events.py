@@ -98,9 +98,9 @@ class EventName(str, enum.Enum):
     VERDICT_PUBLISHED = "nvrx_seghealth.verdict_published"
     #: A sibling got process 0's verdict. Fields: ``verdict``, ``request``, ``waited_s``.
     VERDICT_WAITED = "nvrx_seghealth.verdict_waited"
-    #: The watch restarts this launcher's workers: a unit of its world was excluded
-    #: during training. Fields: ``aligned`` (every member reached the restart),
-    #: ``waited_s``.
+    #: The round's signal restarts this launcher's workers: a unit of its world was
+    #: excluded during training (the watch), or left it right after joining (the watch
+    #: on or off). Fields: ``aligned`` (every member reached the restart), ``waited_s``.
     WORLD_RESTART = "nvrx_seghealth.world_restart"
 
 
@@ -233,7 +233,8 @@ class DecisionRecorder:
             self._event(EventName.VERDICT_WAITED, verdict=verdict, request=request, waited_s=waited)
 
     def world_restart(self, aligned: bool, seconds: float) -> None:
-        """The watch restarts the workers: ``aligned`` after ``seconds`` in the barrier."""
+        """The round's signal restarts the workers: ``aligned`` after ``seconds`` in the
+        barrier."""
         self._event(EventName.WORLD_RESTART, aligned=aligned, waited_s=f"{seconds:.3f}")
 
     # -- recording -----------------------------------------------------------------

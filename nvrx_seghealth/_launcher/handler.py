@@ -22,7 +22,8 @@ Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls rai
 again. On the way out it stops the coordinator's responder and the inner handler's
 keep-alive and, for torch's dynamic handler, leaves the round it was a participant of
 (what torch itself does at the start of every ``next_rendezvous()``), so the others
-need not wait for its heartbeat to expire. ``shutdown()`` / ``set_closed()`` do
+need not wait for its heartbeat to expire. It tells that round's other members, the
+watch on or off, and they restart their workers without it (:mod:`.watch`). ``shutdown()`` / ``set_closed()`` do
 **not** close the shared rendezvous: torch's ``launch_agent`` calls ``shutdown()``
 after any failure, and a dynamic handler's ``shutdown()`` closes the rendezvous for
 every node; delegating it would end the whole job because one unit left.
@@ -82,7 +83,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             hand-off.
         watch_interval: seconds between two looks of process 0 at its decision file
             while its workers run (:mod:`.watch`); ``0``: no watch, and a decision is
-            read only before joining.
+            read only before joining and right after.
 
     Raises:
         ValueError: ``directory`` is not absolute, or a timeout is out of range
@@ -147,7 +148,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             self._member = _member(settings, self._coordinator, events)
             if isinstance(self._coordinator, ProcessZero):
                 self._coordinator.warn_if_the_world_cannot_shrink(inner)
-        self._world: WorldSignal | None = None  # the joined round, when watched
+        self._world: WorldSignal | None = None  # the joined round, the check on
         self._joined = False  # a round of the inner rendezvous was joined
         self._left = False
         self._heartbeats_held = False  # at exit (:meth:`_quiet_at_exit`)
@@ -186,7 +187,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             self._world = self._world_of(info)
             return info
         try:
-            _leaving_on_exclusion(previous, BEFORE_JOINING, coordinator.before_joining)
+            # without the watch, the world it trained in is not told: a write while it trains
+            told = previous if self._member is not None and self._member.watches else None
+            _leaving_on_exclusion(told, BEFORE_JOINING, coordinator.before_joining)
             try:
                 info = self._join()
             finally:
@@ -200,13 +203,12 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         return info
 
     def _world_of(self, info: RendezvousInfo) -> WorldSignal | None:
-        """Tell the round this launcher's watch interval; the round's signal, when watched."""
+        """Tell the round this launcher's watch interval; the round's signal (``None``:
+        the check off)."""
         if self._member is None:
             return None
-        world = self._member.joined(info)
-        if world is not None:
-            shut_at_exit(info.store)  # the watch's looks call it
-        return world
+        shut_at_exit(info.store)  # the signal's looks call it
+        return self._member.joined(info)
 
     def _join(self) -> RendezvousInfo:
         try:
@@ -235,8 +237,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._inner.set_closed()
 
     def num_nodes_waiting(self) -> int:
-        """See base class. With the watch on, also ``1`` once a unit of the current
-        world was excluded during training (after the aligned wait of :mod:`.watch`)."""
+        """See base class. With the check on, also ``1`` once a unit of the current
+        world left it (excluded right after joining, or by the watch during training),
+        after the aligned wait of :mod:`.watch`."""
         waiting = self._inner.num_nodes_waiting()
         world = self._world
         if waiting > 0 or world is None:
@@ -287,8 +290,8 @@ def _leaving_on_exclusion(
     world: WorldSignal | None, when: str, call: Callable[..., None], *args: object
 ) -> None:
     """Run ``call(*args)``; when it excludes this launcher, leave ``world`` (the round it
-    is a member of, when watched; ``when``: before or after joining) before the
-    exclusion is raised on."""
+    is a member of; ``when``: before or after joining) before the exclusion is raised
+    on: the world's other members restart their workers without it."""
     try:
         call(*args)
     except UnhealthyNodeException as exclusion:
@@ -301,8 +304,8 @@ def _member(
     settings: CheckSettings, coordinator: Coordinator | None, events: DecisionRecorder
 ) -> Member:
     """What every launcher with the check on needs to be a member of a round, whatever
-    its role: it tells each round its watch interval, and takes part in a watched
-    world's restart."""
+    its role: it tells each round its watch interval, and takes part in the world's
+    restart when a member leaves it."""
     fail_open = FailOpen(events) if coordinator is None else coordinator.fail_open
     return Member(settings.watch_interval, fail_open, events)
 

@@ -124,8 +124,8 @@ class ProcessZero(Coordinator):
         Raises:
             UnhealthyNodeException: the unit is excluded by this look, or was since
                 the inner rendezvous returned (a fresh stat for a sibling's request):
-                the handler then leaves the round, and with the watch on tells
-                ``world``, which restarts the other members before their workers have
+                the handler then leaves the round and tells ``world``, with the watch
+                on or off, which restarts the other members before their workers have
                 trained.
         """
         super().after_joining(rank, world)

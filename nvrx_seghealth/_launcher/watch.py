@@ -1,11 +1,13 @@
-"""The watch's job-wide signal: an exclusion during training restarts the world, aligned.
+"""The round's signal: a member that leaves the world restarts it, aligned.
 
 With ``watch_interval`` set, process 0 of each unit re-checks its decision file while
 its workers run (:class:`~.process_zero.ProcessZero`). A unit it excludes then is a
 member of the current world, so every launcher of that world must restart its workers,
-and all of them together. That part is :class:`WorldSignal`, one per launcher and
-joined round, kept in the round's own store (``RendezvousInfo.store``, a fresh prefix
-for every round of torch's c10d and etcd-v2 handlers):
+and all of them together. So must they when a unit leaves the round it just joined,
+with the watch on or off (see "A member that leaves a round" below). That part is
+:class:`WorldSignal`, one per launcher with the check on and joined round, kept in the
+round's own store (``RendezvousInfo.store``, a fresh prefix for every round of torch's
+c10d and etcd-v2 handlers):
 
 * every launcher with the check on tells the round its watch interval as it joins
   (:meth:`Member.joined`: one ``set`` of :data:`MEMBER_KEY` and its rank, ``0`` without
@@ -13,10 +15,11 @@ for every round of torch's c10d and etcd-v2 handlers):
 * the launcher that excludes its unit during training sets :data:`EXCLUDED_KEY` at its
   agent's next ``num_nodes_waiting()``, once every member of the round has told an
   interval above 0 (see "A member without the watch" below);
-* every launcher's ``num_nodes_waiting()`` looks for that key at most once every
-  :data:`LOOK_INTERVAL` seconds (one store ``check``: on etcd-v2 one read of that key,
-  :mod:`.etcd_reads`), so the whole job learns of the exclusion within about that plus
-  two ``--monitor-interval``: the excluding launcher's and its own;
+* every launcher's ``num_nodes_waiting()`` (the check on, the watch on or off) looks for
+  that key at most once every :data:`LOOK_INTERVAL` seconds (one store ``check``: on
+  etcd-v2 one read of that key, :mod:`.etcd_reads`), so the whole job learns of the
+  exclusion within about that plus two ``--monitor-interval``: the excluding launcher's
+  and its own;
 * a launcher that finds it aligns the restart before answering its agent: it counts
   itself in :data:`ARRIVED_KEY` and waits, at most :data:`ALIGN_TIMEOUT` seconds, until
   every member of the round has (the last one sets :data:`RESTART_KEY`); then it
@@ -30,27 +33,37 @@ close the rendezvous for everyone. While a launcher waits in the barrier its age
 at nothing, and no agent stops its workers before every member is in the barrier.
 
 A member without the watch (its interval 0, the check off, plain c10d, an older release
-of this package) never looks for the signal: its agent would see its workers fail, and
-with no restart left end the job that, without the watch anywhere, trains on. So the
-launcher that excludes its unit during training tells the round only when every member
-has told an interval above 0, waiting at most :data:`MEMBERS_TIMEOUT` seconds for those
-not yet told (a member that tells nothing has no watch). Otherwise it warns once, naming
-the first member without the watch and its setting, and its unit trains on and leaves at
-its next restart, as without the watch: the job ends no worse than with the watch
-nowhere. Refusing such a world as it forms would end that job instead. One launcher
-decides, so every member does the same thing: a signal in the store means every member
-watches. Different intervals above 0 do no harm: an interval sets only how soon each
-process 0 sees its own decision; the signal's looks and the barrier do not depend on it.
+of this package) is never restarted by another's watch. One that does not look for the
+signal would see its workers fail, and with no restart left end the job that, without
+the watch anywhere, trains on; one with its interval 0 asked for the job as without the
+watch. So the launcher that excludes its unit during training tells the round only when
+every member has told an interval above 0, waiting at most :data:`MEMBERS_TIMEOUT`
+seconds for those not yet told (a member that tells nothing has no watch). Otherwise it
+warns once, naming the first member without the watch and its setting, and its unit
+trains on and leaves at its next restart, as without the watch: the job ends no worse
+than with the watch nowhere. Refusing such a world as it forms would end that job
+instead. One launcher decides, so every member does the same thing: a signal set during
+training means every member watches. Different intervals above 0 do no harm: an interval
+sets only how soon each process 0 sees its own decision; the signal's looks and the
+barrier do not depend on it.
 
-A world formed without the excluded unit does not restart: the key lives in the round
-the unit was a member of. A launcher that is excluded while a member of a round and
-leaves it without reaching the barrier (a sibling that finds its marker right after
-joining; a launcher whose agent restarted it alone and that is refused before joining
-again) sets the key and counts itself, whatever the members' intervals: the round has
-lost a member, and every member that watches restarts rather than fail. Each member logs
-what happened with the same tokens, those of the ``nvrx_seghealth.excluded`` event:
-``when`` (``during-training``, ``after-joining`` or ``before-joining``), ``by``,
-``job_id``, ``task_id`` and, for a decision file, ``path``.
+A member that leaves a round: a launcher excluded while a member of a round, which
+leaves it without reaching the barrier, sets the key and counts itself, whatever the
+members' intervals. That is process 0 or a sibling excluded right after joining, before
+its workers start. With the watch on, it is also a launcher whose agent restarted it
+alone and that is refused before joining again; without the watch, that one tells
+nothing, as its write would come while the world trains. The round has lost a member,
+and a member that went on would wait for a rank that never comes. So every launcher with
+the check on looks for the key, the watch off too: one store ``check`` a
+:data:`LOOK_INTERVAL` while the world trains, and no write. A member without the check
+(plain c10d, an older release) does not look; its workers fail, as before. A launcher
+without the watch never finds a key set during training: that needs every member's
+interval above 0, its own too. A world formed without the excluded unit does not
+restart: the key lives in the round the unit was a member of.
+
+Each member logs what happened with the same tokens, those of the
+``nvrx_seghealth.excluded`` event: ``when`` (``during-training``, ``after-joining`` or
+``before-joining``), ``by``, ``job_id``, ``task_id`` and, for a decision file, ``path``.
 Every store call goes through the launcher's :class:`~.failopen.FailOpen`: a failing
 store restarts nobody (one WARNING a streak), and the job goes on as without the watch.
 """
@@ -138,9 +151,14 @@ class Member:
     fail_open: FailOpen
     events: DecisionRecorder
 
-    def joined(self, info: RendezvousInfo) -> WorldSignal | None:
+    @property
+    def watches(self) -> bool:
+        """Whether the launcher has the watch."""
+        return self.watch_interval > 0
+
+    def joined(self, info: RendezvousInfo) -> WorldSignal:
         """Tell the round ``info`` this launcher's watch interval (one ``set``); the
-        round's signal when the launcher watches, else ``None``."""
+        round's signal, with the watch on or off."""
         unit = self.events.unit
         told: dict[str, FieldValue] = {}
         if unit is not None:
@@ -153,8 +171,6 @@ class Member:
             f"{MEMBER_KEY}{info.rank}",
             format_fields(told),
         )
-        if self.watch_interval <= 0:
-            return None
         return WorldSignal(info.store, info.world_size, self.fail_open, self.events)
 
 

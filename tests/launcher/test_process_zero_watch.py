@@ -167,7 +167,10 @@ def test_without_the_watch_a_spare_marked_while_it_waits_never_trains(tcp_store,
     """The watch off, a world of one or two: tasks 0 and 1 train, spare task 2 waits
     beyond the maximum and is marked there, then task 1 is marked and its worker fails.
     The spare, admitted to the next round on the stat it made before it waited, judges
-    again right after joining, as with the watch: it never gets a rendezvous result."""
+    again right after joining, as with the watch: it never gets a rendezvous result, and
+    it tells that round. Task 0 restarts at once, a membership change, and the next
+    round forms without the spare. Before, task 0 was told nothing: its agent started
+    workers for a rank that never came."""
     handlers = [watched(tcp_store, shc, task, watch_interval=0, nodes=(1, 2)) for task in (0, 1, 2)]
     with captured() as seen:
         assert [j.error for j in join_all(handlers[:2])] == [None, None]
@@ -182,9 +185,17 @@ def test_without_the_watch_a_spare_marked_while_it_waits_never_trains(tcp_store,
         assert isinstance(spare.error, UnhealthyNodeException)
         assert spare.error.reason is ExclusionReason.DECISION_FILE
         assert spare.error.after_joining
+        assert zero.result.world_size == 2  # the round with the spare
+        monitor = Monitor(handlers[0])
+        monitor.thread.join(60)
+        assert monitor.restarted
+        assert zero.result.store.add(watch.ARRIVED_KEY, 0) == 2  # the spare counted itself
+        again = Join(handlers[0]).wait()
+        assert again.error is None and again.result.world_size == 1
     by_task = {f["task_id"]: f["when"] for f in seen.fields("excluded") if "when" in f}
     assert by_task == {"2": "after-joining"}
     assert {f["task_id"] for f in seen.fields("excluded")} == {"1", "2"}
+    assert [(e["task_id"], e["aligned"]) for e in seen.fields("world_restart")] == [("0", "true")]
 
 
 def test_a_stat_that_does_not_answer_is_reported_with_the_decision_file(tcp_store, shc, caplog):

@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 import pytest
+from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousStoreInfo
 
 from harness.common import CountingStore, slurm_env, wait_until
 from harness.rendezvous import (
@@ -84,10 +85,12 @@ def test_a_world_formed_without_the_marked_unit_does_not_restart(tcp_store, shc)
         assert monitor.asked and not monitor.restarted
 
 
-def test_a_sibling_that_finds_its_marker_after_joining_restarts_the_world(tcp_store, shc):
+@pytest.mark.parametrize("interval", [WATCH, 0], ids=["watch-on", "watch-off"])
+def test_a_sibling_that_finds_its_marker_after_joining_restarts_the_world(tcp_store, shc, interval):
     """A sibling of task 1 (no hand-off) waits in the round when task 1's process 0 is
     refused and marks the group; it finds the marker once the round completes, and the
-    members that stay restart at once: it counted itself out of the barrier."""
+    members that stay restart at once: it counted itself out of the barrier. The same
+    with the watch off: before, the members were not told and waited for its rank."""
     store = tcp_client(tcp_store)
     sibling = SegmentHealthRendezvousHandler(
         dynamic_handler(store, 3, 3),
@@ -95,14 +98,14 @@ def test_a_sibling_that_finds_its_marker_after_joining_restarts_the_world(tcp_st
         directory=shc,
         environ=slurm_env(task=1, procid=1),
         handoff_timeout=0,
-        watch_interval=WATCH,
+        watch_interval=interval,
     )
     waiting = Join(sibling)
     wait_until(lambda: participants(tcp_store) == 1)
     publish_decision(shc, str(ARRAY), "1", "drained")
     with pytest.raises(UnhealthyNodeException):
-        watched(tcp_store, shc, 1).next_rendezvous()
-    zero, two = watched(tcp_store, shc, 0), watched(tcp_store, shc, 2)
+        watched(tcp_store, shc, 1, watch_interval=interval).next_rendezvous()
+    zero, two = (watched(tcp_store, shc, task, watch_interval=interval) for task in (0, 2))
     joined = join_all([zero, two])
     waiting.wait()
     assert isinstance(waiting.error, UnhealthyNodeException)
@@ -144,6 +147,21 @@ def test_one_look_a_second_for_the_world_signal(tcp_store):
     for _ in range(20):
         assert not signal.restart_due()
     assert store.calls == Counter(check=1)
+
+
+def test_without_the_watch_a_member_looks_once_a_second_and_writes_nothing(tcp_store):
+    """A launcher with the check on and the watch off is a member of each round it
+    joins: one ``set`` as it joins, then, however often its agent asks, one ``check``
+    a second, and no write while the world trains."""
+    store = CountingStore(tcp_client(tcp_store))
+    events = recorder(tcp_store)
+    member = watch.Member(0.0, FailOpen(events), events)
+    info = RendezvousInfo(store, 0, 2, RendezvousStoreInfo("127.0.0.1", 0))
+    signal = member.joined(info)
+    assert signal is not None
+    for _ in range(20):
+        assert not signal.restart_due()
+    assert store.calls == Counter(set=1, check=1)
 
 
 def test_a_failing_store_restarts_nobody_and_warns_once(tcp_store, caplog):
