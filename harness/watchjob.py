@@ -18,11 +18,17 @@ seconds passed since the mark, whichever is first; then its workers are told to 
 (:mod:`harness.watch_train`'s stop file) and the launchers get :attr:`Variant.end_timeout`
 seconds to end before the rest is stopped. :class:`Outcome` holds what every launcher
 printed and how it ended. Used by ``integration/watch/`` and ``bench/watch.py``.
+
+:func:`run_join_job` runs the other job: unit :data:`~harness.launcherjob.MARKED` joins
+first and waits in the rendezvous for the next unit; it is marked there, then unit 0
+starts, and the round of the two forms at once. The marked unit's process 0 looks again
+right after joining and leaves; unit 0 must go on without it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import signal
 import subprocess
@@ -31,12 +37,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from nvrx_seghealth._demo.rendezvous_state import read_endpoint
 from nvrx_seghealth._logfmt import parse_fields
 
 from .common import free_port
 from .launcherjob import (
     JOB_TIMEOUT,
     MARKED,
+    StoreHost,
     launcher_env,
     mark_task,
     slurm_task,
@@ -53,6 +61,7 @@ __all__ = [
     "Outcome",
     "Variant",
     "run_job",
+    "run_join_job",
 ]
 
 TRAIN = Path(__file__).with_name("watch_train.py")
@@ -85,6 +94,12 @@ class Variant:
         stall: the marked unit's worker stops calling the collective before the mark.
         gloo_timeout: the process group's timeout (``init_process_group(timeout=)``).
         max_restarts: torchrun's ``--max-restarts``.
+        min_nodes: the smallest world (``--nnodes=MIN:N``); ``None``: N, the units.
+        last_call: seconds a round that has its smallest world waits for more
+            (``last_call_timeout``).
+        identical_workers: ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` in the launchers'
+            environment (torch's agent skips its rank exchange, as under
+            ``nvrx-seghealth run``).
         window: the longest the job runs after the mark before its workers are told to
             stop (the job "trains on the unit to its end").
         end_timeout: seconds the launchers get to end once told to stop.
@@ -100,12 +115,15 @@ class Variant:
     stall: bool = False
     gloo_timeout: float = 120.0
     max_restarts: int = 0
+    min_nodes: int | None = None
+    last_call: float = 1.0
+    identical_workers: bool = False
     window: float = 20.0
     end_timeout: float = 60.0
 
     def rdzv_conf(self, decisions: Path, task: int) -> str:
         """The ``--rdzv-conf`` value of ``task``'s launcher."""
-        settings = ["is_host=false", "last_call_timeout=1"]
+        settings = ["is_host=false", f"last_call_timeout={self.last_call:g}"]
         if self.backend == "segment-health":
             settings.append(f"segment_health_check_dir={decisions}")
             interval = 0.0 if task in self.unwatched else self.watch_interval
@@ -216,7 +234,7 @@ def _torchrun(variant: Variant, endpoint: str, decisions: Path, task: int) -> li
     nodes = len(variant.units)
     argv = [
         "torchrun",
-        f"--nnodes={nodes}:{nodes}",
+        f"--nnodes={variant.min_nodes or nodes}:{nodes}",
         "--nproc-per-node=1",
         f"--rdzv-backend={variant.backend}",
         f"--rdzv-endpoint={endpoint}",
@@ -250,25 +268,32 @@ def _stop(processes: Iterable[subprocess.Popen[bytes]]) -> None:
         process.wait()
 
 
-def run_job(variant: Variant, workdir: Path) -> Outcome:
-    """Run the job of the module documentation once in ``workdir``."""
-    decisions = workdir / "segment-health-check"
-    decisions.mkdir(parents=True)
-    stop_file, stall_file = workdir / "stop", workdir / "stall"
-    logs = {task: workdir / f"task{task}.log" for task in variant.tasks}
-    running: dict[int, subprocess.Popen[bytes]] = {}
+class _Launchers:
+    """The launchers of one job in ``workdir``: each task's torchrun, its log, its end."""
 
-    def start(task: int, endpoint: str) -> None:
+    def __init__(self, variant: Variant, workdir: Path) -> None:
+        self.variant = variant
+        self.decisions = workdir / "segment-health-check"
+        self.decisions.mkdir(parents=True)
+        self.stop_file, self.stall_file = workdir / "stop", workdir / "stall"
+        self.logs = {task: workdir / f"task{task}.log" for task in variant.tasks}
+        self.running: dict[int, subprocess.Popen[bytes]] = {}
+        self._workdir = workdir
+
+    def start(self, task: int, endpoint: str) -> None:
+        variant = self.variant
         settings = {
-            "WATCH_TRAIN_STOP_FILE": str(stop_file),
+            "WATCH_TRAIN_STOP_FILE": str(self.stop_file),
             "WATCH_TRAIN_GLOO_TIMEOUT": f"{variant.gloo_timeout:g}",
         }
         if variant.stall and task == MARKED:
-            settings["WATCH_TRAIN_STALL_FILE"] = str(stall_file)
-        with logs[task].open("wb") as sink:
-            running[task] = subprocess.Popen(
-                _torchrun(variant, endpoint, decisions, task),
-                cwd=workdir,
+            settings["WATCH_TRAIN_STALL_FILE"] = str(self.stall_file)
+        if variant.identical_workers:
+            settings["TORCH_ELASTIC_WORKER_IDENTICAL"] = "1"
+        with self.logs[task].open("wb") as sink:
+            self.running[task] = subprocess.Popen(
+                _torchrun(variant, endpoint, self.decisions, task),
+                cwd=self._workdir,
                 env=launcher_env(**slurm_task(task), **settings),
                 stdin=subprocess.DEVNULL,
                 stdout=sink,
@@ -276,46 +301,101 @@ def run_job(variant: Variant, workdir: Path) -> Outcome:
                 start_new_session=True,
             )
 
-    def formed() -> list[Formed]:
-        return [record for task, log in logs.items() for record in _formed(task, _read(log))]
+    def formed(self) -> list[Formed]:
+        """Every ``watch-train formed`` record so far, in time order."""
+        records = [r for task, log in self.logs.items() for r in _formed(task, _read(log))]
+        return sorted(records, key=lambda record: record.t)
 
+    def ended(self) -> dict[int, int]:
+        """The exit status of each launcher that has ended."""
+        return {t: p.returncode for t, p in self.running.items() if p.poll() is not None}
+
+    def end(self, store: StoreHost, marked_at: float) -> Outcome:
+        """Tell the workers to stop, give the launchers :attr:`Variant.end_timeout`
+        seconds to end, and keep what they said (the rest is stopped by :meth:`stop`)."""
+        self.stop_file.touch()
+        end = time.monotonic() + self.variant.end_timeout
+        for process in self.running.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.1, end - time.monotonic()))
+        markers = tuple(store.marked_groups(f"watch-{self.variant.name}"))
+        stopped = frozenset(t for t, p in self.running.items() if p.poll() is None)
+        self.stop()
+        return Outcome(
+            variant=self.variant,
+            marked_at=marked_at,
+            stopped=stopped,
+            returncodes={task: process.returncode for task, process in self.running.items()},
+            outputs={task: _read(log) for task, log in self.logs.items()},
+            markers=markers,
+        )
+
+    def stop(self) -> None:
+        _stop(self.running.values())
+
+
+def run_job(variant: Variant, workdir: Path) -> Outcome:
+    """Run the job of the module documentation once in ``workdir``."""
+    job = _Launchers(variant, workdir)
     with store_host("127.0.0.1", free_port()) as store:
         try:  # the launchers end before the store does: none of them sees it go away
             for task in variant.units:
-                start(task, store.endpoint)
+                job.start(task, store.endpoint)
             deadline = time.monotonic() + JOB_TIMEOUT
-            while len(formed()) < len(variant.units):
-                ended = {t: p.returncode for t, p in running.items() if p.poll() is not None}
+            while len(job.formed()) < len(variant.units):
+                ended = job.ended()
                 if ended or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"the first world did not form (ended: {ended}): "
-                        f"{ {t: _read(log)[-2000:] for t, log in logs.items()} }"
+                        f"{ {t: _read(log)[-2000:] for t, log in job.logs.items()} }"
                     )
                 time.sleep(0.2)
-            start(variant.spare, store.endpoint)
+            job.start(variant.spare, store.endpoint)
             time.sleep(SPARE_SETTLE)
             if variant.stall:
-                stall_file.touch()
+                job.stall_file.touch()
             marked_at = time.time()
-            mark_task(decisions)
+            mark_task(job.decisions)
             while time.time() - marked_at < variant.window:
-                if _reformed_at(sorted(formed(), key=lambda r: r.t), marked_at) is not None:
+                if _reformed_at(job.formed(), marked_at) is not None:
                     break
                 time.sleep(0.2)
-            stop_file.touch()
-            end = time.monotonic() + variant.end_timeout
-            for process in running.values():
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    process.wait(timeout=max(0.1, end - time.monotonic()))
-            markers = tuple(store.marked_groups(f"watch-{variant.name}"))
-            stopped = frozenset(t for t, p in running.items() if p.poll() is None)
+            return job.end(store, marked_at)
         finally:
-            _stop(running.values())
-    return Outcome(
-        variant=variant,
-        marked_at=marked_at,
-        stopped=stopped,
-        returncodes={task: process.returncode for task, process in running.items()},
-        outputs={task: _read(log) for task, log in logs.items()},
-        markers=markers,
-    )
+            job.stop()
+
+
+def run_join_job(variant: Variant, workdir: Path) -> Outcome:
+    """Run the job in which unit :data:`~harness.launcherjob.MARKED` is marked while it
+    waits in the rendezvous (the module documentation) once in ``workdir``.
+
+    ``variant`` has the units ``0`` and :data:`~harness.launcherjob.MARKED` and no spare
+    (:attr:`Variant.spare` names no task that starts); its :attr:`Variant.last_call` must
+    outlast unit 0's start. The job runs until a world formed or every launcher ended,
+    :attr:`Variant.window` seconds at most after the mark."""
+    job = _Launchers(variant, workdir)
+    run_id = f"watch-{variant.name}"
+    with store_host("127.0.0.1", free_port()) as store:
+        try:
+            job.start(MARKED, store.endpoint)
+            deadline = time.monotonic() + JOB_TIMEOUT
+            while not _participants(store, run_id):
+                if job.ended() or time.monotonic() > deadline:
+                    raise RuntimeError(f"unit {MARKED} did not join: {_read(job.logs[MARKED])}")
+                time.sleep(0.2)
+            marked_at = time.time()
+            mark_task(job.decisions)
+            job.start(0, store.endpoint)
+            while time.time() - marked_at < variant.window:
+                if job.formed() or len(job.ended()) == len(job.running):
+                    break
+                time.sleep(0.2)
+            return job.end(store, marked_at)
+        finally:
+            job.stop()
+
+
+def _participants(store: StoreHost, run_id: str) -> int:
+    """How many launchers stand in the current round of ``run_id``."""
+    state = read_endpoint("c10d", store.endpoint, run_id, datetime.timedelta(seconds=30))
+    return len(state.participants or ())
