@@ -213,12 +213,12 @@ def _describe_all(
                 if stuck_for(entry.path) is not None:
                     problem = (
                         f"{entry.path} did not answer within {timeout:g} s "
-                        "(a hung shared filesystem?)"
+                        "(a slow or hung shared filesystem?)"
                     )
                 continue
             problem = (
                 f"{os.path.dirname(entry.path)}: an earlier call there is still stuck "
-                f"after {waited:.1f} s (a hung shared filesystem?)"
+                f"after {waited:.1f} s (a slow or hung shared filesystem?)"
             )
         reason = "not looked at: an earlier call in the directory did not answer"
         rows.append(_DecisionRow(entry, None, reason))

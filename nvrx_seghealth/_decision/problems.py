@@ -55,7 +55,7 @@ def hung_problem(error: HelperTimeout, directory: str, timeout: float, *, wrote:
         else "nothing was changed"
     )
     return (
-        f"{directory} did not answer within {timeout:g} s (a hung shared filesystem?): "
+        f"{directory} did not answer within {timeout:g} s (a slow or hung shared filesystem?): "
         f"{outcome}, or give a longer --fs-timeout"
     )
 
