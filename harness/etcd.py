@@ -1,8 +1,9 @@
-"""A real etcd server on 127.0.0.1 with its v2 API on (:func:`running_etcd`), torch's
-EtcdStore in it (:func:`etcd_store`), and what a client asked of it (:class:`Traffic`).
+"""A real etcd server on 127.0.0.1 with its v2 API on (:func:`running_etcd`), a cluster of
+several whose leader can be killed (:func:`running_etcd_cluster`), torch's EtcdStore in
+it (:func:`etcd_store`), and what a client asked of it (:class:`Traffic`).
 
 Used by the etcd tests (``integration/etcd/``, their fixtures in
-:mod:`harness.fixtures`) and benchmark row 4. Each server has a private data directory
+:mod:`harness.fixtures`) and benchmark row 4. Each member has a private data directory
 and free ports, and is stopped by its PID.
 """
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = [
     "START_TIMEOUT",
     "STORE",
+    "EtcdCluster",
+    "EtcdMember",
     "EtcdServer",
     "EtcdUnavailable",
     "Request",
@@ -35,6 +38,7 @@ __all__ = [
     "etcd_store",
     "plant_old_keys",
     "running_etcd",
+    "running_etcd_cluster",
 ]
 
 #: Seconds a new etcd has to answer its first write.
@@ -101,62 +105,152 @@ def running_etcd(name: str = "nvrx") -> Iterator[EtcdServer]:
         EtcdUnavailable: no ``etcd`` binary, or it exited or did not answer in
             :data:`START_TIMEOUT` seconds (with the end of its log).
     """
+    with running_etcd_cluster(1, name) as cluster:
+        yield cluster.members[0].server
+
+
+@dataclass
+class EtcdMember:
+    """One member of an :class:`EtcdCluster`: its server and its process."""
+
+    name: str
+    server: EtcdServer
+    process: subprocess.Popen[bytes]
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def is_leader(self) -> bool:
+        """Whether this member is the raft leader now (its ``/v2/stats/self``)."""
+        import json
+        import urllib.request
+
+        url = f"http://{self.server.endpoint}/v2/stats/self"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return bool(json.loads(answer.read())["state"] == "StateLeader")
+
+
+@dataclass
+class EtcdCluster:
+    """Running etcd members on 127.0.0.1; the launchers name the first one's endpoint."""
+
+    members: list[EtcdMember]
+
+    @property
+    def endpoint(self) -> str:
+        return self.members[0].server.endpoint
+
+    @property
+    def server(self) -> EtcdServer:
+        """The first member (the one the launchers name)."""
+        return self.members[0].server
+
+    def leader(self, timeout: float = START_TIMEOUT) -> EtcdMember:
+        """The live member that leads now, once one does.
+
+        Raises:
+            EtcdUnavailable: no live member leads within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for member in self.members:
+                try:
+                    if member.alive and member.is_leader():
+                        return member
+                except OSError:
+                    pass  # dying or electing: ask the next one
+            time.sleep(0.05)
+        raise EtcdUnavailable(f"no etcd member led within {timeout:g} s")
+
+    def kill_leader(self) -> EtcdMember:
+        """SIGKILL the member that leads now (the others elect a new one); returns it."""
+        member = self.leader()
+        member.process.kill()
+        member.process.wait(timeout=10)
+        return member
+
+
+@contextmanager
+def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdCluster]:
+    """Start ``size`` etcd members (from ``PATH``) as one cluster, yield it once it answers,
+    stop every member still running at the end.
+
+    Raises:
+        EtcdUnavailable: no ``etcd`` binary, or a member exited or the cluster did not
+            answer in :data:`START_TIMEOUT` seconds (with the end of a log).
+    """
     if shutil.which("etcd") is None:
         raise EtcdUnavailable("etcd is not installed (apt-get install etcd-server)")
     state = Path(tempfile.mkdtemp(prefix="nvrx-seghealth-etcd."))
-    client_port, peer_port = free_port(), free_port()
-    client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-    log = state / "etcd.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [
-                "etcd",
-                "--name",
-                name,
-                "--data-dir",
-                str(state / "data"),
-                "--listen-client-urls",
-                client_url,
-                "--advertise-client-urls",
-                client_url,
-                "--listen-peer-urls",
-                peer_url,
-                "--initial-advertise-peer-urls",
-                peer_url,
-                "--initial-cluster",
-                f"{name}={peer_url}",
-                "--enable-v2=true",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = EtcdServer("127.0.0.1", client_port, log)
+    names = [name] if size == 1 else [f"{name}{number}" for number in range(size)]
+    ports = {member: (free_port(), free_port()) for member in names}
+    peers = ",".join(f"{m}=http://127.0.0.1:{peer}" for m, (_, peer) in ports.items())
+    cluster = EtcdCluster([])
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if process.poll() is not None:
-                raise EtcdUnavailable(
-                    f"etcd exited {process.returncode}: {log.read_text()[-2000:]}"
+        for label, (client_port, peer_port) in ports.items():
+            client_url = f"http://127.0.0.1:{client_port}"
+            peer_url = f"http://127.0.0.1:{peer_port}"
+            log = state / f"{label}.log"
+            with open(log, "wb") as out:
+                process = subprocess.Popen(
+                    [
+                        "etcd",
+                        "--name",
+                        label,
+                        "--data-dir",
+                        str(state / label),
+                        "--listen-client-urls",
+                        client_url,
+                        "--advertise-client-urls",
+                        client_url,
+                        "--listen-peer-urls",
+                        peer_url,
+                        "--initial-advertise-peer-urls",
+                        peer_url,
+                        "--initial-cluster",
+                        peers,
+                        "--enable-v2=true",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
-            try:
-                server.client().write("/nvrx-seghealth-ready", "1")
-                break
-            except Exception:  # noqa: BLE001  (not up yet: any client error)
-                if time.monotonic() > deadline:
-                    raise EtcdUnavailable(
-                        f"etcd did not answer in {START_TIMEOUT:g} s: {log.read_text()[-2000:]}"
-                    ) from None
-                time.sleep(0.1)
-        yield server
+            server = EtcdServer("127.0.0.1", client_port, log)
+            cluster.members.append(EtcdMember(label, server, process))
+        deadline = time.monotonic() + START_TIMEOUT
+        for member in cluster.members:
+            _wait_until_it_answers(member, deadline)
+        yield cluster
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        for member in cluster.members:
+            member.process.terminate()
+        for member in cluster.members:
+            try:
+                member.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                member.process.kill()
+                member.process.wait(timeout=10)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _wait_until_it_answers(member: EtcdMember, deadline: float) -> None:
+    """Wait until ``member`` answers a write (the cluster has a leader)."""
+    log = member.server.log
+    while True:
+        if not member.alive:
+            raise EtcdUnavailable(
+                f"etcd exited {member.process.returncode}: {log.read_text()[-2000:]}"
+            )
+        try:
+            member.server.client().write("/nvrx-seghealth-ready", "1")
+            return
+        except Exception:  # noqa: BLE001  (not up yet: any client error)
+            if time.monotonic() > deadline:
+                raise EtcdUnavailable(
+                    f"etcd did not answer in {START_TIMEOUT:g} s: {log.read_text()[-2000:]}"
+                ) from None
+            time.sleep(0.1)
 
 
 def plant_old_keys(server: EtcdServer, keys: range) -> None:

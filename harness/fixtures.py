@@ -7,7 +7,8 @@ A real etcd server (Debian's etcd-server, v2 API enabled) on 127.0.0.1, for the 
 marked ``etcd`` and the etcd cells of the configuration matrix: the session-scoped
 ``etcd_server`` fixture starts one etcd with a private data directory and free ports
 (:func:`harness.etcd.running_etcd`), waits until it answers, and stops it by PID at the
-end; ``module_etcd_server`` starts one for a single test module. Debian's ``etcd-server``
+end; ``module_etcd_server`` starts one for a single test module; ``etcd_cluster`` starts
+three members for a single test, which may kill the leader. Debian's ``etcd-server``
 is installed only when ``CI=true`` or ``NVRX_SEGHEALTH_ETCD_INSTALL=1``; otherwise,
 without an ``etcd`` binary, the tests skip and say how to enable them. In CI a missing or
 broken etcd fails the tests. The Python client comes with the package's ``etcd`` extra
@@ -26,12 +27,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from .etcd import EtcdServer, EtcdUnavailable, running_etcd
+from .etcd import EtcdCluster, EtcdServer, EtcdUnavailable, running_etcd, running_etcd_cluster
 
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
 
-__all__ = ["etcd_server", "module_etcd_server", "tcp_store"]
+__all__ = ["etcd_cluster", "etcd_server", "module_etcd_server", "tcp_store"]
 
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_ETCD_INSTALL") == "1"
@@ -93,9 +94,19 @@ def module_etcd_server() -> Iterator[EtcdServer]:
         yield server
 
 
-@contextmanager
-def _etcd(name: str) -> Iterator[EtcdServer]:
-    """A new etcd (installed first when allowed); skips, or fails in CI, without one."""
+@pytest.fixture
+def etcd_cluster() -> Iterator[EtcdCluster]:
+    """A cluster of three etcd members of one test alone, whose leader it may kill."""
+    _ensure_etcd()
+    try:
+        with running_etcd_cluster(3, "nvrx-cluster") as cluster:
+            yield cluster
+    except EtcdUnavailable as error:  # raised only while it starts
+        _unavailable(str(error))
+
+
+def _ensure_etcd() -> None:
+    """Install etcd when allowed; skip, or fail in CI, without etcd or python-etcd."""
     if shutil.which("etcd") is None:
         if not INSTALL:
             _unavailable(
@@ -108,6 +119,12 @@ def _etcd(name: str) -> Iterator[EtcdServer]:
         import etcd  # noqa: F401
     except ImportError:
         _unavailable("python-etcd is missing: pip install -e '.[etcd]'")
+
+
+@contextmanager
+def _etcd(name: str) -> Iterator[EtcdServer]:
+    """A new etcd (installed first when allowed); skips, or fails in CI, without one."""
+    _ensure_etcd()
     try:
         with running_etcd(name) as server:
             yield server

@@ -105,6 +105,6 @@ print(json.dumps({{"backend": handler.get_backend(), "inner": handler.inner.get_
     assert json.loads(done.stdout.splitlines()[-1]) == {
         "backend": "segment-health",
         "inner": "etcd-v2",
-        "store": "OneKeyEtcdStore",
+        "store": "ElectionSafeEtcdStore",
         "check": True,
     }

@@ -89,10 +89,10 @@ def _create_etcd_v2(params: RendezvousParameters) -> tuple[RendezvousBackend, St
         ) from None
     from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
 
-    from .etcd_reads import OneKeyEtcdStore
+    from .etcd_v2 import election_safe
 
-    backend, store = etcd_rendezvous_backend.create_backend(params)
-    return backend, OneKeyEtcdStore.of(store)  # reads one key, not torch's whole store directory
+    # Through an etcd leader election; the store reads one key, not torch's whole directory.
+    return election_safe(*etcd_rendezvous_backend.create_backend(params))
 
 
 #: The inner backends by name (``inner_backend``, :data:`~.._settings.rdzv_conf.INNER_BACKENDS`

@@ -10,7 +10,8 @@ launcher (:mod:`.watch`), from inside the agent's ``num_nodes_waiting()``.
 :class:`OneKeyEtcdStore` is torch's store with ``check`` and ``get`` made of one etcd
 ``GET`` of each key asked for (the key as torch encodes it: the store's prefix and the
 key's base64), whatever else the directory holds. The backend gives it to the etcd-v2
-rendezvous (:mod:`.backend`), so every store the rendezvous hands out uses it: the
+rendezvous (:mod:`.backend`, as :class:`~.etcd_v2.ElectionSafeEtcdStore`, which also
+rides out an etcd leader election), so every store the rendezvous hands out uses it: the
 round's store (``RendezvousInfo.store``, a ``PrefixStore`` over it, whose prefix only
 the C++ side knows, so no caller could build the one key itself) as well as the
 markers'. A key not yet set is waited for as torch waits (``get``), or reported absent
@@ -32,6 +33,7 @@ from base64 import b64decode, b64encode
 import etcd  # python-etcd: the backend imports this module only for etcd-v2, after checking
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
+from typing_extensions import Self
 
 __all__ = ["OneKeyEtcdStore"]
 
@@ -48,7 +50,7 @@ class OneKeyEtcdStore(EtcdStore):
     """
 
     @classmethod
-    def of(cls, store: Store) -> OneKeyEtcdStore:
+    def of(cls, store: Store) -> Self:
         """The same store (client, directory and timeout) with one-key reads.
 
         Raises:

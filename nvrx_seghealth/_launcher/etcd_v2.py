@@ -1,0 +1,298 @@
+"""torch's etcd-v2 rendezvous through an etcd leader election: :func:`election_safe`.
+
+While a three-member etcd elects a leader (about a second), a follower answers a write
+with ``Raft Internal Error`` (etcd's code 300: ``request timed out, possibly due to
+previous leader failure``), and a dead member drops the requests it held. python-etcd
+raises either at once; torch's backend turns them into ``RendezvousConnectionError``,
+and the launcher exits. Here every call of the backend and its store goes through one
+:class:`~.retry.RetryPolicy` per launcher, with the client's ``read_timeout`` as its
+timeout, and is made safe to run again:
+
+- reads (``get_state``, ``get``, ``check``, ``wait``) are run again as they are;
+- torch's state writes (``set_state``) are guarded (``prevIndex``, or ``prevExist``
+  for the first): a lost write that did land makes the next attempt fail its compare,
+  and torch then returns the state as it is, which holds that write;
+- ``set`` writes again unless the key holds its value already; a value another
+  launcher wrote in between is then overwritten (torch's keys have one writer each);
+- ``add`` is a compare-and-swap on the counter's ``modifiedIndex``; when its answer
+  is lost, a quorum read and the key's event history tell whether it landed before it
+  runs again, so that it counts once (:class:`_Add`).
+
+The client sends each request once (python-etcd's own failover and urllib3's resends
+are turned off): a resent compare-and-swap that landed the first time would fail its
+compare and look like another launcher's. A member that does not answer moves the
+client to the next member it learned at start (:class:`EtcdConnection`).
+
+One case stays open on the v2 API: an ``add`` whose answer is lost while another
+launcher adds the same amount to the same counter value. The history shows one write
+of the value both would write, not whose it is; the ``add`` counts it as its own
+(never twice), so the two may count once. Also when etcd's history (its last 1,000
+events) no longer holds the write, the ``add`` counts it as its own, with a WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import etcd  # python-etcd: the backend imports this module only for etcd-v2, after checking
+import urllib3  # type: ignore[import-untyped]
+from torch.distributed import Store
+from torch.distributed.elastic.rendezvous import RendezvousConnectionError
+from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
+from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore, cas_delay
+
+from .etcd_reads import OneKeyEtcdStore
+from .retry import RetryPolicy, Unreachable
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import (
+        EtcdRendezvousBackend,
+    )
+
+__all__ = [
+    "ElectionSafeEtcdBackend",
+    "ElectionSafeEtcdStore",
+    "EtcdConnection",
+    "election_safe",
+    "is_transient",
+]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: etcd-v2's error code of a raft proposal that failed (a timeout, a leader change).
+RAFT_INTERNAL = 300
+
+
+def is_transient(error: Exception) -> bool:
+    """Whether a call that failed with ``error`` may answer when run again: etcd's raft
+    errors and any 5xx answer, a leader election, a member that did not answer."""
+    if isinstance(error, RendezvousConnectionError):  # torch's, with python-etcd's cause
+        cause = error.__cause__
+        return isinstance(cause, Exception) and is_transient(cause)
+    if isinstance(error, etcd.EtcdWatchTimedOut):  # a wait that ran out: an answer
+        return False
+    if isinstance(error, (etcd.EtcdConnectionFailed, etcd.EtcdLeaderElectionInProgress)):
+        return True
+    if type(error) is etcd.EtcdException:  # an answer python-etcd has no class for
+        payload = getattr(error, "payload", None)
+        payload = payload if isinstance(payload, dict) else {}
+        status = payload.get("status")
+        return payload.get("errorCode") == RAFT_INTERNAL or (
+            isinstance(status, int) and status >= 500
+        )
+    return isinstance(error, (urllib3.exceptions.HTTPError, OSError))
+
+
+def _connection_failed(error: Exception) -> bool:
+    """Whether ``error`` says the member did not answer at all."""
+    if isinstance(error, RendezvousConnectionError):
+        error = error.__cause__ if isinstance(error.__cause__, Exception) else error
+    return isinstance(error, etcd.EtcdConnectionFailed) and not isinstance(
+        error, etcd.EtcdWatchTimedOut
+    )
+
+
+class EtcdConnection:
+    """One launcher's python-etcd client, sending each request once, and its retry policy.
+
+    The client's members are those it learned at start (torch builds it with
+    ``allow_reconnect=True``, which asks the named member for the others).
+    """
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        # python-etcd 0.4.5 (its last release) keeps these in private attributes.
+        self.members: list[str] = [client.base_uri, *client._machines_cache]
+        client._allow_reconnect = False
+        client._machines_cache = []
+        settings = {**client.http.connection_pool_kw, "retries": False}
+        client.http = urllib3.PoolManager(num_pools=10, **settings)
+        self.policy = RetryPolicy("etcd", client.read_timeout, is_transient, self.member)
+
+    def member(self) -> str:
+        """The member the client asks now."""
+        return str(self.client.base_uri)
+
+    def call(self, what: str, operation: Callable[[], _T]) -> _T:
+        """``operation()`` under the policy; a member that does not answer is left for
+        the next one."""
+        return self.policy.call(what, lambda: self._attempt(operation))
+
+    def _attempt(self, operation: Callable[[], _T]) -> _T:
+        try:
+            return operation()
+        except Exception as error:
+            if _connection_failed(error):
+                at = self.members.index(self.member()) if self.member() in self.members else -1
+                self.client._base_uri = self.members[(at + 1) % len(self.members)]
+            raise
+
+
+class ElectionSafeEtcdBackend(RendezvousBackend):
+    """torch's etcd-v2 rendezvous backend, its calls run again through an election."""
+
+    def __init__(self, inner: EtcdRendezvousBackend, connection: EtcdConnection) -> None:
+        self._inner = inner
+        self._connection = connection
+
+    @property
+    def name(self) -> str:
+        """See base class (``etcd-v2``)."""
+        return self._inner.name
+
+    def get_state(self) -> tuple[bytes, Token] | None:
+        """See base class."""
+        return self._call("get_state", self._inner.get_state)
+
+    def set_state(
+        self, state: bytes, token: Token | None = None
+    ) -> tuple[bytes, Token, bool] | None:
+        """See base class: torch's write is guarded, so running it again is safe."""
+        return self._call("set_state", lambda: self._inner.set_state(state, token))
+
+    def _call(self, what: str, operation: Callable[[], _T]) -> _T:
+        try:
+            return self._connection.call(what, operation)
+        except Unreachable as error:
+            raise RendezvousConnectionError(str(error)) from error
+
+
+class ElectionSafeEtcdStore(OneKeyEtcdStore):
+    """The backend's store (:class:`~.etcd_reads.OneKeyEtcdStore`), its calls run again
+    through an election, its ``add`` counting once.
+
+    Raises (every call): :class:`~.retry.Unreachable` when etcd did not answer within
+    the client's ``read_timeout``.
+    """
+
+    _connection: EtcdConnection
+
+    def set(self, key: str, value: str | bytes) -> None:
+        """Write ``value`` to ``key``; after a lost answer, again unless it is there."""
+        path, encoded = self.prefix + self._encode(key), self._encode(value)
+        sent = False
+
+        def attempt() -> None:
+            nonlocal sent
+            if sent and self._raw(path) == encoded:
+                return
+            sent = True
+            self.client.set(path, encoded)
+
+        self._connection.call("set", attempt)
+
+    def get(self, key: str) -> bytes:
+        """See :meth:`OneKeyEtcdStore.get`."""
+        return self._connection.call("get", lambda: OneKeyEtcdStore.get(self, key))
+
+    def check(self, keys: list[str]) -> bool:
+        """See :meth:`OneKeyEtcdStore.check`."""
+        return self._connection.call("check", lambda: OneKeyEtcdStore.check(self, keys))
+
+    def wait(self, keys: list[str], *args: Any) -> None:
+        """See torch's ``EtcdStore.wait``."""
+        self._connection.call("wait", lambda: EtcdStore.wait(self, keys, *args))
+
+    def read_counter(self, key: str) -> int:
+        """See :meth:`OneKeyEtcdStore.read_counter`."""
+        return self._connection.call("read", lambda: OneKeyEtcdStore.read_counter(self, key))
+
+    def add(self, key: str, num: int) -> int:
+        """Add ``num`` to the counter ``key`` (``0`` when absent); its new value.
+
+        Counts once also when an answer is lost (see the module documentation).
+        """
+        return self._connection.call("add", _Add(self, self.prefix + self._encode(key), num))
+
+    def _raw(self, path: str) -> str | None:
+        """The value of ``path`` as etcd holds it (base64), ``None`` when absent."""
+        try:
+            return str(self.client.get(path).value)
+        except etcd.EtcdKeyNotFound:
+            return None
+
+
+class _Add:
+    """One ``add``: a compare-and-swap on the counter's ``modifiedIndex``, whose lost
+    answer is settled before it is sent again. Called once per attempt."""
+
+    def __init__(self, store: ElectionSafeEtcdStore, path: str, num: int) -> None:
+        self._store = store
+        self._path = path
+        self._num = num
+        # (the index the write was guarded on, the value it wrote) while its answer is lost
+        self._sent: tuple[int, int] | None = None
+
+    def __call__(self) -> int:
+        if self._sent is not None:
+            landed = self._settle(*self._sent)
+            self._sent = None
+            if landed is not None:
+                return landed
+        client, store = self._store.client, self._store
+        while True:
+            try:
+                node = client.read(self._path)
+            except etcd.EtcdKeyNotFound as absent:  # guarded on the etcd index then
+                base, value, exists = int(absent.payload["index"]), 0, False
+            else:
+                base, value, exists = int(node.modifiedIndex), int(store._decode(node.value)), True
+            new = value + self._num
+            guard = {"prevIndex": base} if exists else {"prevExist": False}
+            self._sent = (base, new)
+            try:
+                client.write(self._path, store._encode(str(new)), **guard)
+            except (etcd.EtcdCompareFailed, etcd.EtcdAlreadyExist):  # refused: not written
+                self._sent = None
+                cas_delay()
+                continue
+            self._sent = None
+            return new
+
+    def _settle(self, base: int, written: int) -> int | None:
+        """``written`` when the write guarded on ``base`` landed, else ``None``.
+
+        A quorum read says whether the key changed since ``base``; the first event after
+        ``base`` is the one write that passed the guard, and its value says whose it was.
+        """
+        client, store = self._store.client, self._store
+        try:
+            node = client.read(self._path, quorum=True)
+        except etcd.EtcdKeyNotFound:
+            return None
+        if int(node.modifiedIndex) == base:
+            return None
+        try:
+            event = client.read(self._path, wait=True, waitIndex=base + 1)
+        except etcd.EtcdEventIndexCleared:
+            log.warning(
+                "etcd's history no longer holds the write of an add to %s whose answer "
+                "was lost; counting it as landed",
+                self._path,
+            )
+            return written
+        return written if int(store._decode(event.value)) == written else None
+
+
+def election_safe(
+    backend: RendezvousBackend, store: Store
+) -> tuple[ElectionSafeEtcdBackend, ElectionSafeEtcdStore]:
+    """torch's etcd-v2 ``backend`` and ``store`` (one client) as they run through an
+    election (see the module documentation).
+
+    Raises:
+        TypeError: ``backend`` or ``store`` is not torch's etcd-v2 one.
+    """
+    from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import (
+        EtcdRendezvousBackend,
+    )
+
+    if not isinstance(backend, EtcdRendezvousBackend):
+        raise TypeError(f"needs torch's EtcdRendezvousBackend, not {type(backend).__name__}")
+    safe = ElectionSafeEtcdStore.of(store)
+    safe._connection = EtcdConnection(safe.client)
+    return ElectionSafeEtcdBackend(backend, safe._connection), safe

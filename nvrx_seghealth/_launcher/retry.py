@@ -1,0 +1,155 @@
+"""One retry policy for a rendezvous on a replicated service: :class:`RetryPolicy`.
+
+A replicated service (etcd) stops answering writes for about a second while it elects
+a leader, and a member that dies drops the calls it held. A launcher whose rendezvous
+or store call fails then would end the job. The policy runs such a call again until
+it answers or a deadline passes:
+
+- which errors are transient is the adaptation's to say (``transient``); any other
+  error, and what stops the launcher (:mod:`.signals`), passes through at once;
+- the deadline is ``timeout`` seconds after a call's first transient failure;
+- the waits between attempts double from :data:`FIRST_WAIT` to :data:`LONGEST_WAIT`;
+- an *episode* runs while any call is being retried: its first failure is one WARNING
+  (``retry=start``, the member and the error as logfmt fields), and the answer of its
+  last call one INFO (``retry=end``);
+- past the deadline the call raises :class:`Unreachable`, naming the member, the
+  error and the timeout.
+
+A call is only safe to run again when its operation is: a read, a write guarded by a
+revision, or an operation that first settles what its lost attempt did. The
+adaptation builds such operations (etcd-v2: :mod:`.etcd_v2`); this module knows no
+service.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from .._errors import SegmentHealthError
+from .._logfmt import format_fields
+from .signals import stops_the_launcher
+
+__all__ = ["FIRST_WAIT", "LONGEST_WAIT", "RetryPolicy", "Unreachable"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: Seconds before the second attempt of a call.
+FIRST_WAIT = 0.05
+#: The longest wait between two attempts, in seconds.
+LONGEST_WAIT = 1.0
+
+
+class Unreachable(SegmentHealthError, ConnectionError):
+    """The service did not answer a call within the policy's timeout."""
+
+
+class RetryPolicy:
+    """Runs the calls of one launcher on one service; see the module documentation.
+
+    Args:
+        service: what the service is, for messages (``etcd``).
+        timeout: seconds a call is retried after its first transient failure (> 0).
+        transient: whether an error is transient (a call that fails with it may answer
+            if run again).
+        member: the member the calls go to now, for messages.
+    """
+
+    def __init__(
+        self,
+        service: str,
+        timeout: float,
+        transient: Callable[[Exception], bool],
+        member: Callable[[], str],
+    ) -> None:
+        if not timeout > 0:
+            raise ValueError(f"the retry timeout must be positive, not {timeout!r}")
+        self.service = service
+        self.timeout = timeout
+        self._transient = transient
+        self._member = member
+        self._lock = threading.Lock()
+        self._since: float | None = None  # when the episode began; None between episodes
+        self._retrying = 0  # calls of the episode not answered yet
+
+    def call(self, what: str, operation: Callable[[], _T]) -> _T:
+        """``operation()``, run again on a transient error until it answers.
+
+        ``what`` names the call in messages (``set_state``, ``add``).
+
+        Raises:
+            Unreachable: the call failed transiently for ``timeout`` seconds.
+        """
+        deadline: float | None = None
+        wait = FIRST_WAIT
+        try:
+            while True:
+                try:
+                    return operation()
+                except Exception as error:
+                    if stops_the_launcher(error) or not self._transient(error):
+                        raise
+                    now = time.monotonic()
+                    member = self._member()
+                    if deadline is None:
+                        deadline = now + self.timeout
+                        self._failed(what, member, error, now)
+                    if now >= deadline:
+                        raise Unreachable(
+                            f"{self.service} did not answer {what} for {self.timeout:g} s "
+                            f"(last member asked: {member}; {type(error).__name__}: {error})"
+                        ) from error
+                    time.sleep(min(wait, deadline - now))
+                    wait = min(2 * wait, LONGEST_WAIT)
+        finally:
+            if deadline is not None:
+                self._ended(what)
+
+    def _failed(self, what: str, member: str, error: Exception, now: float) -> None:
+        """A call failed for the first time: it joins the episode, or begins one (WARNING)."""
+        with self._lock:
+            self._retrying += 1
+            if self._since is not None:
+                return
+            self._since = now
+        log.warning(
+            "%s did not answer; retrying for up to %g s: %s",
+            self.service,
+            self.timeout,
+            format_fields(
+                {
+                    "retry": "start",
+                    "service": self.service,
+                    "member": member,
+                    "call": what,
+                    "error": type(error).__name__,
+                    "detail": str(error),
+                }
+            ),
+        )
+
+    def _ended(self, what: str) -> None:
+        """A call of the episode answered or gave up; the last one ends it (INFO)."""
+        with self._lock:
+            self._retrying -= 1
+            if self._retrying or self._since is None:
+                return
+            since, self._since = self._since, None
+        log.info(
+            "%s answers again: %s",
+            self.service,
+            format_fields(
+                {
+                    "retry": "end",
+                    "service": self.service,
+                    "member": self._member(),
+                    "call": what,
+                    "seconds": round(time.monotonic() - since, 3),
+                }
+            ),
+        )
