@@ -133,7 +133,7 @@ class EtcdMember:
 
 @dataclass
 class EtcdCluster:
-    """Running etcd members on 127.0.0.1; the launchers name the first one's endpoint."""
+    """Running etcd members on 127.0.0.1 (``endpoint``: the first one's)."""
 
     members: list[EtcdMember]
 
@@ -162,6 +162,11 @@ class EtcdCluster:
                     pass  # dying or electing: ask the next one
             time.sleep(0.05)
         raise EtcdUnavailable(f"no etcd member led within {timeout:g} s")
+
+    def follower(self) -> EtcdMember:
+        """A live member that does not lead now."""
+        leader = self.leader()
+        return next(m for m in self.members if m.alive and m is not leader)
 
     def kill_leader(self) -> EtcdMember:
         """SIGKILL the member that leads now (the others elect a new one); returns it."""

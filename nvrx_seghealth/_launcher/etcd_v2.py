@@ -14,25 +14,25 @@ timeout, and is made safe to run again:
   and torch then returns the state as it is, which holds that write;
 - ``set`` writes again unless the key holds its value already; a value another
   launcher wrote in between is then overwritten (torch's keys have one writer each);
-- ``add`` is a compare-and-swap on the counter's ``modifiedIndex``; when its answer
-  is lost, a quorum read and the key's event history tell whether it landed before it
-  runs again, so that it counts once (:class:`_Add`).
+- ``add`` is a compare-and-swap on the counter's ``modifiedIndex``, each write tagged;
+  when its answer is lost, a quorum read and the key's event history tell whether it
+  landed before it runs again, so that it counts once (:class:`_Add`).
 
 The client sends each request once (python-etcd's own failover and urllib3's resends
 are turned off): a resent compare-and-swap that landed the first time would fail its
 compare and look like another launcher's. A member that does not answer moves the
 client to the next member it learned at start (:class:`EtcdConnection`).
 
-One case stays open on the v2 API: an ``add`` whose answer is lost while another
-launcher adds the same amount to the same counter value. The history shows one write
-of the value both would write, not whose it is; the ``add`` counts it as its own
-(never twice), so the two may count once. Also when etcd's history (its last 1,000
-events) no longer holds the write, the ``add`` counts it as its own, with a WARNING.
+One case stays open on the v2 API: etcd's history holds its last 1,000 events. When
+more writes than that came between the lost answer and its settling (a busy etcd and
+an election of several seconds), the ``add`` cannot tell and counts the write as its
+own (never twice), with a WARNING; had another launcher's write landed, one is lost.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -65,6 +65,9 @@ _T = TypeVar("_T")
 
 #: etcd-v2's error code of a raft proposal that failed (a timeout, a leader change).
 RAFT_INTERNAL = 300
+#: Whitespace characters after the count in each ``add``'s write (see :class:`_Add`).
+TAG_LENGTH = 16
+_WHITESPACE = " \t\n\r\x0b\x0c"
 
 
 def is_transient(error: Exception) -> bool:
@@ -218,14 +221,21 @@ class ElectionSafeEtcdStore(OneKeyEtcdStore):
 
 class _Add:
     """One ``add``: a compare-and-swap on the counter's ``modifiedIndex``, whose lost
-    answer is settled before it is sent again. Called once per attempt."""
+    answer is settled before it is sent again. Called once per attempt.
+
+    Each write is the new count followed by a random tag of :data:`TAG_LENGTH`
+    whitespace characters, which ``int()`` ignores: two adds of the same amount from
+    the same count write different values, so the key's history tells whose write
+    landed.
+    """
 
     def __init__(self, store: ElectionSafeEtcdStore, path: str, num: int) -> None:
         self._store = store
         self._path = path
         self._num = num
-        # (the index the write was guarded on, the value it wrote) while its answer is lost
-        self._sent: tuple[int, int] | None = None
+        # (the index the write was guarded on, the value it wrote, the count) while its
+        # answer is lost
+        self._sent: tuple[int, str, int] | None = None
 
     def __call__(self) -> int:
         if self._sent is not None:
@@ -242,10 +252,12 @@ class _Add:
             else:
                 base, value, exists = int(node.modifiedIndex), int(store._decode(node.value)), True
             new = value + self._num
+            tag = "".join(random.choice(_WHITESPACE) for _ in range(TAG_LENGTH))
+            written = store._encode(f"{new}{tag}")
             guard = {"prevIndex": base} if exists else {"prevExist": False}
-            self._sent = (base, new)
+            self._sent = (base, written, new)
             try:
-                client.write(self._path, store._encode(str(new)), **guard)
+                client.write(self._path, written, **guard)
             except (etcd.EtcdCompareFailed, etcd.EtcdAlreadyExist):  # refused: not written
                 self._sent = None
                 cas_delay()
@@ -253,13 +265,13 @@ class _Add:
             self._sent = None
             return new
 
-    def _settle(self, base: int, written: int) -> int | None:
-        """``written`` when the write guarded on ``base`` landed, else ``None``.
+    def _settle(self, base: int, written: str, count: int) -> int | None:
+        """``count`` when the write of ``written`` guarded on ``base`` landed, else ``None``.
 
         A quorum read says whether the key changed since ``base``; the first event after
         ``base`` is the one write that passed the guard, and its value says whose it was.
         """
-        client, store = self._store.client, self._store
+        client = self._store.client
         try:
             node = client.read(self._path, quorum=True)
         except etcd.EtcdKeyNotFound:
@@ -274,8 +286,8 @@ class _Add:
                 "was lost; counting it as landed",
                 self._path,
             )
-            return written
-        return written if int(store._decode(event.value)) == written else None
+            return count
+        return count if event.value == written else None
 
 
 def election_safe(
