@@ -3,11 +3,11 @@ while the world trains, and while the launchers wait in torchrun's exit barrier.
 
 Three one-node array tasks run real ``torchrun`` on ``etcd-v2`` through ``segment-health``
 (the check on), each beside the same job on plain ``torchrun --rdzv-backend=etcd-v2``.
-The launchers name the leader, which dies with it, except while they gather (see
-:func:`_named`). The worker is ``leader_loss_worker.py``.
+The launchers name the leader, which dies. The worker is ``leader_loss_worker.py``.
 
-- *gather*: tasks 0 and 1 start; once both began their rendezvous, the leader is killed
-  and task 2 starts: its join meets the election.
+- *gather*: once the three launchers joined, in the rendezvous's last call
+  (``--nnodes=3:4``), the leader is killed: each one's heartbeat, written every second,
+  meets the election.
 - *train*: once every worker trains, the leader is killed; training stops 10 s later.
 - *exit barrier*: task 2's worker exits only when told; once tasks 0 and 1 wait in the
   exit barrier, the leader is killed and task 2's worker released.
@@ -46,6 +46,8 @@ PHASE_BOUND = 2 * AT_ONCE_BOUND
 #: Bound for plain torchrun's job: its launchers can wait out torch's 300 s exit barrier.
 PLAIN_TIMEOUT = 60.0
 RENDEZVOUS = "Rendezvous'ing worker group"
+#: Seconds of the rendezvous's last call (``last_call_timeout``).
+LAST_CALL = 10
 BARRIER = "Waiting 300 seconds for other agents to finish"
 
 
@@ -67,14 +69,19 @@ class Job:
         self.workdir = workdir
         self.stop = workdir / "stop"
         self.release = workdir / "release"
-        conf = "join_timeout=120"
+        # --nnodes=3:4 with three launchers: a last call of LAST_CALL seconds once all
+        # three joined, each writing its heartbeat every second meanwhile.
+        conf = (
+            f"join_timeout=120,last_call_timeout={LAST_CALL},"
+            "keep_alive_interval=1,keep_alive_max_attempt=20"
+        )
         if backend == "segment-health":
             conf = f"inner_backend=etcd-v2,segment_health_check_dir={workdir},{conf}"
         self.argv = [
             sys.executable,
             "-m",
             "torch.distributed.run",
-            "--nnodes=3:3",
+            "--nnodes=3:4",
             "--nproc-per-node=1",
             "--max-restarts=0",
             "--monitor-interval=1",
@@ -141,12 +148,11 @@ class Job:
 
 
 def _gather(job: Job, cluster) -> None:
-    for task in (0, 1):
+    for task in TASKS:
         job.start(task)
-    job.wait_for(RENDEZVOUS, (0, 1))
-    time.sleep(1)  # both are in the rendezvous, waiting for a third
+    job.wait_for(RENDEZVOUS, TASKS)
+    time.sleep(2)  # all three joined: the last call runs, each writes its heartbeat
     cluster.kill_leader()
-    job.start(2)
     job.wait_for("leader-loss formed", TASKS)
     job.stop.touch()
 
@@ -174,17 +180,15 @@ def _exit_barrier(job: Job, cluster) -> None:
 PHASES = {"gather": _gather, "train": _train, "exit-barrier": _exit_barrier}
 
 
-def _named(phase: str, cluster) -> str:
-    """The member the launchers name: the leader (so that it dies), except while they
-    gather, where task 2 starts after the kill and its client must reach the member it
-    names to learn the others (python-etcd asks it at start)."""
-    return (cluster.follower() if phase == "gather" else cluster.leader()).server.endpoint
+def _named(cluster) -> str:
+    """The member the launchers name: the leader, which dies."""
+    return cluster.leader().server.endpoint
 
 
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_the_job_completes_when_the_etcd_leader_is_lost(phase, etcd_cluster, tmp_path) -> None:
     """segment-health: every launcher exits 0 and one world of three trained."""
-    job = Job("segment-health", _named(phase, etcd_cluster), tmp_path)
+    job = Job("segment-health", _named(etcd_cluster), tmp_path)
     PHASES[phase](job, etcd_cluster)
     outcome = job.end()
     print(f"segment-health, leader lost at {phase}: exits {outcome.returncodes}")
@@ -198,7 +202,7 @@ def test_the_job_completes_when_the_etcd_leader_is_lost(phase, etcd_cluster, tmp
 def test_plain_torchrun_beside_it(phase, etcd_cluster, tmp_path) -> None:
     """Plain torchrun on etcd-v2 in the same scenario, for the comparison: its outcome is
     printed. The wrapper is never worse: every segment-health run above exits 0."""
-    job = Job("etcd-v2", _named(phase, etcd_cluster), tmp_path)
+    job = Job("etcd-v2", _named(etcd_cluster), tmp_path)
     PHASES[phase](job, etcd_cluster)
     outcome = job.end(PLAIN_TIMEOUT)
     print(f"plain etcd-v2, leader lost at {phase}: exits {outcome.returncodes}")

@@ -10,8 +10,8 @@ it answers or a deadline passes:
 - the deadline is ``timeout`` seconds after a call's first transient failure;
 - the waits between attempts double from :data:`FIRST_WAIT` to :data:`LONGEST_WAIT`;
 - an *episode* runs while any call is being retried: its first failure is one WARNING
-  (``retry=start``, the member and the error as logfmt fields), and the answer of its
-  last call one INFO (``retry=end``);
+  (``retry=start``, the member and the error as logfmt fields), and the end of its
+  last call one INFO (``retry=end``, ``answered=true`` or ``false``);
 - past the deadline the call raises :class:`Unreachable`, naming the member, the
   error and the timeout.
 
@@ -87,10 +87,13 @@ class RetryPolicy:
         """
         deadline: float | None = None
         wait = FIRST_WAIT
+        answered = False
         try:
             while True:
                 try:
-                    return operation()
+                    result = operation()
+                    answered = True
+                    return result
                 except Exception as error:
                     if stops_the_launcher(error) or not self._transient(error):
                         raise
@@ -108,7 +111,7 @@ class RetryPolicy:
                     wait = min(2 * wait, LONGEST_WAIT)
         finally:
             if deadline is not None:
-                self._ended(what)
+                self._ended(what, answered)
 
     def _failed(self, what: str, member: str, error: Exception, now: float) -> None:
         """A call failed for the first time: it joins the episode, or begins one (WARNING)."""
@@ -133,7 +136,7 @@ class RetryPolicy:
             ),
         )
 
-    def _ended(self, what: str) -> None:
+    def _ended(self, what: str, answered: bool) -> None:
         """A call of the episode answered or gave up; the last one ends it (INFO)."""
         with self._lock:
             self._retrying -= 1
@@ -141,14 +144,16 @@ class RetryPolicy:
                 return
             since, self._since = self._since, None
         log.info(
-            "%s answers again: %s",
+            "%s %s: %s",
             self.service,
+            "answers again" if answered else "retries no more",
             format_fields(
                 {
                     "retry": "end",
                     "service": self.service,
                     "member": self._member(),
                     "call": what,
+                    "answered": answered,
                     "seconds": round(time.monotonic() - since, 3),
                 }
             ),
