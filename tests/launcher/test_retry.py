@@ -5,6 +5,7 @@ purpose; the etcd-v2 backend and store on it, against a real three-member etcd:
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 
 import pytest
@@ -84,7 +85,9 @@ def test_past_the_timeout_the_call_raises_unreachable(caplog) -> None:
     ]
 
 
-@pytest.mark.parametrize("error", [ValueError("not transient"), SignalException("stop", 15)])
+@pytest.mark.parametrize(
+    "error", [ValueError("not transient"), SignalException("stop", signal.SIGTERM)]
+)
 def test_other_errors_and_stop_signals_pass_at_once(error, caplog) -> None:
     calls = [0]
 
