@@ -179,7 +179,8 @@ class EtcdCluster:
 @contextmanager
 def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdCluster]:
     """Start ``size`` etcd members (from ``PATH``) as one cluster, yield it once it answers,
-    stop every member still running at the end.
+    stop every member still running at the end (a single one by SIGTERM, a cluster's by
+    SIGKILL: their data goes with them).
 
     Raises:
         EtcdUnavailable: no ``etcd`` binary, or a member exited or the cluster did not
@@ -229,7 +230,10 @@ def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdClus
         yield cluster
     finally:
         for member in cluster.members:
-            member.process.terminate()
+            if size == 1:
+                member.process.terminate()
+            else:  # a cluster's member would first wait for its peers, seconds
+                member.process.kill()
         for member in cluster.members:
             try:
                 member.process.wait(timeout=10)

@@ -44,7 +44,7 @@ JOB_TIMEOUT = 240.0
 #: Seconds a job has to reach a phase (two launchers rendezvousing, a world training).
 PHASE_BOUND = 2 * AT_ONCE_BOUND
 #: Bound for plain torchrun's job: its launchers can wait out torch's 300 s exit barrier.
-PLAIN_TIMEOUT = 60.0
+PLAIN_TIMEOUT = 45.0
 RENDEZVOUS = "Rendezvous'ing worker group"
 #: Seconds of the rendezvous's last call (``last_call_timeout``).
 LAST_CALL = 10
