@@ -22,7 +22,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING
 
 import pytest
@@ -98,11 +98,12 @@ def module_etcd_server() -> Iterator[EtcdServer]:
 def etcd_cluster() -> Iterator[EtcdCluster]:
     """A cluster of three etcd members of one test alone, whose leader it may kill."""
     _ensure_etcd()
-    try:
-        with running_etcd_cluster(3, "nvrx-cluster") as cluster:
-            yield cluster
-    except EtcdUnavailable as error:  # raised only while it starts
-        _unavailable(str(error))
+    with ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(running_etcd_cluster(3, "nvrx-cluster"))
+        except EtcdUnavailable as error:  # while it starts; later, the test's own failure
+            _unavailable(str(error))
+        yield cluster
 
 
 def _ensure_etcd() -> None:
