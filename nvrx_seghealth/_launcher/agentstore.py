@@ -1,39 +1,73 @@
-"""Whether the workers bootstrap from a store that one launcher serves: not in a checked job.
+"""The workers' bootstrap store: the launcher holding rank 0 serves a new one every round.
 
-By default (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` unset or ``0``) torch's dynamic
-rendezvous, on every inner backend, has the launcher of rank 0 serve a TCPStore from
-which the workers of every launcher bootstrap, and a launcher that is not rank 0 keeps
-the address of its *first* round for good (pytorch#135712). So once the unit that held
-rank 0 is excluded, a survivor that stays non-zero points its workers at a master that
-left with it; and a spare that joins a later round as rank 1 waits for an address that
-the launcher still holding rank 0 published only in the round where it became rank 0.
-Either way the new world never forms. With ``1``, each round's rank-0 worker serves its
-own bootstrap store and every round is built afresh.
+torch's dynamic rendezvous offers two ways to bootstrap the workers, and neither survives this
+package's jobs. Shared (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` unset), a launcher that is not
+rank 0 keeps its first round's address for good. So once the unit holding rank 0 is excluded,
+the survivors' workers dial a master that left with it. A spare that joins a later round waits
+for an address that nobody publishes again. The shared store also outlives restarts: restarted
+workers read the previous attempt's gloo addresses (pytorch#135712; torch 2.13 adds no prefix
+per attempt). Not shared (``1``), rank 0's launcher picks a free port and closes it, and its
+rank-0 worker binds it seconds later. Any socket of the machine may take the port in between
+(``EADDRINUSE``), and the failed worker costs the job a restart. So the handler sets ``1`` for
+torch's handler, which then builds each round afresh, and serves the workers itself. In every
+round, the launcher holding rank 0 starts a new TCPStore on a port the kernel binds for it. It
+holds that port until its next round and publishes it in the round's own store, where every
+other launcher reads it. No port is closed between its choice and its use, no worker key
+outlives its round, and a new rank 0 is always found. Only torch's public API is used: the
+variable, ``use_agent_store`` and ``RendezvousInfo``. Only the round's store is relied on, so
+the same holds on every inner backend (c10d hosted by a launcher or outside, etcd-v2). A port
+below the kernel's ephemeral range would only narrow the race: an explicit bind elsewhere
+could still take it.
 
-:func:`keep_workers_off_the_agent_store` sets ``1`` in the launcher's own environment,
-unless the user set the variable. torch reads it at each round and each time it starts
-workers, so setting it before the first ``next_rendezvous()`` is in time. Callers:
+:func:`serve_workers` decides once, when the handler is built, and sets the variable in the
+launcher's own environment unless the user set it; ``1`` set by the user is served the same
+way, another value is kept with a WARNING. Callers:
 :class:`~.handler.SegmentHealthRendezvousHandler` whenever the check is configured (the
-registered backend and composition alike), and the backend for a store outside the
-launchers (``is_host=false``) with the check off, where a restart alone meets the same bug.
+registered backend and composition alike), and the backend for a store outside the launchers
+(``is_host=false``) with the check off, where a restart alone meets pytorch#135712. A handler
+other than torch's ``DynamicRendezvousHandler`` is left as it is.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
+from typing import TYPE_CHECKING
 
-__all__ = ["EXCLUSIONS", "OUTSIDE_STORE", "SHARED_STORE_ENV", "keep_workers_off_the_agent_store"]
+if TYPE_CHECKING:  # the backend imports this module while torch imports its entry point
+    from torch.distributed import Store, TCPStore
+    from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousInfo
+
+    from .failopen import FailOpen
+
+__all__ = [
+    "EXCLUSIONS",
+    "OUTSIDE_STORE",
+    "SHARED_STORE_ENV",
+    "WORKERS_PORT_KEY",
+    "WorkersStore",
+    "serve_workers",
+]
 
 log = logging.getLogger(__name__)
 
 #: torch's switch between sharing the agent's store with the workers (unset, ``0``) or not.
 SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
+#: The key of the round's store where the launcher holding rank 0 publishes the port of the
+#: workers' bootstrap store.
+WORKERS_PORT_KEY = "nvrx-seghealth/workers-store-port"
+
+#: How long starting the workers' store may take: its own client connects to the launcher's
+#: address (a connection can stall 5 s on a busy node), well within the 60 s that the
+#: other launchers wait for the port in the round's store.
+SERVE_TIMEOUT = datetime.timedelta(seconds=30)
+
 #: Why, with the check on: what an exclusion does to workers that share the store.
 EXCLUSIONS = (
     "units can be excluded: once the unit holding rank 0 leaves, or a spare joins a new "
-    "world, workers that bootstrap from a launcher's store wait for an address that "
+    "world, workers that bootstrap from torch's shared store wait for an address that "
     "never comes and the job fails"
 )
 #: Why, with a store outside the launchers (``is_host=false``).
@@ -43,22 +77,112 @@ OUTSIDE_STORE = (
 )
 
 
-def keep_workers_off_the_agent_store(why: str) -> None:
-    """Set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in this process unless it is set.
+class WorkersStore:
+    """Gives each round's workers a bootstrap store that the launcher holding rank 0 serves.
 
-    ``why`` (:data:`EXCLUSIONS`, :data:`OUTSIDE_STORE`) is logged: at INFO when the
-    variable is set here, at WARNING when the user's value turns sharing on (anything but
-    ``1``, which torch reads as on). A value the user set is never changed.
+    Args:
+        fail_open: runs each step; a step that fails leaves the round to torch's own
+            bootstrap (the rank-0 worker binds the port torch chose).
     """
-    value = os.environ.get(SHARED_STORE_ENV)
-    if value is None:
-        os.environ[SHARED_STORE_ENV] = "1"
-        log.info(
-            "The workers host their own bootstrap store: %s=1 (%s; pytorch#135712)",
-            SHARED_STORE_ENV,
-            why,
+
+    def __init__(self, fail_open: FailOpen) -> None:
+        self._fail_open = fail_open
+        self._server: TCPStore | None = None
+        self._launcher_serves = True
+
+    @property
+    def use_agent_store(self) -> bool:
+        """Whether this launcher's workers bootstrap from a launcher's store: ``False`` only
+        in a round where this launcher holds rank 0 and could not serve one."""
+        return self._launcher_serves
+
+    def serve(self, info: RendezvousInfo) -> RendezvousInfo:
+        """``info`` of a round just joined, with the bootstrap address of that round's store.
+
+        Rank 0 starts the store and publishes its port; the others wait for it in the
+        round's store, as torch's own bootstrap waits for rank 0's address.
+        """
+        self._server = None  # the previous round's store; that round's workers were stopped
+        bootstrap = info.bootstrap_store_info
+        if bootstrap is None:  # not torch's dynamic handler
+            return info
+        if info.rank == 0:
+            port = self._serve_as_rank_zero(info.store, bootstrap.master_addr)
+        else:
+            self._launcher_serves = True
+            port = self._fail_open(
+                "read-workers-store", "read the workers' store port", _published_port, info.store
+            )
+        if port is None:  # fail open: torch's own port, which the rank-0 worker binds
+            port = bootstrap.master_port
+        from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousStoreInfo
+
+        return RendezvousInfo(
+            info.store,
+            info.rank,
+            info.world_size,
+            RendezvousStoreInfo(bootstrap.master_addr, port),
         )
-    elif value != "1":
+
+    def _serve_as_rank_zero(self, store: Store, addr: str) -> int | None:
+        """Start the round's store and publish its port; ``None`` when either failed
+        (the rank-0 worker then hosts, and the others read torch's port after their wait)."""
+        server = self._fail_open(
+            "serve-workers-store", "start the workers' bootstrap store", _new_server, addr
+        )
+        published = server is not None and self._fail_open(
+            "publish-workers-store", "publish the workers' store port", _publish, store, server
+        )
+        if server is None or not published:
+            self._launcher_serves = False
+            return None
+        self._server = server
+        self._launcher_serves = True
+        return int(server.port)
+
+
+def _new_server(addr: str) -> TCPStore:
+    """A TCPStore served here on a port the kernel picks and keeps bound for it; its own
+    client's connection to ``addr`` is bounded by :data:`SERVE_TIMEOUT`."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(addr, 0, is_master=True, wait_for_workers=False, timeout=SERVE_TIMEOUT)
+
+
+def _publish(store: Store, server: TCPStore) -> bool:
+    """Publish the port of ``server`` in the round's ``store``, and see it there (a
+    TCPStore's ``set`` does not wait for an answer)."""
+    store.set(WORKERS_PORT_KEY, str(server.port))
+    if not store.check([WORKERS_PORT_KEY]):
+        raise RuntimeError(f"{WORKERS_PORT_KEY} is not in the round's store after it was set")
+    return True
+
+
+def _published_port(store: Store) -> int:
+    """The port that the launcher holding rank 0 published in the round's ``store``."""
+    value = store.get(WORKERS_PORT_KEY).decode()
+    port = int(value)
+    if not 0 < port < 65536:
+        raise ValueError(f"{WORKERS_PORT_KEY}={value!r} is not a port")
+    return port
+
+
+def serve_workers(inner: RendezvousHandler, why: str) -> WorkersStore | None:
+    """The :class:`WorkersStore` for a launcher around ``inner``, or ``None`` to leave
+    torch's bootstrap as it is (not torch's dynamic handler, or the user's variable is not
+    ``1``).
+
+    Unless set, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` is set in this process, so that
+    torch's handler builds each round afresh. ``why`` (:data:`EXCLUSIONS`,
+    :data:`OUTSIDE_STORE`) is logged: at INFO when the store is served, at WARNING when
+    the user's value turns torch's sharing on. A value the user set is never changed.
+    """
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
+
+    if not isinstance(inner, DynamicRendezvousHandler):
+        return None
+    value = os.environ.get(SHARED_STORE_ENV)
+    if value is not None and value != "1":
         log.warning(
             "%s=%s makes the workers bootstrap from the store of the launcher holding rank 0, "
             "and %s (pytorch#135712); unset it, or set it to 1",
@@ -66,3 +190,15 @@ def keep_workers_off_the_agent_store(why: str) -> None:
             value,
             why,
         )
+        return None
+    os.environ[SHARED_STORE_ENV] = "1"
+    log.info(
+        "The launcher holding rank 0 serves its workers a new bootstrap store each round, "
+        "on a port it holds (%s=1 for torch's handler: %s; pytorch#135712)",
+        SHARED_STORE_ENV,
+        why,
+    )
+    from .events import DecisionRecorder
+    from .failopen import FailOpen
+
+    return WorkersStore(FailOpen(DecisionRecorder(inner)))

@@ -9,9 +9,9 @@ registry is) from the same parameters, shares that backend's store for the
 replacement-group markers, and wraps it in a :class:`SegmentHealthRendezvousHandler`
 that reports the name it was registered under.
 
-In a checked job the workers never bootstrap from a launcher's store (:mod:`.agentstore`,
-seen to by the handler); with the check off the backend still sees to it for a store
-outside the launchers (``is_host=false``), where a restart alone needs it.
+In a checked job the launcher holding rank 0 serves its workers a new bootstrap store each
+round (:mod:`.agentstore`, seen to by the handler); with the check off the backend asks for
+it for a store outside the launchers (``is_host=false``), where a restart alone needs it.
 
 Launchers that keep their own registry call :func:`register`.
 
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from .._errors import ConfigurationError
 from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
 from . import bypass
-from .agentstore import OUTSIDE_STORE, keep_workers_off_the_agent_store
+from .agentstore import OUTSIDE_STORE
 from .logs import ensure_visible
 
 if TYPE_CHECKING:
@@ -179,11 +179,9 @@ def create_segment_health_handler(
     )
     with _said_in_one_line():
         inner, store = _create_inner(inner_params)
-    if settings.check is None and _store_outside(inner_params):
-        # With the check on, the handler keeps the workers off the agent store itself.
-        keep_workers_off_the_agent_store(OUTSIDE_STORE)
+    outside = OUTSIDE_STORE if _store_outside(inner_params) else None  # the check on: always
     return SegmentHealthRendezvousHandler._with_settings(
-        inner, settings.check, store=store, backend=params.backend
+        inner, settings.check, store=store, backend=params.backend, serve_workers_why=outside
     )
 
 

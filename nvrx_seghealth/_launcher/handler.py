@@ -45,7 +45,7 @@ from .._decision.artifact import DirectoryPath
 from .._errors import UnhealthyNodeException
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
-from .agentstore import EXCLUSIONS, keep_workers_off_the_agent_store
+from .agentstore import EXCLUSIONS, serve_workers
 from .coordinator import Coordinator
 from .events import DecisionRecorder
 from .exiting import quiet_at_exit, shut_at_exit
@@ -70,8 +70,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             process 0 still excludes itself.
         directory: absolute path (``str`` or ``pathlib.Path``) of the decision directory; ``None`` or empty disables
             the segment health check, and the wrapper only delegates. With a directory,
-            the workers host their own bootstrap store (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``
-            in this process unless set, :mod:`.agentstore`): an excluded unit may hold rank 0.
+            the launcher holding rank 0 serves its round's workers a new bootstrap store
+            each round (:mod:`.agentstore`): an excluded unit may hold rank 0.
         environ: where to read Slurm's variables (default ``os.environ``).
         stat_timeout: seconds one ``stat`` of the artifact may take (see
             :mod:`.._settings.durations` for the range).
@@ -118,12 +118,16 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         *,
         store: Store | None,
         backend: str,
+        serve_workers_why: str | None = None,
     ) -> SegmentHealthRendezvousHandler:
         """The handler for ``settings`` validated where they entered (the registered
         backend's rdzv-conf keys, :mod:`.._settings.rdzv_conf`), taken as they are;
-        ``None``: the check is off. The constructor is the door for raw values."""
+        ``None``: the check is off. The constructor is the door for raw values.
+        ``serve_workers_why``: why the workers' store is served with the check off."""
         handler = cls.__new__(cls)
-        handler._setup(inner, settings, store=store, environ=None, backend=backend)
+        handler._setup(
+            inner, settings, store=store, environ=None, backend=backend, why=serve_workers_why
+        )
         return handler
 
     def _setup(
@@ -134,13 +138,15 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         store: Store | None,
         environ: Mapping[str, str] | None,
         backend: str | None,
+        why: str | None = None,
     ) -> None:
         self._inner = inner
         self._backend = backend or inner.get_backend()
         self._coordinator: Coordinator | None = None
         self._member: Member | None = None  # the check on: a member of each round (.watch)
+        why = EXCLUSIONS if settings is not None else why
+        self._workers = None if why is None else serve_workers(inner, why)
         if settings is not None:
-            keep_workers_off_the_agent_store(EXCLUSIONS)
             events = DecisionRecorder(inner)
             self._coordinator = coordinator_for(
                 settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ
@@ -170,8 +176,9 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
     @property
     def use_agent_store(self) -> bool:
-        """See base class."""
-        return self._inner.use_agent_store
+        """See base class; ``True`` while this launcher serves its workers' store."""
+        workers = self._workers
+        return self._inner.use_agent_store if workers is None else workers.use_agent_store
 
     def next_rendezvous(self) -> RendezvousInfo:
         """Ask the coordinator, join through the inner handler, ask it again.
@@ -223,7 +230,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 )
             raise
         self._joined = True
-        return info
+        return info if self._workers is None else self._workers.serve(info)
 
     def is_closed(self) -> bool:
         """See base class."""
