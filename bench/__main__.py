@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--rows 1,2,3,4,5,6,7,8,9,10,11,12]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,...,13] [--port-race-rounds N]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
@@ -10,6 +10,7 @@ Exit status: 0 when no row missed its target, 1 otherwise.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -24,6 +25,7 @@ from . import (
     check_cost,
     healthy_rendezvous,
     parse_cost,
+    port_race,
     producer_wakeup,
     recovery,
     sibling_first,
@@ -50,6 +52,7 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = dict(
             watch.exclusion_rows,
             watch.hung_rows,
             sigterm_exit.rows,
+            port_race.rows,
         ),
         strict=True,
     )
@@ -69,7 +72,10 @@ def main() -> int:
     rows = []
     for key in keys:
         row_started = time.monotonic()
-        rows.extend(ROWS[key](args.quick))
+        measure = ROWS[key]
+        if measure is port_race.rows:  # its long run: --port-race-rounds
+            measure = functools.partial(port_race.rows, rounds=args.port_race_rounds)
+        rows.extend(measure(args.quick))
         print(f"row {key}: {time.monotonic() - row_started:.0f} s", file=sys.stderr, flush=True)
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "

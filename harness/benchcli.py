@@ -8,7 +8,7 @@ import argparse
 __all__ = ["ROW_KEYS", "build_parser"]
 
 #: The rows of the benchmark table, in order (``bench/__main__.py`` measures each one).
-ROW_KEYS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12")
+ROW_KEYS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13")
 
 
 def _row_keys(value: str) -> list[str]:
@@ -35,5 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_row_keys,
         default=list(ROW_KEYS),
         help="which rows, comma-separated (default: all)",
+    )
+    parser.add_argument(
+        "--port-race-rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="row 13: rounds per job (its long run; default 10, 4 with --quick)",
     )
     return parser
