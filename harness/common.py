@@ -33,8 +33,8 @@ AT_ONCE_BOUND = 30.0
 #: it; rank 0's worker binds it after importing torch, seconds later on a busy node, and
 #: any socket of the machine may take that port in between (an outgoing connection's
 #: local port included). A worker failure, which the agent restarts and counts. Workers
-#: bind that port whenever they do not share the agent's store
-#: (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, which the backend sets with the check on).
+#: bind that port under plain torch with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``; the
+#: backend serves their store on a port it holds instead (``_launcher/agentstore.py``).
 PORT_TAKEN = "EADDRINUSE"
 
 

@@ -2,9 +2,13 @@
 
 torch's agent picks a free port for its workers' bootstrap store and closes it; the rank-0
 worker binds it after importing torch, seconds later on a busy node, and any socket of the
-machine may take it in between (:data:`harness.common.PORT_TAKEN`). Plain c10d and
-segment-health are exposed alike: the worker fails, and its agent restarts the world. That
-restart is not the scenario a job was built to show: it can pull a waiting spare into the
+machine may take it in between (:data:`harness.common.PORT_TAKEN`). Plain c10d is exposed
+whenever its launchers set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, as the simulated jobs
+do by default (``JobSpec.disable_shared_store``). segment-health is not: the launcher
+holding rank 0 serves its workers' store on a port it holds
+(``nvrx_seghealth._launcher.agentstore``), unless starting that store failed and the round
+fell back to torch's port. When the race strikes, the worker fails, and its agent restarts
+the world. That restart is not the scenario a job was built to show: it can pull a waiting spare into the
 world before the scenario acts, or spend the restart the scenario planned. A test whose
 job the race struck therefore runs that job once more in a fresh folder, and the run's
 summary lists it (:data:`PORT_RACE`), so a retry is never silent. A job the race strikes

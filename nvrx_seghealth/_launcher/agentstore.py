@@ -1,23 +1,19 @@
 """The workers' bootstrap store: the launcher holding rank 0 serves a new one every round.
 
-torch's dynamic rendezvous offers two ways to bootstrap the workers, and neither survives this
-package's jobs. Shared (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` unset), a launcher that is not
-rank 0 keeps its first round's address for good. So once the unit holding rank 0 is excluded,
-the survivors' workers dial a master that left with it. A spare that joins a later round waits
-for an address that nobody publishes again. The shared store also outlives restarts: restarted
-workers read the previous attempt's gloo addresses (pytorch#135712; torch 2.13 adds no prefix
-per attempt). Not shared (``1``), rank 0's launcher picks a free port and closes it, and its
-rank-0 worker binds it seconds later. Any socket of the machine may take the port in between
-(``EADDRINUSE``), and the failed worker costs the job a restart. So the handler sets ``1`` for
-torch's handler, which then builds each round afresh, and serves the workers itself. In every
-round, the launcher holding rank 0 starts a new TCPStore on a port the kernel binds for it. It
-holds that port until its next round and publishes it in the round's own store, where every
-other launcher reads it. No port is closed between its choice and its use, no worker key
-outlives its round, and a new rank 0 is always found. Only torch's public API is used: the
-variable, ``use_agent_store`` and ``RendezvousInfo``. Only the round's store is relied on, so
-the same holds on every inner backend (c10d hosted by a launcher or outside, etcd-v2). A port
-below the kernel's ephemeral range would only narrow the race: an explicit bind elsewhere
-could still take it.
+torch's dynamic rendezvous offers two bootstraps, and neither survives this package's jobs.
+Shared (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` unset), a launcher that is not rank 0 keeps
+its first round's master for good. So survivors of the rank-0 unit's exclusion dial a
+master that left, and a later spare waits for an address nobody publishes. The shared store
+also keeps the previous attempt's gloo addresses for restarted workers (pytorch#135712,
+still in torch 2.13). Not shared (``1``), rank 0's agent closes the free port it chose, and
+its rank-0 worker binds it seconds later. Any socket may take it in between: ``EADDRINUSE``
+costs a restart. So torch's handler gets ``1`` and builds each round afresh, and this
+module serves the workers. Each round, rank 0's launcher starts a new TCPStore on a port
+the kernel binds for it and holds it until its next round. It publishes the port in the
+round's own store, where the others read it: nothing can take the port, and no key
+outlives its round. Only public API is used (the variable, ``use_agent_store``,
+``RendezvousInfo``), and only the round's store: every inner backend behaves alike. A port
+below the ephemeral range would only narrow the race: another process's bind could take it.
 
 :func:`serve_workers` decides once, when the handler is built, and sets the variable in the
 launcher's own environment unless the user set it; ``1`` set by the user is served the same

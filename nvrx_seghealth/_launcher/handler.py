@@ -176,7 +176,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
     @property
     def use_agent_store(self) -> bool:
-        """See base class; ``True`` while this launcher serves its workers' store."""
+        """See base class; with the served store (:mod:`.agentstore`), ``False`` only in
+        a round where this launcher holds rank 0 and could not serve it."""
         workers = self._workers
         return self._inner.use_agent_store if workers is None else workers.use_agent_store
 
