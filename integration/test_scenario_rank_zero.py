@@ -40,6 +40,10 @@ from harness.launcherjob import (
 SLOW_TRAIN = Path(__file__).parent / "launchers" / "slow_train.py"
 #: torch's agent logs this for each worker that failed.
 WORKER_FAILED = "failed (exitcode: "
+#: torch's agent logs this (at INFO) each time it starts workers, with ``True`` or ``False``.
+USE_AGENT_STORE = "use_agent_store:"
+#: What the wrapper's WARNING ends with when a step of its own failed.
+FAILED_OPEN = "(fail open)"
 
 
 #: The inner backends, and how each is told where its store is: c10d's outside the
@@ -113,7 +117,9 @@ def test_the_unit_holding_rank_0_is_excluded_and_the_survivors_re_form(
                     running[task] = subprocess.Popen(
                         command,
                         cwd=tmp_path,
-                        env=launcher_env(**slurm_task(task), SLOW_TRAIN_SECONDS="15"),
+                        env=launcher_env(
+                            **slurm_task(task), SLOW_TRAIN_SECONDS="15", LOGLEVEL="INFO"
+                        ),
                         stdin=subprocess.DEVNULL,
                         stdout=sink,
                         stderr=subprocess.STDOUT,
@@ -140,3 +146,7 @@ def test_the_unit_holding_rank_0_is_excluded_and_the_survivors_re_form(
     second = sorted(line for t in survivors for line in after_the_world_of_3(output[t]))
     assert second == [(0, 2, 1), (1, 2, 1)], tail  # the world of 2 formed and trained
     assert not any(PORT_TAKEN in output[t] or WORKER_FAILED in output[t] for t in survivors), tail
+    # every round's workers bootstrapped from the store a launcher served, none failed open
+    served = [line for t in TASKS for line in output[t].splitlines() if USE_AGENT_STORE in line]
+    assert len(served) >= 5 and all(line.endswith(": True") for line in served), served
+    assert not any(FAILED_OPEN in text for text in output.values()), tail
