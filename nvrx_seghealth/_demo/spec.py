@@ -88,9 +88,10 @@ class JobSpec:
         no_kill_on_bad_exit: units launched with ``srun --kill-on-bad-exit=0``.
         agent_env: extra environment for every launcher (and so its workers).
         disable_shared_store: ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` in every launcher's
-            environment: ``"1"`` (workers host their own bootstrap store; restarted
-            workers otherwise read stale addresses, pytorch#135712); ``None``: unset, as
-            in a launcher whose user never heard of it (the backend then decides).
+            environment: ``"1"`` (torch's handler builds each round afresh; restarted
+            workers otherwise read stale addresses, pytorch#135712, and a segment-health
+            launcher serves its workers' store itself); ``None``: unset, as in a launcher
+            whose user never heard of it (the backend then decides).
         rdzv_conf: extra ``--rdzv-conf`` entries for every launcher; they override
             the harness's defaults (see :func:`.launcher.rendezvous_config`).
         watch_interval: ``segment_health_check_watch_interval`` of every launcher, in
