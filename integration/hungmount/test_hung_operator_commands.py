@@ -73,10 +73,7 @@ def test_a_command_on_a_hung_directory_gives_up_says_so_and_exits_1(
         rf"{re.escape(str(shc))}: no answer after \d+\.\d s",
         done.stderr,
     )
-    assert (
-        waited is not None
-        or f"{shc} did not answer within 1 s (a hung shared filesystem?)" in done.stderr
-    ), done.stderr
+    assert waited is not None or f"{shc} did not answer within 1 s" in done.stderr, done.stderr
     if command[0] != "status":
         assert "whether the decision was written is unknown" in done.stderr
     assert 1.0 <= done.seconds < AT_ONCE_BOUND  # the 1 s bound and the start-up
