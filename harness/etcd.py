@@ -7,6 +7,9 @@ Two etcd releases (:data:`ETCD_RELEASES`): Debian's etcd-server 3.4 (``etcd`` on
 finds each and checks its version. The v2 API is on unless asked off (``v2=False``, as
 etcd 3.6 has it); a start checks that the member serves v2 exactly when asked. Readiness
 and leadership are asked through the v3 JSON gateway, which every release serves.
+A member may serve its clients over TLS only, asking each for a certificate
+(``tls=``, material from :mod:`harness.tls`); :func:`enable_auth` turns on etcd's
+user/password authentication with a user confined to one key prefix.
 
 Used by the etcd tests (``integration/etcd/``, their fixtures in
 :mod:`harness.fixtures`) and benchmark row 4. Each member has a private data directory
@@ -20,6 +23,7 @@ import http.client
 import importlib.util
 import json
 import platform
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -34,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .common import free_port
+from .tls import TlsMaterial
 
 if TYPE_CHECKING:
     from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
@@ -43,6 +48,7 @@ __all__ = [
     "ETCD_RELEASES",
     "START_TIMEOUT",
     "STORE",
+    "EtcdAuth",
     "EtcdCluster",
     "EtcdMember",
     "EtcdServer",
@@ -50,6 +56,8 @@ __all__ = [
     "Release",
     "Request",
     "Traffic",
+    "authenticate",
+    "enable_auth",
     "etcd_binary",
     "etcd_store",
     "plant_old_keys",
@@ -81,7 +89,8 @@ _FOUND: dict[Release, str] = {}
 _READY = base64.b64encode(b"nvrx-seghealth-ready").decode()
 
 #: Opens the members' URLs directly, whatever proxy the environment names.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_NO_PROXY = urllib.request.ProxyHandler({})
+_OPENER = urllib.request.build_opener(_NO_PROXY)
 
 
 class EtcdUnavailable(Exception):
@@ -132,11 +141,16 @@ def _version_of(binary: str) -> str:
 @dataclass(frozen=True)
 class EtcdServer:
     """A running etcd: its client endpoint, a python-etcd client, its log file, and its
-    HTTP API (its version, the v3 JSON gateway)."""
+    HTTP API (its version, the v3 JSON gateway).
+
+    ``tls``: the material of a member that serves its clients over TLS only and asks each
+    for a certificate; its own requests present the client certificate.
+    """
 
     host: str
     port: int
     log: Path
+    tls: TlsMaterial | None = None
 
     @property
     def endpoint(self) -> str:
@@ -144,8 +158,8 @@ class EtcdServer:
 
     @property
     def scheme(self) -> str:
-        """How its clients connect: ``http``."""
-        return "http"
+        """How its clients connect: ``https`` with TLS, else ``http``."""
+        return "http" if self.tls is None else "https"
 
     @property
     def url(self) -> str:
@@ -171,7 +185,10 @@ class EtcdServer:
         request = urllib.request.Request(
             self.url + path, data=body, headers=headers or {}, method=method
         )
-        return _OPENER.open(request, timeout=timeout)
+        if self.tls is None:
+            return _OPENER.open(request, timeout=timeout)
+        secure = urllib.request.HTTPSHandler(context=self.tls.client_context())
+        return urllib.request.build_opener(_NO_PROXY, secure).open(request, timeout=timeout)
 
     def gateway(
         self, path: str, payload: dict[str, Any], *, token: str | None = None, timeout: float = 10.0
@@ -239,20 +256,93 @@ def etcd_store(server: EtcdServer) -> EtcdStore:
     return EtcdStore(server.client(), STORE)
 
 
+@dataclass(frozen=True)
+class EtcdAuth:
+    """An etcd with authentication on (:func:`enable_auth`): root's credentials, and a user
+    who may read and write only the keys under ``prefix``."""
+
+    server: EtcdServer
+    user: str
+    password: str
+    prefix: bytes
+    root_password: str
+    root: str = "root"
+
+    def token(self, *, root: bool = False) -> str:
+        """A fresh token of the user (of root when ``root``) from ``server``."""
+        if root:
+            return authenticate(self.server, self.root, self.root_password)
+        return authenticate(self.server, self.user, self.password)
+
+
+def enable_auth(server: EtcdServer, user: str, password: str, prefix: str | bytes) -> EtcdAuth:
+    """Turn on ``server``'s authentication, through its v3 gateway: a ``root`` user with a
+    random password, and ``user`` whose role may read and write only keys under ``prefix``.
+
+    Raises:
+        urllib.error.HTTPError: etcd refused a step (auth already on, the user exists).
+    """
+    prefix = prefix.encode() if isinstance(prefix, str) else prefix
+    auth = EtcdAuth(server, user, password, prefix, secrets.token_hex(16))
+    role = f"{user}-prefix"
+    permission = {"permType": "READWRITE", "key": _b64(prefix), "range_end": _b64(_end(prefix))}
+    for path, payload in (
+        ("/v3/auth/user/add", {"name": auth.root, "password": auth.root_password}),
+        ("/v3/auth/role/add", {"name": auth.root}),
+        ("/v3/auth/user/grant", {"user": auth.root, "role": auth.root}),
+        ("/v3/auth/user/add", {"name": user, "password": password}),
+        ("/v3/auth/role/add", {"name": role}),
+        ("/v3/auth/role/grant", {"name": role, "perm": permission}),
+        ("/v3/auth/user/grant", {"user": user, "role": role}),
+        ("/v3/auth/enable", {}),
+    ):
+        server.gateway(path, payload)
+    return auth
+
+
+def authenticate(server: EtcdServer, user: str, password: str) -> str:
+    """A token of ``user`` from ``server`` (valid on that member only), for
+    :meth:`EtcdServer.gateway`.
+
+    Raises:
+        urllib.error.HTTPError: a wrong user or password (400, gRPC code 3).
+    """
+    return str(
+        server.gateway("/v3/auth/authenticate", {"name": user, "password": password})["token"]
+    )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def _end(prefix: bytes) -> bytes:
+    """The end of the range of every key that starts with ``prefix`` (etcd's rule)."""
+    for index in reversed(range(len(prefix))):
+        if prefix[index] < 0xFF:
+            return prefix[:index] + bytes([prefix[index] + 1])
+    return b"\0"  # every key
+
+
 @contextmanager
 def running_etcd(
-    name: str = "nvrx", *, release: Release = DEFAULT_RELEASE, v2: bool = True
+    name: str = "nvrx",
+    *,
+    release: Release = DEFAULT_RELEASE,
+    v2: bool = True,
+    tls: TlsMaterial | None = None,
 ) -> Iterator[EtcdServer]:
     """Start an etcd of ``release``, yield it once it answers, stop it at the end.
 
     ``v2``: whether it serves the v2 API (``--enable-v2``); off is etcd 3.6's only way.
+    ``tls``: serve clients over https only, each with a certificate of its CA.
 
     Raises:
         EtcdUnavailable: no binary of that release, or it exited or did not answer in
             :data:`START_TIMEOUT` seconds (with the end of its log).
         RuntimeError: it serves the v2 API although asked not to, or the reverse.
     """
-    with running_etcd_cluster(1, name, release=release, v2=v2) as cluster:
+    with running_etcd_cluster(1, name, release=release, v2=v2, tls=tls) as cluster:
         yield cluster.members[0].server
 
 
@@ -321,14 +411,21 @@ class EtcdCluster:
 
 @contextmanager
 def running_etcd_cluster(
-    size: int = 3, name: str = "nvrx", *, release: Release = DEFAULT_RELEASE, v2: bool = True
+    size: int = 3,
+    name: str = "nvrx",
+    *,
+    release: Release = DEFAULT_RELEASE,
+    v2: bool = True,
+    tls: TlsMaterial | None = None,
 ) -> Iterator[EtcdCluster]:
     """Start ``size`` etcd members of ``release`` as one cluster, yield it once every member
     answers, stop every member still running at the end (a single one by SIGTERM, a
     cluster's by SIGKILL: their data goes with them).
 
     ``v2``: whether they serve the v2 API (``--enable-v2``); each is checked to do so
-    exactly when asked.
+    exactly when asked. ``tls``: their clients connect over https only, each with a
+    certificate of its CA (``--client-cert-auth``); the members talk to each other over
+    plain http.
 
     Raises:
         EtcdUnavailable: no binary of that release, or a member exited or the cluster did
@@ -340,13 +437,14 @@ def running_etcd_cluster(
     names = [name] if size == 1 else [f"{name}{number}" for number in range(size)]
     ports = {member: (free_port(), free_port()) for member in names}
     peers = ",".join(f"{m}=http://127.0.0.1:{peer}" for m, (_, peer) in ports.items())
+    secure = [] if tls is None else _tls_flags(tls)
     cluster = EtcdCluster([])
     try:
         for label, (client_port, peer_port) in ports.items():
-            client_url = f"http://127.0.0.1:{client_port}"
+            server = EtcdServer("127.0.0.1", client_port, state / f"{label}.log", tls)
+            client_url = server.url
             peer_url = f"http://127.0.0.1:{peer_port}"
-            log = state / f"{label}.log"
-            with open(log, "wb") as out:
+            with open(server.log, "wb") as out:
                 process = subprocess.Popen(
                     [
                         binary,
@@ -366,12 +464,12 @@ def running_etcd_cluster(
                         peers,
                         # etcd 3.6 has no such flag; 3.4 and 3.5 default to false
                         *(["--enable-v2=true"] if v2 else []),
+                        *secure,
                     ],
                     stdin=subprocess.DEVNULL,
                     stdout=out,
                     stderr=subprocess.STDOUT,
                 )
-            server = EtcdServer("127.0.0.1", client_port, log)
             cluster.members.append(EtcdMember(label, server, process))
         deadline = time.monotonic() + START_TIMEOUT
         for member in cluster.members:
@@ -393,6 +491,16 @@ def running_etcd_cluster(
                 member.process.kill()
                 member.process.wait(timeout=10)
         shutil.rmtree(state, ignore_errors=True)
+
+
+def _tls_flags(tls: TlsMaterial) -> list[str]:
+    """etcd's flags to serve clients over TLS only, each with a certificate of the CA."""
+    return [
+        f"--cert-file={tls.server_cert}",
+        f"--key-file={tls.server_key}",
+        f"--trusted-ca-file={tls.ca_cert}",  # 3.4 and 3.5 then ask for a certificate
+        "--client-cert-auth",  # whatever a release does with the CA alone
+    ]
 
 
 def _wait_until_it_answers(member: EtcdMember, deadline: float) -> None:

