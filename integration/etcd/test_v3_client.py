@@ -1,0 +1,395 @@
+"""The etcd-v3 client against real etcd members: reads, writes and transactions, leases,
+watches, a dead or killed member, NOSPACE, auth and TLS.
+
+The session's ``etcd_server`` serves the calls that leave the cluster as it was (each
+test under its own key prefix); a test that compacts, fills the quota, turns auth on or
+needs TLS starts an etcd of its own (:func:`own_etcd`: free ports, a private data
+directory, stopped by its PID).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from harness.common import AT_ONCE_BOUND, free_port
+from harness.etcd import START_TIMEOUT, EtcdCluster, EtcdServer
+from nvrx_seghealth._launcher.etcd_v3.client import (
+    Endpoint,
+    EtcdClient,
+    EtcdError,
+    EtcdRefused,
+    EtcdUnavailable,
+    Tls,
+    create_revision_is,
+    delete,
+    get,
+    mod_revision_is,
+    prefix_end,
+    put,
+    value_is,
+)
+
+#: Seconds each request may take.
+ATTEMPT = 10.0
+
+
+# --- harness helpers (to move to harness/etcd.py) -------------------------------------
+
+
+@dataclass
+class OwnEtcd:
+    """One etcd member of one test, with flags of its own; started and stopped by PID."""
+
+    directory: Path
+    flags: tuple[str, ...]
+    scheme: str = "http"
+    endpoint: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", free_port()))
+    peer_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{self.endpoint}"
+
+    def start(self) -> None:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        with open(self.directory / "etcd.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    "etcd",
+                    "--name=own",
+                    f"--data-dir={self.directory / 'data'}",
+                    f"--listen-client-urls={self.url}",
+                    f"--advertise-client-urls={self.url}",
+                    f"--listen-peer-urls={peer}",
+                    f"--initial-advertise-peer-urls={peer}",
+                    f"--initial-cluster=own={peer}",
+                    *self.flags,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+    def wait_until_it_answers(self, client: EtcdClient) -> None:
+        """Return once ``client`` reads the status of this member."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            assert self.process is not None and self.process.poll() is None, self.log()
+            try:
+                client.status()
+                return
+            except EtcdUnavailable:
+                assert time.monotonic() < deadline, self.log()
+                time.sleep(0.1)
+
+    def log(self) -> str:
+        return (self.directory / "etcd.log").read_text()[-2000:]
+
+
+@contextmanager
+def own_etcd(
+    directory: Path, *flags: str, scheme: str = "http", tls: Tls | None = None
+) -> Iterator[OwnEtcd]:
+    """A running :class:`OwnEtcd` in ``directory``, stopped at the end."""
+    etcd = OwnEtcd(directory, flags, scheme)
+    etcd.start()
+    try:
+        with closing(EtcdClient([etcd.endpoint], attempt_timeout=2, protocol=scheme, tls=tls)) as c:
+            etcd.wait_until_it_answers(c)
+        yield etcd
+    finally:
+        etcd.stop()
+
+
+@contextmanager
+def closing(client: EtcdClient) -> Iterator[EtcdClient]:
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def gateway(endpoint: Endpoint, path: str, request: dict) -> dict:
+    """One raw call of etcd's v3 gateway (what etcdctl would do; not installed here)."""
+    call = urllib.request.Request(f"http://{endpoint}{path}", json.dumps(request).encode())
+    with urllib.request.urlopen(call, timeout=ATTEMPT) as answer:
+        return json.loads(answer.read())
+
+
+# --- fixtures ---------------------------------------------------------------------------
+
+
+def endpoint_of(server: EtcdServer) -> Endpoint:
+    return Endpoint(server.host, server.port)
+
+
+@pytest.fixture
+def client(etcd_server: EtcdServer) -> Iterator[EtcdClient]:
+    with closing(EtcdClient([endpoint_of(etcd_server)], attempt_timeout=ATTEMPT)) as client:
+        yield client
+
+
+@pytest.fixture
+def prefix() -> bytes:
+    """A key prefix of this test alone in the session's etcd."""
+    return f"/nvrx-v3-client/{uuid.uuid4().hex}/".encode()
+
+
+@pytest.fixture
+def private_etcd(etcd_server: EtcdServer, tmp_path: Path) -> Iterator[OwnEtcd]:
+    """An etcd of this test alone (``etcd_server`` first: it installs etcd or skips)."""
+    with own_etcd(tmp_path) as etcd:
+        yield etcd
+
+
+# --- reads, writes, transactions --------------------------------------------------------
+
+
+def test_put_then_range_returns_values_revisions_and_count(client, prefix):
+    first = client.put(prefix + b"a", b"1")
+    second = client.put(prefix + b"b", b"2")
+    assert second > first > 0
+    found = client.range(prefix, prefix_end(prefix))
+    assert [(kv.key, kv.value) for kv in found.kvs] == [
+        (prefix + b"a", b"1"),
+        (prefix + b"b", b"2"),
+    ]
+    assert found.count == 2
+    assert found.revision >= second
+    a = found.kvs[0]
+    assert (a.create_revision, a.mod_revision, a.version, a.lease) == (first, first, 1, 0)
+    assert client.range(prefix, prefix_end(prefix), count_only=True).count == 2
+    assert client.range(prefix + b"a", keys_only=True).kvs[0].value == b""
+    limited = client.range(prefix, prefix_end(prefix), limit=1)
+    assert (len(limited.kvs), limited.count) == (1, 2)
+    assert client.range(prefix + b"a", revision=first).kvs[0].value == b"1"
+    missing = client.range(prefix + b"none")
+    assert (missing.kvs, missing.count) == ((), 0)
+    assert missing.revision >= second
+
+
+def test_a_txn_on_mod_revision_runs_the_branch_its_compare_picks(client, prefix):
+    key = prefix + b"state"
+    revision = client.put(key, b"v1")
+    done = client.txn([mod_revision_is(key, revision)], [put(key, b"v2"), get(key)], [get(key)])
+    assert done.succeeded
+    assert done.ranges[0] is None
+    assert done.ranges[1] is not None and done.ranges[1].kvs[0].value == b"v2"
+    assert done.ranges[1].kvs[0].mod_revision == done.revision > revision
+    stale = client.txn([mod_revision_is(key, revision)], [put(key, b"v3")], [get(key)])
+    assert not stale.succeeded
+    assert stale.revision == done.revision  # nothing written
+    assert stale.ranges[0] is not None
+    assert stale.ranges[0].kvs[0].value == b"v2"
+    assert stale.ranges[0].kvs[0].mod_revision == done.revision
+
+
+def test_a_txn_on_create_revision_zero_writes_only_an_absent_key(client, prefix):
+    key = prefix + b"once"
+    first = client.txn([create_revision_is(key, 0)], [put(key, b"mine")], [get(key)])
+    assert first.succeeded and first.ranges == (None,)
+    second = client.txn([create_revision_is(key, 0)], [put(key, b"theirs")], [get(key)])
+    assert not second.succeeded
+    assert second.ranges[0] is not None
+    kv = second.ranges[0].kvs[0]
+    assert (kv.value, kv.create_revision) == (b"mine", first.revision)
+    assert client.txn([create_revision_is(key, first.revision)], [], []).succeeded
+    assert client.txn([value_is(key, b"mine")], [delete(key)], []).succeeded
+    assert client.range(key).count == 0
+
+
+def test_delete_removes_a_key_or_a_range_and_counts_them(client, prefix):
+    for name in (b"a", b"b", b"c"):
+        client.put(prefix + name, b"x")
+    assert client.delete(prefix + b"a") == 1
+    assert client.delete(prefix + b"a") == 0
+    assert client.delete(prefix, prefix_end(prefix)) == 2
+    assert client.range(prefix, prefix_end(prefix)).count == 0
+
+
+# --- leases -----------------------------------------------------------------------------
+
+
+def test_a_lease_holds_its_keys_until_revoked_then_is_gone(client, prefix):
+    lease = client.grant(60)
+    client.put(prefix + b"held", b"x", lease=lease)
+    assert client.range(prefix + b"held").kvs[0].lease == lease
+    assert 0 < client.keep_alive(lease) <= 60
+    client.revoke(lease)
+    assert client.range(prefix + b"held").count == 0
+    assert client.keep_alive(lease) == 0
+    client.revoke(lease)  # already gone: no error
+
+
+def test_a_put_on_a_gone_lease_is_refused_lease_not_found(client, prefix):
+    lease = client.grant(60)
+    client.revoke(lease)
+    with pytest.raises(EtcdRefused) as refused:
+        client.put(prefix + b"k", b"x", lease=lease)
+    assert refused.value.cause == "lease-not-found"
+
+
+# --- watches ----------------------------------------------------------------------------
+
+
+def test_a_watch_returns_events_already_in_history_at_once(client, prefix):
+    key = prefix + b"w"
+    written = client.put(key, b"1")
+    assert client.delete(key) == 1
+    removed = client.range(key).revision
+    started = time.monotonic()
+    events = client.watch(key, written, timeout=AT_ONCE_BOUND)
+    assert time.monotonic() - started < AT_ONCE_BOUND / 2
+    assert [(e.kind, e.kv.value, e.kv.mod_revision) for e in events] == [
+        ("put", b"1", written),
+        ("delete", b"", removed),
+    ]
+
+
+def test_a_later_put_wakes_a_blocked_watch(client, prefix):
+    key = prefix + b"w"
+    start = client.range(key).revision + 1  # the put below, even before the watch is made
+    found: list = []
+    watcher = threading.Thread(
+        target=lambda: found.extend(client.watch(key, start, timeout=AT_ONCE_BOUND))
+    )
+    started = time.monotonic()
+    watcher.start()
+    time.sleep(0.3)  # most often the watch is waiting by now; either order must pass
+    client.put(key, b"woke")
+    watcher.join(AT_ONCE_BOUND)
+    assert time.monotonic() - started < AT_ONCE_BOUND / 2
+    assert [(e.kind, e.kv.value) for e in found] == [("put", b"woke")]
+
+
+def test_a_watch_returns_nothing_once_its_timeout_passes(etcd_server, prefix):
+    # Requests may take longer than the test's bound: the watch's own timeout ends it.
+    endpoint = endpoint_of(etcd_server)
+    with closing(EtcdClient([endpoint], attempt_timeout=2 * AT_ONCE_BOUND)) as client:
+        start = client.range(prefix).revision + 1
+        started = time.monotonic()
+        assert client.watch(prefix, start, timeout=0.5, range_end=prefix_end(prefix)) == ()
+        assert 0.5 <= time.monotonic() - started < AT_ONCE_BOUND / 2
+
+
+def test_a_watch_from_a_compacted_revision_is_refused_compacted(private_etcd):
+    with closing(EtcdClient([private_etcd.endpoint], attempt_timeout=ATTEMPT)) as client:
+        first = client.put(b"k", b"1")
+        last = client.put(b"k", b"2")
+        gateway(private_etcd.endpoint, "/v3/kv/compaction", {"revision": str(last)})
+        with pytest.raises(EtcdRefused) as refused:
+            client.watch(b"k", first, timeout=AT_ONCE_BOUND)
+        assert refused.value.cause == "compacted"
+        assert [e.kv.value for e in client.watch(b"k", last, timeout=AT_ONCE_BOUND)] == [b"2"]
+
+
+def test_a_blocked_watch_does_not_block_other_calls(client, prefix):
+    watched = prefix + b"quiet"
+    start = client.range(watched).revision + 1
+    watcher = threading.Thread(target=client.watch, args=(watched, start, 2 * AT_ONCE_BOUND))
+    watcher.start()
+    try:
+        time.sleep(0.3)  # let it block
+        for number in range(20):
+            client.put(prefix + b"busy", str(number).encode())
+            assert client.range(prefix + b"busy").kvs[0].value == str(number).encode()
+        assert watcher.is_alive()  # the calls above did not wait for it
+    finally:
+        client.put(watched, b"end")
+        watcher.join(AT_ONCE_BOUND)
+    assert not watcher.is_alive()
+
+
+def test_close_ends_a_blocked_watch_at_once_and_refuses_later_calls(etcd_server, prefix):
+    client = EtcdClient([endpoint_of(etcd_server)], attempt_timeout=ATTEMPT)
+    start = client.range(prefix).revision + 1
+    raised: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            client.watch(prefix, start, 2 * AT_ONCE_BOUND)
+        except EtcdError as error:
+            raised.append(error)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    time.sleep(0.3)  # most often blocked by now; a watch that starts after close() raises too
+    client.close()
+    watcher.join(AT_ONCE_BOUND)
+    assert not watcher.is_alive()
+    assert [type(error) for error in raised] == [EtcdError]  # not transient: no retry
+    with pytest.raises(EtcdError) as later:
+        client.range(prefix)
+    assert type(later.value) is EtcdError
+
+
+# --- members that do not answer ---------------------------------------------------------
+
+
+def test_a_dead_first_member_is_named_and_the_next_call_goes_to_the_next(etcd_server):
+    dead, live = Endpoint("127.0.0.1", free_port()), endpoint_of(etcd_server)
+    with closing(EtcdClient([dead, live], attempt_timeout=ATTEMPT)) as client:
+        assert client.member == str(dead)
+        with pytest.raises(EtcdUnavailable) as unavailable:
+            client.range(b"any")
+        assert unavailable.value.member == str(dead)
+        assert str(dead) in str(unavailable.value)
+        assert client.member == str(live)
+        assert client.status()["version"]
+
+
+def test_a_member_killed_mid_use_fails_one_call_then_the_others_answer(etcd_cluster: EtcdCluster):
+    # A follower: after a leader's loss, a follower answers a write only after etcd's
+    # request timeout (7 s measured here), too long for this module.
+    killed = etcd_cluster.follower()
+    others = [m for m in etcd_cluster.members if m is not killed]
+    endpoints = [endpoint_of(m.server) for m in (killed, *others)]
+    with closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT)) as client:
+        written = client.put(b"k", b"before")
+        assert client.range(b"k").kvs[0].mod_revision == written
+        killed.process.kill()
+        killed.process.wait(timeout=10)
+        with pytest.raises(EtcdUnavailable) as unavailable:
+            client.range(b"k")
+        assert unavailable.value.member == str(endpoints[0])
+        assert client.member == str(endpoints[1])
+        assert client.range(b"k").kvs[0].value == b"before"
+        assert client.put(b"k", b"after") > written
+
+
+# --- a full database --------------------------------------------------------------------
+
+
+def test_a_write_over_the_quota_is_refused_nospace_naming_alarm_disarm(etcd_server, tmp_path):
+    with (
+        own_etcd(tmp_path, f"--quota-backend-bytes={1 << 20}") as etcd,
+        closing(EtcdClient([etcd.endpoint], attempt_timeout=ATTEMPT)) as client,
+    ):
+        with pytest.raises(EtcdRefused) as refused:
+            for number in range(200):  # about 12 fill 1 MiB
+                client.put(f"fill/{number}".encode(), b"x" * 100_000)
+        assert refused.value.cause == "nospace"
+        assert refused.value.code == 8
+        assert "etcdctl alarm disarm" in str(refused.value)
+        assert client.range(b"fill/0").count == 1  # reads still answer
