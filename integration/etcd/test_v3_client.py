@@ -9,7 +9,9 @@ directory, stopped by its PID).
 
 from __future__ import annotations
 
+import base64
 import json
+import logging
 import subprocess
 import threading
 import time
@@ -25,6 +27,7 @@ import pytest
 from harness.common import AT_ONCE_BOUND, free_port
 from harness.etcd import START_TIMEOUT, EtcdCluster, EtcdServer
 from nvrx_seghealth._launcher.etcd_v3.client import (
+    Credentials,
     Endpoint,
     EtcdClient,
     EtcdError,
@@ -130,9 +133,12 @@ def closing(client: EtcdClient) -> Iterator[EtcdClient]:
         client.close()
 
 
-def gateway(endpoint: Endpoint, path: str, request: dict) -> dict:
+def gateway(
+    endpoint: Endpoint, path: str, request: dict[str, object], token: str | None = None
+) -> dict:
     """One raw call of etcd's v3 gateway (what etcdctl would do; not installed here)."""
-    call = urllib.request.Request(f"http://{endpoint}{path}", json.dumps(request).encode())
+    headers = {"Authorization": token} if token else {}
+    call = urllib.request.Request(f"http://{endpoint}{path}", json.dumps(request).encode(), headers)
     with urllib.request.urlopen(call, timeout=ATTEMPT) as answer:
         return json.loads(answer.read())
 
@@ -393,3 +399,86 @@ def test_a_write_over_the_quota_is_refused_nospace_naming_alarm_disarm(etcd_serv
         assert refused.value.code == 8
         assert "etcdctl alarm disarm" in str(refused.value)
         assert client.range(b"fill/0").count == 1  # reads still answer
+
+
+# --- auth -------------------------------------------------------------------------------
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+ROOT: dict[str, object] = {"name": "root", "password": "root-pw"}
+#: Turns auth on: root, and alice who may read and write ``a/`` only.
+AUTH_ON: list[tuple[str, dict[str, object]]] = [
+    ("/v3/auth/user/add", ROOT),
+    ("/v3/auth/role/add", {"name": "root"}),
+    ("/v3/auth/user/grant", {"user": "root", "role": "root"}),
+    ("/v3/auth/user/add", {"name": "alice", "password": "alice-pw"}),
+    ("/v3/auth/role/add", {"name": "run"}),
+    (
+        "/v3/auth/role/grant",
+        {
+            "name": "run",
+            "perm": {"permType": "READWRITE", "key": b64(b"a/"), "range_end": b64(b"a0")},
+        },
+    ),
+    ("/v3/auth/user/grant", {"user": "alice", "role": "run"}),
+    ("/v3/auth/enable", {}),
+]
+ALICE = Credentials("alice", "alice-pw")
+#: The client's logger: one DEBUG record when it authenticates again.
+CLIENT_LOG = "nvrx_seghealth._launcher.etcd_v3.client"
+
+
+@pytest.fixture
+def auth_etcd(etcd_server: EtcdServer, tmp_path: Path) -> Iterator[OwnEtcd]:
+    """An etcd of this test alone, with auth on (:data:`AUTH_ON`)."""
+    with own_etcd(tmp_path) as etcd:
+        for path, request in AUTH_ON:
+            gateway(etcd.endpoint, path, request)
+        yield etcd
+
+
+def test_a_user_reads_writes_and_watches_its_keys_and_is_refused_others(auth_etcd):
+    with closing(
+        EtcdClient([auth_etcd.endpoint], attempt_timeout=ATTEMPT, credentials=ALICE)
+    ) as alice:
+        written = alice.put(b"a/k", b"1")
+        assert alice.range(b"a/k").kvs[0].value == b"1"
+        assert [e.kv.value for e in alice.watch(b"a/k", written, AT_ONCE_BOUND)] == [b"1"]
+        with pytest.raises(EtcdRefused) as refused:
+            alice.range(b"b/k")
+        assert refused.value.cause == "permission"
+        with pytest.raises(EtcdRefused) as refused:
+            alice.watch(b"b/k", written, AT_ONCE_BOUND)
+        assert refused.value.cause == "permission"
+
+
+@pytest.mark.parametrize("credentials", [Credentials("alice", "wrong"), None])
+def test_a_wrong_password_or_none_is_refused_auth(auth_etcd, credentials):
+    endpoints = [auth_etcd.endpoint]
+    with closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT, credentials=credentials)) as client:
+        with pytest.raises(EtcdRefused) as refused:
+            client.range(b"a/k")
+        assert refused.value.cause == "auth"
+        assert client.member == str(auth_etcd.endpoint)  # not a member's fault: no move
+
+
+def test_an_expired_token_is_fetched_again_once_transparently(etcd_server, tmp_path, caplog):
+    # A simple token lives --auth-token-ttl seconds after its last use (checked each second).
+    with own_etcd(tmp_path, "--auth-token-ttl=1") as etcd:
+        for path, request in AUTH_ON:
+            gateway(etcd.endpoint, path, request)
+        endpoints = [etcd.endpoint]
+        with (
+            closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT, credentials=ALICE)) as reader,
+            closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT, credentials=ALICE)) as watcher,
+        ):
+            written = reader.put(b"a/k", b"1")
+            assert watcher.range(b"a/k").count == 1  # both hold a token now
+            time.sleep(3.5)  # both tokens expire
+            with caplog.at_level(logging.DEBUG, logger=CLIENT_LOG):
+                assert reader.range(b"a/k").kvs[0].value == b"1"
+                assert watcher.watch(b"a/k", written, AT_ONCE_BOUND)[0].kv.value == b"1"
+    assert len([r for r in caplog.records if r.name == CLIENT_LOG]) == 2  # one each
