@@ -384,6 +384,17 @@ def test_a_member_killed_mid_use_fails_one_call_then_the_others_answer(etcd_clus
         assert client.put(b"k", b"after") > written
 
 
+def test_a_restarted_member_answers_the_next_call_on_a_new_connection(private_etcd):
+    # The member closed the client's idle connections: none of them is used again.
+    with closing(EtcdClient([private_etcd.endpoint], attempt_timeout=ATTEMPT)) as client:
+        client.put(b"k", b"before")
+        private_etcd.stop()
+        private_etcd.start()
+        with closing(EtcdClient([private_etcd.endpoint], attempt_timeout=2)) as anyone:
+            private_etcd.wait_until_it_answers(anyone)
+        assert client.range(b"k").kvs[0].value == b"before"
+
+
 # --- a full database --------------------------------------------------------------------
 
 
