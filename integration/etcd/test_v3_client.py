@@ -493,3 +493,102 @@ def test_an_expired_token_is_fetched_again_once_transparently(etcd_server, tmp_p
                 assert reader.range(b"a/k").kvs[0].value == b"1"
                 assert watcher.watch(b"a/k", written, AT_ONCE_BOUND)[0].kv.value == b"1"
     assert len([r for r in caplog.records if r.name == CLIENT_LOG]) == 2  # one each
+
+
+# --- TLS --------------------------------------------------------------------------------
+
+
+#: What the member's and the client's certificates may do, and whom they name.
+EXTENSIONS = "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed CA (``ca.pem``), and certificates it signed for the member
+    (``member.pem``, ``member.key``: 127.0.0.1) and for the client (``client.*``)."""
+    directory = tmp_path_factory.mktemp("pki")
+    (directory / "extensions").write_text(EXTENSIONS)
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    openssl(
+        "req",
+        "-x509",
+        *key,
+        "-days",
+        "2",
+        "-subj",
+        "/CN=nvrx-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    )
+    for name in ("member", "client"):
+        openssl(
+            "req", *key, "-subj", f"/CN={name}", "-keyout", f"{name}.key", "-out", f"{name}.csr"
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "extensions",
+            "-out",
+            f"{name}.pem",
+        )
+    return directory
+
+
+def tls_of(pki: Path, *, client: bool = True) -> Tls:
+    if not client:
+        return Tls(str(pki / "ca.pem"), None, None)
+    return Tls(str(pki / "ca.pem"), str(pki / "client.pem"), str(pki / "client.key"))
+
+
+@pytest.fixture
+def tls_etcd(etcd_server: EtcdServer, tmp_path: Path, pki: Path) -> Iterator[OwnEtcd]:
+    """An etcd of this test alone that serves https and wants a client certificate."""
+    flags = [
+        f"--cert-file={pki / 'member.pem'}",
+        f"--key-file={pki / 'member.key'}",
+        f"--trusted-ca-file={pki / 'ca.pem'}",
+        "--client-cert-auth",
+    ]
+    with own_etcd(tmp_path, *flags, scheme="https", tls=tls_of(pki)) as etcd:
+        yield etcd
+
+
+def test_https_with_a_client_certificate_reads_writes_and_watches(tls_etcd, pki):
+    endpoints = [tls_etcd.endpoint]
+    with closing(
+        EtcdClient(endpoints, attempt_timeout=ATTEMPT, protocol="https", tls=tls_of(pki))
+    ) as client:
+        written = client.put(b"k", b"1")
+        assert client.range(b"k").kvs[0].value == b"1"
+        assert [e.kv.value for e in client.watch(b"k", written, AT_ONCE_BOUND)] == [b"1"]
+
+
+def test_https_without_the_client_certificate_fails_naming_ssl_cert(tls_etcd, pki):
+    # The member ends the handshake: like a member that dies in it, so it stays transient.
+    tls = tls_of(pki, client=False)
+    client = EtcdClient([tls_etcd.endpoint], attempt_timeout=ATTEMPT, protocol="https", tls=tls)
+    with closing(client), pytest.raises(EtcdUnavailable, match="ssl_cert"):
+        client.range(b"k")
+
+
+def test_https_to_a_member_this_ca_did_not_sign_is_refused_naming_ca_cert(tls_etcd):
+    # The system's CAs: none of them signed the member's certificate.
+    client = EtcdClient([tls_etcd.endpoint], attempt_timeout=ATTEMPT, protocol="https")
+    with closing(client), pytest.raises(EtcdRefused, match="ca_cert"):
+        client.range(b"k")

@@ -777,10 +777,22 @@ def _still_open(connection: http.client.HTTPConnection) -> bool:
         return False
 
 
-def _unreachable(endpoint: Endpoint, error: BaseException) -> EtcdUnavailable:
-    return EtcdUnavailable(
-        f"etcd at {endpoint} did not answer: {type(error).__name__}: {error}", member=str(endpoint)
-    )
+def _unreachable(endpoint: Endpoint, error: BaseException) -> EtcdUnavailable | EtcdRefused:
+    """The error of a connection that failed: transient, unless this client rejected the
+    member's certificate (asking again cannot change that)."""
+    what = f"{type(error).__name__}: {error}"
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return EtcdRefused(
+            f"this client does not trust etcd at {endpoint} ({what}): give the CA that "
+            "signed the members' certificates (rdzv-conf ca_cert)",
+            cause="other",
+            member=str(endpoint),
+            detail=what,
+        )
+    hint = ""
+    if isinstance(error, ssl.SSLError):
+        hint = " (a member that wants a client certificate ends the handshake: check ssl_cert)"
+    return EtcdUnavailable(f"etcd at {endpoint} did not answer: {what}{hint}", member=str(endpoint))
 
 
 def _canceled(member: str, result: dict[str, Any]) -> EtcdUnavailable | EtcdRefused:
