@@ -2,9 +2,9 @@
 watches, a dead or killed member, NOSPACE, auth and TLS.
 
 The session's ``etcd_server`` serves the calls that leave the cluster as it was (each
-test under its own key prefix); a test that compacts, fills the quota, turns auth on or
-needs TLS starts an etcd of its own (:func:`own_etcd`: free ports, a private data
-directory, stopped by its PID).
+test under its own key prefix). Compaction, a full quota, a restart, auth and TLS need
+an etcd of their own (:func:`own_etcd`: free ports, a private data directory, stopped
+by its PID); the auth tests share one, and so do the TLS tests.
 """
 
 from __future__ import annotations
@@ -442,10 +442,13 @@ ALICE = Credentials("alice", "alice-pw")
 CLIENT_LOG = "nvrx_seghealth._launcher.etcd_v3.client"
 
 
-@pytest.fixture
-def auth_etcd(etcd_server: EtcdServer, tmp_path: Path) -> Iterator[OwnEtcd]:
-    """An etcd of this test alone, with auth on (:data:`AUTH_ON`)."""
-    with own_etcd(tmp_path) as etcd:
+@pytest.fixture(scope="module")
+def auth_etcd(
+    etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OwnEtcd]:
+    """An etcd of this module's auth tests, with auth on (:data:`AUTH_ON`); they leave
+    its users and roles as they are."""
+    with own_etcd(tmp_path_factory.mktemp("auth")) as etcd:
         for path, request in AUTH_ON:
             gateway(etcd.endpoint, path, request)
         yield etcd
@@ -556,16 +559,18 @@ def tls_of(pki: Path, *, client: bool = True) -> Tls:
     return Tls(str(pki / "ca.pem"), str(pki / "client.pem"), str(pki / "client.key"))
 
 
-@pytest.fixture
-def tls_etcd(etcd_server: EtcdServer, tmp_path: Path, pki: Path) -> Iterator[OwnEtcd]:
-    """An etcd of this test alone that serves https and wants a client certificate."""
+@pytest.fixture(scope="module")
+def tls_etcd(
+    etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory, pki: Path
+) -> Iterator[OwnEtcd]:
+    """An etcd of this module's TLS tests: it serves https and wants a client certificate."""
     flags = [
         f"--cert-file={pki / 'member.pem'}",
         f"--key-file={pki / 'member.key'}",
         f"--trusted-ca-file={pki / 'ca.pem'}",
         "--client-cert-auth",
     ]
-    with own_etcd(tmp_path, *flags, scheme="https", tls=tls_of(pki)) as etcd:
+    with own_etcd(tmp_path_factory.mktemp("tls"), *flags, scheme="https", tls=tls_of(pki)) as etcd:
         yield etcd
 
 
