@@ -511,7 +511,7 @@ class EtcdClient:
         try:
             return self._watch_once(endpoint, {"create_request": request}, deadline)
         except EtcdRefused as refused:
-            if not self._stale_token(endpoint, refused):
+            if not self._stale_token(endpoint, refused, watch=True):
                 raise
         return self._watch_once(endpoint, {"create_request": request}, deadline)
 
@@ -682,13 +682,18 @@ class EtcdClient:
             )
         raise self._failed(endpoint, error)
 
-    def _stale_token(self, endpoint: Endpoint, error: EtcdError) -> bool:
-        """Whether ``error`` refused this member's token; if so, forget the token."""
+    def _stale_token(self, endpoint: Endpoint, error: EtcdError, *, watch: bool = False) -> bool:
+        """Whether ``error`` refused this member's token; if so, forget the token.
+
+        etcd 3.5.1 cancels the watch of an expired token as ``permission denied``: for a
+        watch, that refusal counts as a stale token too (the watch is sent once more).
+        """
         if self._credentials is None or not isinstance(error, EtcdRefused):
             return False
-        if error.cause != "auth" or not (
+        stale = error.cause == "auth" and (
             error.code == _UNAUTHENTICATED or "auth store is old" in error.detail
-        ):
+        )
+        if not stale and not (watch and error.cause == "permission"):
             return False
         log.debug("etcd at %s no longer knows this client's token; authenticating again", endpoint)
         self._tokens.pop(endpoint, None)
