@@ -371,9 +371,23 @@ def test_a_member_killed_mid_use_fails_one_call_then_the_others_answer(etcd_clus
     killed = etcd_cluster.follower()
     others = [m for m in etcd_cluster.members if m is not killed]
     endpoints = [endpoint_of(m.server) for m in (killed, *others)]
-    with closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT)) as client:
+    with (
+        closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT)) as client,
+        closing(EtcdClient(endpoints, attempt_timeout=ATTEMPT)) as watching,
+    ):
         written = client.put(b"k", b"before")
         assert client.range(b"k").kvs[0].mod_revision == written
+        ended: list[EtcdUnavailable] = []
+
+        def watch() -> None:
+            try:
+                watching.watch(b"w", written + 1, 2 * AT_ONCE_BOUND)
+            except EtcdUnavailable as error:
+                ended.append(error)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(0.3)  # most often blocked by now; a watch not sent yet is refused alike
         killed.process.kill()
         killed.process.wait(timeout=10)
         with pytest.raises(EtcdUnavailable) as unavailable:
@@ -382,6 +396,12 @@ def test_a_member_killed_mid_use_fails_one_call_then_the_others_answer(etcd_clus
         assert client.member == str(endpoints[1])
         assert client.range(b"k").kvs[0].value == b"before"
         assert client.put(b"k", b"after") > written
+        watcher.join(AT_ONCE_BOUND)
+        assert not watcher.is_alive()
+        assert [error.member for error in ended] == [str(endpoints[0])]
+        assert watching.member == str(endpoints[1])
+        put_w = client.put(b"w", b"1")
+        assert [e.kv.value for e in watching.watch(b"w", put_w, AT_ONCE_BOUND)] == [b"1"]
 
 
 def test_a_restarted_member_answers_the_next_call_on_a_new_connection(private_etcd):
