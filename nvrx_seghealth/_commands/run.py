@@ -14,7 +14,7 @@ Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` for the directory, f
 for the watch interval (see :mod:`nvrx_seghealth._settings.launcher_options`). With a
 directory, the rendezvous becomes the ``segment-health`` backend around the user's one:
 ``--rdzv-backend`` becomes ``segment-health`` and ``--rdzv-conf`` gains
-``segment_health_check_dir=DIR``, ``inner_backend=`` ``c10d`` or ``etcd-v2`` and, with a
+``segment_health_check_dir=DIR``, ``inner_backend=`` ``c10d``, ``etcd-v2`` or ``etcd-v3`` and, with a
 positive watch interval W, ``segment_health_check_watch_interval=W``. As in NVRx's
 ``ft_launcher``,
 ``--rdzv-backend`` defaults to ``c10d`` (torchrun's ``static`` cannot carry the check)
@@ -120,7 +120,7 @@ def launch_parser() -> argparse.ArgumentParser:
     parser.description = (
         "torchrun with the segment health check: every torchrun option works as in "
         "torchrun; the options below select the segment-health rendezvous backend around "
-        "--rdzv-backend (c10d or etcd-v2)."
+        "--rdzv-backend (c10d, etcd-v2 or etcd-v3)."
     )
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter

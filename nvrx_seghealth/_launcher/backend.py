@@ -4,7 +4,7 @@
 finds this backend through the ``torchrun.handlers`` entry-point group: torch imports
 :func:`entry_point`, calls it with no arguments and registers the creator it returns.
 The creator builds the inner handler named by ``inner_backend`` (``c10d`` by default,
-or ``etcd-v2``; :data:`INNER_BACKEND_CREATORS`, a name -> creator table as torch's
+``etcd-v2`` or ``etcd-v3``; :data:`INNER_BACKEND_CREATORS`, a name -> creator table as torch's
 registry is) from the same parameters, shares that backend's store for the
 replacement-group markers, and wraps it in a :class:`SegmentHealthRendezvousHandler`
 that reports the name it was registered under.
@@ -95,6 +95,12 @@ def _create_etcd_v2(params: RendezvousParameters) -> tuple[RendezvousBackend, St
     return election_safe(*etcd_rendezvous_backend.create_backend(params))
 
 
+def _create_etcd_v3(params: RendezvousParameters) -> tuple[RendezvousBackend, Store]:
+    from .etcd_v3 import create_backend
+
+    return create_backend(params)
+
+
 #: The inner backends by name (``inner_backend``, :data:`~.._settings.rdzv_conf.INNER_BACKENDS`
 #: in the same order), as torch's registry keeps its handlers: each creates torch's
 #: rendezvous backend and the store it shares from the inner parameters.
@@ -103,6 +109,7 @@ INNER_BACKEND_CREATORS: dict[
 ] = {
     "c10d": _create_c10d,
     "etcd-v2": _create_etcd_v2,
+    "etcd-v3": _create_etcd_v3,
 }
 
 

@@ -74,7 +74,7 @@ HANDOFF_TIMEOUT_KEY = "segment_health_check_handoff_timeout"
 WATCH_INTERVAL_KEY = "segment_health_check_watch_interval"
 INNER_BACKEND_KEY = "inner_backend"
 #: The rendezvous backends the wrapper can run inside, the default first.
-INNER_BACKENDS = ("c10d", "etcd-v2")
+INNER_BACKENDS = ("c10d", "etcd-v2", "etcd-v3")
 
 
 #: The keys this package reads from ``--rdzv-conf``.
@@ -182,7 +182,7 @@ class BackendSettings:
 
     Attributes:
         check: the check's settings, or ``None`` (no directory: the check is off).
-        inner_backend: ``c10d`` or ``etcd-v2``.
+        inner_backend: ``c10d``, ``etcd-v2`` or ``etcd-v3``.
         inner_config: the rendezvous configuration without this package's keys.
     """
 
