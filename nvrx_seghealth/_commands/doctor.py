@@ -4,9 +4,9 @@ Run it where a launcher would run (inside the job step, one per node). It checks
 order: the directory setting (given, absolute), the directory itself (exists, is a
 directory, how long a ``stat`` takes), the Slurm identity, whether this launcher is its
 unit's process 0, the decision file it would consult and what the consumer would decide
-now, and the launch shape that the environment reveals (one launcher per node, no
-requeue of an array task). ``--kill-on-bad-exit`` is invisible to the environment, so it
-is always given as a hint; so are the routes to the backend that the launcher's
+now, the launch shape that the environment reveals (one launcher per node, no requeue
+of an array task), and with ``--etcd`` the etcd-v3 cluster (:mod:`.doctor_etcd`).
+``--kill-on-bad-exit`` is invisible to the environment, so it is always given as a hint; so are the routes to the backend that the launcher's
 ``check=off`` WARNING cannot see (:mod:`.._launcher.bypass`).
 
 Every finding is one line: ``ok``, ``info``, ``hint``, ``warn`` or ``FAIL``; each ``FAIL``
@@ -34,6 +34,7 @@ from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
 from .._launcher.bypass import standalone_asked
 from .arguments import add_command, add_directory_option, directory_of
+from .doctor_etcd import etcd_findings
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json
 
 __all__ = ["doctor_command", "register"]
@@ -62,9 +63,23 @@ def register(subparsers: Any) -> None:
         """
         srun --ntasks-per-node=1 nvrx-seghealth doctor --dir /shared/job/shc
         nvrx-seghealth doctor --json        # directory from $NVRX_SEGMENT_HEALTH_CHECK_DIR
+        nvrx-seghealth doctor --dir /shared/job/shc --etcd etcd1:2379,etcd2:2379,etcd3:2379
         """,
     )
     add_directory_option(parser)
+    parser.add_argument(
+        "--etcd",
+        metavar="ENDPOINTS",
+        help="also check the etcd-v3 cluster of the launchers' --rdzv-endpoint "
+        "(host:port, comma-separated: every member)",
+    )
+    parser.add_argument(
+        "--etcd-conf",
+        metavar="KEY=VALUE,...",
+        default="",
+        help="the launchers' --rdzv-conf keys for etcd (protocol, ca_cert, ssl_cert, "
+        "ssl_cert_key, user, password_file, read_timeout)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=doctor_command)
 
@@ -320,6 +335,8 @@ def doctor_command(args: argparse.Namespace) -> int:
     if directory is not None and unit is not None:
         findings += _decision_findings(directory, unit)
     findings += _launch_shape_findings(environ, unit)
+    if args.etcd is not None:
+        findings += etcd_findings(args.etcd, args.etcd_conf)
     failed = any(level == "FAIL" for level, _ in findings)
     if args.json:
         print_json(

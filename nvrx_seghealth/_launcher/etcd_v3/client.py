@@ -494,6 +494,16 @@ class EtcdClient:
         """The status of :attr:`member` (its version, db size, leader, raft indices)."""
         return self._call("/v3/maintenance/status", {})
 
+    def members(self) -> list[dict[str, Any]]:
+        """The cluster's members as :attr:`member` knows them (``name``, ``clientURLs``)."""
+        return list(self._call("/v3/cluster/member/list", {}).get("members", []))
+
+    def alarms(self) -> list[str]:
+        """The alarms raised in the cluster (``NOSPACE``, ``CORRUPT``), as :attr:`member`
+        tells them."""
+        answer = self._call("/v3/maintenance/alarm", {"action": "GET"})
+        return [str(alarm.get("alarm", "NONE")) for alarm in answer.get("alarms", [])]
+
     def watch(
         self, key: bytes, start_revision: int, timeout: float, range_end: bytes | None = None
     ) -> tuple[Event, ...]:

@@ -1,0 +1,160 @@
+"""``nvrx-seghealth doctor --etcd``: the findings about an etcd-v3 endpoint list.
+
+Each member the list names is asked alone (:func:`etcd_findings`): whether it answers, its
+version and database size, and whether it can authenticate the user the settings give.
+Then, from the first member that answers: the cluster's alarms (``NOSPACE`` stops every
+write: a ``FAIL`` with the fix), and members the list does not name (a launcher cannot
+reach them once the named ones die: a ``hint``). No member answering is a ``FAIL``; some
+not answering is a ``warn`` (the job lives while a majority answers). Nothing is written.
+
+The settings are the launchers' own ``--rdzv-conf`` keys (``protocol``, ``ca_cert``,
+``user``, ``password_file``, ...), validated by the etcd-v3 room's settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import ConfigurationError
+from .._launcher.etcd_v3 import ATTEMPT_TIMEOUT
+from .._launcher.etcd_v3.client import EtcdClient, EtcdError
+from .._launcher.etcd_v3.keys import ROOT
+from .._launcher.etcd_v3.settings import EtcdV3Settings
+
+__all__ = ["etcd_findings", "parse_conf"]
+
+Finding = tuple[str, str]
+
+
+def parse_conf(text: str) -> dict[str, str]:
+    """``key=value,key=value`` (torchrun's ``--rdzv-conf`` format) as a dict.
+
+    Raises:
+        ConfigurationError: an item has no ``=``.
+    """
+    conf: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise ConfigurationError(
+                f"--etcd-conf {item!r} is not KEY=VALUE (as torchrun's --rdzv-conf)",
+                setting="--etcd-conf",
+            )
+        conf[key.strip()] = value.strip()
+    return conf
+
+
+def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
+    """The findings about the etcd cluster ``endpoints`` names (see the module)."""
+    try:
+        settings = EtcdV3Settings.from_conf(endpoints, parse_conf(conf_text))
+    except ConfigurationError as error:
+        return [("FAIL", str(error))]
+    findings: list[Finding] = []
+    answering: list[EtcdClient] = []
+    for endpoint in settings.endpoints:
+        client = EtcdClient(
+            (endpoint,),
+            attempt_timeout=min(settings.read_timeout, ATTEMPT_TIMEOUT),
+            tls=settings.tls,
+            protocol=settings.protocol,
+            credentials=settings.credentials,
+        )
+        finding = _member_finding(client, settings)
+        findings.append(finding)
+        if finding[0] == "ok":
+            answering.append(client)
+        else:
+            client.close()
+    if not answering:
+        findings.append(
+            (
+                "FAIL",
+                (
+                    f"no etcd member of {endpoints} answers: start etcd, or fix "
+                    "--rdzv-endpoint and the TLS and user settings"
+                ),
+            )
+        )
+        return findings
+    if len(answering) < len(settings.endpoints):
+        findings.append(
+            (
+                "warn",
+                (
+                    f"{len(answering)} of {len(settings.endpoints)} named members answer: the "
+                    "job runs while a majority of the cluster answers"
+                ),
+            )
+        )
+    findings += _cluster_findings(answering[0], settings)
+    for client in answering:
+        client.close()
+    return findings
+
+
+def _member_finding(client: EtcdClient, settings: EtcdV3Settings) -> Finding:
+    """Whether one member answers a status and, with a user, an authenticated read."""
+    try:
+        status = client.status()
+        if settings.credentials is not None:  # a read needs the user's token
+            client.range(ROOT, count_only=True)
+    except EtcdError as error:
+        return ("warn", f"etcd member {client.member} does not answer: {error}")
+    size = int(status.get("dbSize", 0)) / 2**20
+    as_user = f", user {settings.credentials.user} logged in" if settings.credentials else ""
+    return (
+        "ok",
+        (
+            f"etcd member {client.member} answers: etcd {status.get('version', '?')}, database "
+            f"{size:.1f} MiB{as_user}"
+        ),
+    )
+
+
+def _cluster_findings(client: EtcdClient, settings: EtcdV3Settings) -> list[Finding]:
+    """The cluster's alarms and the members the endpoint list leaves out."""
+    findings: list[Finding] = []
+    try:
+        alarms = client.alarms()
+        members = client.members()
+    except EtcdError as error:
+        return [("warn", f"etcd member {client.member} did not list the cluster: {error}")]
+    if "NOSPACE" in alarms:
+        findings.append(
+            (
+                "FAIL",
+                (
+                    "etcd raised NOSPACE: every write fails until an operator compacts, "
+                    "defragments and disarms it (etcdctl compact, etcdctl defrag, etcdctl alarm "
+                    "disarm; docs/cluster.md)"
+                ),
+            )
+        )
+    elif alarms:
+        findings.append(("warn", f"etcd alarms raised: {', '.join(alarms)}"))
+    else:
+        findings.append(("ok", f"etcd has no alarm; {len(members)} members"))
+    named = {str(endpoint) for endpoint in settings.endpoints}
+    missing = [_name(member) for member in members if not _client_urls(member) & named]
+    if missing:
+        findings.append(
+            (
+                "hint",
+                (
+                    f"--rdzv-endpoint leaves out etcd members {', '.join(missing)}: name every "
+                    "member, or the launchers lose etcd when the named ones die"
+                ),
+            )
+        )
+    return findings
+
+
+def _client_urls(member: dict[str, Any]) -> set[str]:
+    """A member's client URLs as ``host:port``."""
+    return {url.split("://", 1)[-1].rstrip("/") for url in member.get("clientURLs", [])}
+
+
+def _name(member: dict[str, Any]) -> str:
+    urls = ",".join(sorted(_client_urls(member)))
+    return f"{member.get('name', '?')} ({urls})"
