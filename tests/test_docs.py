@@ -75,7 +75,7 @@ CHECKED = {
     (CLUSTER, "Install", "bash"): f"test_install_lines ({RUNS})",
     (
         CLUSTER,
-        "When to choose etcd-v2 over c10d",
+        "When to choose etcd over c10d",
         "bash",
     ): f"{TORCHRUN}; etcd's own flags: integration/etcd/test_docs_etcd.py",
     (
@@ -87,6 +87,11 @@ CHECKED = {
     (LAUNCHERS, "TorchX", "bash"): YOUR_LAUNCHER,
     (LAUNCHERS, "Lightning Fabric", "bash"): YOUR_LAUNCHER,
     ("docs/reference/backend.md", "The torchrun backend", "bash"): TORCHRUN,
+    (
+        "docs/reference/etcd-v3.md",
+        "The etcd-v3 backend",
+        "bash",
+    ): f"test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member ({LAUNCH})",
     (RUN, "nvrx-seghealth run", "bash"): f"test_launcher_command_lines ({LAUNCH})",
     (RUN, "nvrx-seghealth run", "yaml"): f"test_launcher_command_lines ({LAUNCH})",
     (API, "Compose it in your own launcher", "python"): f"test_composition_example ({RUNS})",

@@ -14,7 +14,7 @@ import shlex
 import pytest
 
 from harness.common import free_port
-from harness.docs import commands, examples_under, without_srun
+from harness.docs import ROOT, commands, examples_under, without_srun
 from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._settings.launcher_options import resolve_directory
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
@@ -40,7 +40,7 @@ def test_torchrun_command_lines():
         for page, heading in (
             (FRONT, "Launch it"),
             ("docs/reference/backend.md", "The torchrun backend"),
-            (CLUSTER, "When to choose etcd-v2 over c10d"),
+            (CLUSTER, "When to choose etcd over c10d"),
             ("docs/watch.md", "The watch: a decision during training"),
         )
         for e in examples_under(page, heading)
@@ -208,3 +208,24 @@ def test_your_launcher_command_lines(monkeypatch, tmp_path):
     assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 8)
     assert config.rdzv_configs["is_host"] == "false"
     assert config.rdzv_configs["segment_health_check_dir"] == "/shared/job/segment-health-check"
+
+
+def test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member():
+    """The etcd-v3 page's install line names an extra of the package, and its torchrun
+    line selects etcd-v3 with an endpoint list of three members (the jobs of
+    ``integration/etcd/test_v3_jobs.py`` run such lines for real)."""
+    from nvrx_seghealth._launcher.etcd_v3.settings import EtcdV3Settings
+
+    (block,) = examples_under("docs/reference/etcd-v3.md", "The etcd-v3 backend")
+    (pip, torchrun) = commands(block.text)
+    assert pip == ["pip", "install", "nvrx-seghealth[etcd3]"]
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert "\netcd3 = [" in pyproject.split("[project.optional-dependencies]")[1]
+    config = _torchrun_config(torchrun[1:])
+    assert config.rdzv_backend == "etcd-v3"
+    settings = EtcdV3Settings.from_conf(config.rdzv_endpoint, config.rdzv_configs, {})
+    assert [str(endpoint) for endpoint in settings.endpoints] == [
+        "etcd1:2379",
+        "etcd2:2379",
+        "etcd3:2379",
+    ]

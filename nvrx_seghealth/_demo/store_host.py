@@ -2,7 +2,7 @@
 
 c10d normally hosts its TCPStore inside the launcher whose address matches the
 endpoint; if that launcher's unit is excluded and exits, the store dies with it and
-every node loses the rendezvous (docs/cluster.md, "When to choose etcd-v2 over c10d"). The
+every node loses the rendezvous (docs/cluster.md, "When to choose etcd over c10d"). The
 simulation therefore runs
 the store in a separate process, and launchers get ``is_host=false``.
 

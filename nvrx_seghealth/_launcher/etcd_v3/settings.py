@@ -96,6 +96,7 @@ def _positive(conf: Mapping[str, Any], key: str, default: float) -> float:
 
 
 def _tls(conf: Mapping[str, Any], protocol: str) -> Tls | None:
+    """The TLS files; the client checks that it can read and use them when it starts."""
     paths = {key: conf.get(key) or None for key in ("ca_cert", "ssl_cert", "ssl_cert_key")}
     given = [key for key, path in paths.items() if path]
     if not given:
@@ -105,17 +106,6 @@ def _tls(conf: Mapping[str, Any], protocol: str) -> Tls | None:
             f"rdzv-conf {given[0]} needs protocol=https (the certificates are unused over http)",
             setting=f"rdzv-conf {given[0]}",
         )
-    if bool(paths["ssl_cert"]) != bool(paths["ssl_cert_key"]):
-        raise ConfigurationError(
-            "rdzv-conf ssl_cert and ssl_cert_key go together: give both, or neither",
-            setting="rdzv-conf ssl_cert",
-        )
-    for key in given:
-        if not os.access(str(paths[key]), os.R_OK):
-            raise ConfigurationError(
-                f"rdzv-conf {key}={paths[key]} cannot be read by this account",
-                setting=f"rdzv-conf {key}",
-            )
     return Tls(ca_cert=paths["ca_cert"], cert=paths["ssl_cert"], key=paths["ssl_cert_key"])
 
 
