@@ -15,6 +15,11 @@ class lives (one raised by a single module lives beside its code; ``*``: exporte
     ├── HelperStartError(OSError)          _decision/helperprocess.py: no helper process
     ├── HelperTimeout(TimeoutError)        _decision/helperprocess.py: a bounded call into
     │                                      a hung filesystem did not answer, or was not sent
+    ├── Unreachable(ConnectionError)       _launcher/retry.py: a replicated service did not
+    │                                      answer a call within the retry timeout
+    ├── EtcdError                          _launcher/etcd_v3/client.py: etcd v3, the base of
+    │   ├── EtcdUnavailable(ConnectionError)   a member did not answer (transient)
+    │   └── EtcdRefused(RuntimeError)      etcd answered no: a cause token and the fix
     ├── SlurmError(RuntimeError)           _producer/slurm.py: a Slurm command failed
     ├── StateFileError(ValueError)         _producer/state.py: a producer's state file
     └── HostlistError(ValueError)          _producer/hostlist.py: a Slurm host list
