@@ -1,8 +1,8 @@
 """Run a whole simulated job: store, decisions, launchers, srun steps, progress.
 
 :class:`SimulatedJob` is a context manager. Entering it starts the rendezvous store
-(for c10d; etcd-v2 uses an etcd the caller runs), publishes the decisions of the marked
-units and starts the launchers; leaving it stops every process it started, by PID,
+(for c10d; etcd-v2 and etcd-v3 use an etcd the caller runs), publishes the decisions of
+the marked units and starts the launchers; leaving it stops every process it started, by PID,
 whatever happened. The job advances only while the caller waits in
 :meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single thread polls:
 held-back launchers start, srun steps end, progress is logged), and every wait is bounded.
@@ -39,7 +39,7 @@ from .paths import RunPaths
 from .ports import unclaimed_port
 from .processes import kill_if_running, stop_all
 from .records import WorkerRecord, read_records
-from .rendezvous_state import read_store
+from .rendezvous_state import etcd_rendezvous, read_store
 from .slurm import allocation_unit
 from .spec import JobSpec
 from .srun import KILL_WAIT, Step
@@ -97,9 +97,9 @@ class SimulatedJob:
         """Start the store, publish the marked units' decisions, start the launchers.
 
         The harness starts its store only when it hosts the c10d store
-        (:attr:`JobSpec.harness_hosts_store`); etcd-v2 keeps its state in the etcd at
-        :attr:`JobSpec.etcd_endpoint`, and a launcher-hosted store starts with that
-        launcher.
+        (:attr:`JobSpec.harness_hosts_store`); etcd-v2 and etcd-v3 keep their state in
+        the etcd at :attr:`JobSpec.etcd_endpoint`, and a launcher-hosted store starts
+        with that launcher.
         """
         if self.spec.harness_hosts_store:
             self.store.start(STORE_START_TIMEOUT)
@@ -233,7 +233,7 @@ class SimulatedJob:
         be read (:mod:`.rendezvous_state`).
 
         Raises:
-            ValueError: the harness does not host the store (etcd-v2, or a launcher does).
+            ValueError: the harness does not host the store (etcd, or a launcher does).
         """
         if not self.spec.harness_hosts_store:
             raise ValueError("the rendezvous state is only read from the harness's store")
@@ -252,20 +252,14 @@ class SimulatedJob:
     def markers(self) -> ReplacementGroupMarkers:
         """The job's replacement-group markers, read through the live store.
 
-        That is the harness's TCPStore, or for etcd-v2 torch's store in etcd (opened
-        with torch's own ``create_backend``, so under torch's key prefix).
+        That is the harness's TCPStore, or for etcd-v2 and etcd-v3 the backend's store in
+        etcd (opened by the backend's own ``create_backend``, so under its key prefix).
 
         Raises:
             ValueError: a launcher hosts the store (it lives and dies with that launcher).
         """
         if self.spec.etcd_endpoint is not None:
-            from torch.distributed.elastic.rendezvous import RendezvousParameters
-            from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import (
-                create_backend,
-            )
-
-            params = RendezvousParameters("etcd-v2", self.endpoint, self.run_id, 1, 1)
-            store = create_backend(params)[1]
+            store = etcd_rendezvous(self.spec.rendezvous, self.endpoint, self.run_id)[1]
         elif self.spec.harness_hosts_store:
             store = self.store.client()
         else:

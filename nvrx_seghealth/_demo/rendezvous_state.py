@@ -1,7 +1,8 @@
 """torch's dynamic-rendezvous state, read without trusting its private shape.
 
 torch's ``DynamicRendezvousHandler`` keeps one state per run in its backend: the c10d
-backend in the rendezvous store, the etcd-v2 backend in one etcd key. Each backend's
+backend in the rendezvous store, the etcd backends (``etcd-v2``, ``etcd-v3``) in one
+etcd key. Each backend's
 ``get_state()`` (public API) returns that state as the bytes of a pickled
 ``_RendezvousState``, a private class whose attributes (``round``, ``complete``,
 ``closed``, ``participants``, ``wait_list``, ``redundancy_list``) any torch release may
@@ -13,8 +14,8 @@ unpickle, an attribute is missing or of another type) is ``None``, "unknown", an
 :attr:`RendezvousSnapshot.problem` says why. Reaching the backend is another matter: a
 store or etcd that does not answer raises as torch's backend does.
 
-Importing this module needs only the standard library; :func:`read_store` and
-:func:`read_endpoint` import torch.
+Importing this module needs only the standard library; :func:`read_store`,
+:func:`read_endpoint` and :func:`etcd_rendezvous` import torch.
 """
 
 from __future__ import annotations
@@ -25,7 +26,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RendezvousSnapshot", "decode", "read_endpoint", "read_store"]
+__all__ = [
+    "ETCD_BACKENDS",
+    "RendezvousSnapshot",
+    "decode",
+    "etcd_rendezvous",
+    "read_endpoint",
+    "read_store",
+]
+
+#: The rendezvous backends that keep their state and store in etcd.
+ETCD_BACKENDS = ("etcd-v2", "etcd-v3")
 
 
 @dataclass(frozen=True)
@@ -115,28 +126,51 @@ def read_store(store: Any, run_id: str) -> RendezvousSnapshot:
     return decode(None if state is None else state[0])
 
 
+def etcd_rendezvous(
+    backend: str, endpoint: str, run_id: str, read_timeout: float = 60.0
+) -> tuple[Any, Any]:
+    """The rendezvous backend and store of run ``run_id`` in the etcd at ``endpoint``
+    (one member or a comma-separated list), built by the backend's own ``create_backend``:
+    torch's for ``etcd-v2``, the package's etcd-v3 room for ``etcd-v3``, so the keys are
+    theirs and not a copy.
+
+    Raises:
+        ValueError: ``backend`` is not one of :data:`ETCD_BACKENDS`.
+    """
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    if backend not in ETCD_BACKENDS:
+        raise ValueError(f"{backend!r} is not one of the etcd backends {ETCD_BACKENDS}")
+    params = RendezvousParameters(
+        backend, endpoint, run_id, 1, 1, read_timeout=max(1, int(read_timeout))
+    )
+    if backend == "etcd-v2":
+        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
+
+        return create_backend(params)
+    from .._launcher.etcd_v3 import create_backend as create_v3_backend
+
+    return create_v3_backend(params)
+
+
 def read_endpoint(
     backend: str, endpoint: str, run_id: str, timeout: datetime.timedelta
 ) -> RendezvousSnapshot:
     """The snapshot of run ``run_id`` of the rendezvous ``backend`` at ``endpoint``.
 
-    ``c10d``: the TCPStore at ``HOST:PORT``. ``etcd-v2``: the etcd at ``endpoint``,
-    through torch's own ``create_backend``, so the key is torch's and not a copy of it.
+    ``c10d``: the TCPStore at ``HOST:PORT``. ``etcd-v2`` and ``etcd-v3``: the etcd at
+    ``endpoint``, through :func:`etcd_rendezvous`.
 
     Raises:
-        ValueError: ``backend`` is neither.
+        ValueError: ``backend`` is none of them.
     """
     if backend == "c10d":
         from torch.distributed import TCPStore
 
         host, port = endpoint.rsplit(":", 1)
         return read_store(TCPStore(host, int(port), is_master=False, timeout=timeout), run_id)
-    if backend == "etcd-v2":
-        from torch.distributed.elastic.rendezvous import RendezvousParameters
-        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
-
-        read_timeout = max(1, int(timeout.total_seconds()))
-        params = RendezvousParameters(backend, endpoint, run_id, 1, 1, read_timeout=read_timeout)
-        state = create_backend(params)[0].get_state()
+    if backend in ETCD_BACKENDS:
+        rendezvous = etcd_rendezvous(backend, endpoint, run_id, timeout.total_seconds())[0]
+        state = rendezvous.get_state()
         return decode(None if state is None else state[0])
     raise ValueError(f"no rendezvous state reader for backend {backend!r}")

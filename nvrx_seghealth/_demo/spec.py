@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from .._settings.durations import WATCH_INTERVAL, validate_seconds
 from .._settings.rdzv_conf import INNER_BACKENDS, WATCH_INTERVAL_KEY
 
-__all__ = ["BACKENDS", "JobSpec", "StartAfter"]
+__all__ = ["BACKENDS", "ETCD_RENDEZVOUS", "JobSpec", "StartAfter"]
 
 #: Rendezvous backends a simulated launcher can use.
-BACKENDS = ("segment-health", "c10d")
+BACKENDS = ("segment-health", "c10d", "etcd-v3")
+#: The rendezvous backends whose state and store live in an etcd the caller runs.
+ETCD_RENDEZVOUS = ("etcd-v2", "etcd-v3")
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,14 @@ class JobSpec:
             are spares.
         marked: units whose decision file is published before launch (unit index:
             the array task id, ``0`` for a regular job).
-        backend: ``segment-health`` or plain ``c10d``.
+        backend: ``segment-health``, or plain ``c10d`` or ``etcd-v3``.
         inner_backend: the rendezvous ``segment-health`` wraps: ``c10d`` (its store
-            hosted as :attr:`store_in_launcher` says) or ``etcd-v2`` (its state and store
-            in the etcd at :attr:`etcd_endpoint`; no allocation unit hosts anything).
-        etcd_endpoint: ``HOST:PORT`` of a running etcd with the v2 API enabled, the
-            ``--rdzv-endpoint`` of every launcher; required by, and only for, ``etcd-v2``.
+            hosted as :attr:`store_in_launcher` says), ``etcd-v2`` or ``etcd-v3`` (its
+            state and store in the etcd at :attr:`etcd_endpoint`; no allocation unit
+            hosts anything).
+        etcd_endpoint: the ``--rdzv-endpoint`` of every launcher: ``HOST:PORT`` of a
+            running etcd, or of every member, comma-separated (``etcd-v2``: the v2 API
+            enabled); required by, and only for, ``etcd-v2`` and ``etcd-v3``.
         store_in_launcher: for ``c10d``, the label of the launcher that hosts the
             TCPStore in its own process (``is_host=true``; every other launcher
             ``is_host=false``), as c10d does for the launcher whose address is the
@@ -153,8 +157,8 @@ class JobSpec:
             )
         if self.inner_backend != "c10d" and self.backend != "segment-health":
             raise ValueError("inner_backend is the rendezvous that segment-health wraps")
-        if (self.etcd_endpoint is None) != (self.rendezvous != "etcd-v2"):
-            raise ValueError("etcd_endpoint is required by, and only for, etcd-v2")
+        if (self.etcd_endpoint is None) != (self.rendezvous not in ETCD_RENDEZVOUS):
+            raise ValueError("etcd_endpoint is required by, and only for, etcd-v2 and etcd-v3")
         if self.store_in_launcher is not None and (
             self.rendezvous != "c10d" or self.store_in_launcher not in self.labels
         ):
@@ -180,7 +184,7 @@ class JobSpec:
 
     @property
     def rendezvous(self) -> str:
-        """The rendezvous that does the work: ``c10d`` or ``etcd-v2``."""
+        """The rendezvous that does the work: ``c10d``, ``etcd-v2`` or ``etcd-v3``."""
         return self.inner_backend if self.backend == "segment-health" else self.backend
 
     @property

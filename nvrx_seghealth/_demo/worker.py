@@ -64,7 +64,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.partition("\n")[0])
     parser.add_argument("--results-dir", type=Path, required=True)
     parser.add_argument(
-        "--rdzv-endpoint", required=True, help="HOST:PORT of the c10d store or of etcd"
+        "--rdzv-endpoint",
+        required=True,
+        help="HOST:PORT of the c10d store, or etcd's member(s), comma-separated",
     )
     parser.add_argument(
         "--rdzv-backend",
