@@ -4,7 +4,8 @@ from a running job: who holds rank 0, who waits as a spare, the store of a round
 A :class:`Configuration` is one way to run the ``segment-health`` backend: where the
 rendezvous store lives (:data:`STORE_HOST`: c10d with ``nvrx-seghealth store-host``-like
 store outside every unit, ``is_host=false``; :data:`ETCD`: ``inner_backend=etcd-v2``;
-:data:`IN_LAUNCHER`: c10d with the store in a launcher, ``is_host=true``), the watch off
+:data:`ETCD_V3`: ``inner_backend=etcd-v3``, the v2 API off; :data:`IN_LAUNCHER`: c10d
+with the store in a launcher, ``is_host=true``), the watch off
 or on, and one or two launchers per unit. :meth:`Configuration.spec` builds its job;
 :func:`plain_c10d` the same job on plain ``c10d`` with the store outside every unit.
 
@@ -27,7 +28,7 @@ from typing import Any
 from nvrx_seghealth._decision.boundedstat import HELPER_TAG
 from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.outcome import JobResult, Round
-from nvrx_seghealth._demo.rendezvous_state import read_endpoint
+from nvrx_seghealth._demo.rendezvous_state import etcd_rendezvous, read_endpoint
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
 from nvrx_seghealth._launcher.watch import ARRIVED_KEY
 
@@ -36,6 +37,8 @@ from .simjob import JOINED
 __all__ = [
     "CONFIGURATIONS",
     "ETCD",
+    "ETCD_PLACEMENTS",
+    "ETCD_V3",
     "HOST",
     "IN_LAUNCHER",
     "REACH_TIMEOUT",
@@ -57,6 +60,9 @@ __all__ = [
 #: Where the rendezvous store lives.
 STORE_HOST = "store-host"
 ETCD = "etcd-v2"
+ETCD_V3 = "etcd-v3"
+#: The placements in etcd: the placement is the inner backend's name.
+ETCD_PLACEMENTS = (ETCD, ETCD_V3)
 IN_LAUNCHER = "in-launcher"
 #: The launcher that serves the c10d store in :data:`IN_LAUNCHER` configurations.
 HOST = "task0.proc0"
@@ -74,7 +80,7 @@ class Configuration:
     """One way to run the backend (see the module documentation).
 
     Attributes:
-        placement: :data:`STORE_HOST`, :data:`ETCD` or :data:`IN_LAUNCHER`.
+        placement: :data:`STORE_HOST`, :data:`ETCD`, :data:`ETCD_V3` or :data:`IN_LAUNCHER`.
         watch: ``segment_health_check_watch_interval`` is :data:`WATCH_SECONDS` (or off).
         launchers: launchers per unit (``srun -N``).
     """
@@ -97,11 +103,12 @@ class Configuration:
         Raises:
             ValueError: an etcd configuration without ``etcd_endpoint``.
         """
-        if (self.placement == ETCD) != (etcd_endpoint is not None):
-            raise ValueError("an etcd endpoint is required by, and only for, etcd-v2")
+        in_etcd = self.placement in ETCD_PLACEMENTS
+        if in_etcd != (etcd_endpoint is not None):
+            raise ValueError("an etcd endpoint is required by, and only for, etcd-v2 and etcd-v3")
         return JobSpec(
             nodes_per_task=self.launchers,
-            inner_backend="etcd-v2" if self.placement == ETCD else "c10d",
+            inner_backend=self.placement if in_etcd else "c10d",
             etcd_endpoint=etcd_endpoint,
             store_in_launcher=HOST if self.placement == IN_LAUNCHER else None,
             watch_interval=WATCH_SECONDS if self.watch else 0.0,
@@ -116,7 +123,7 @@ class Configuration:
 CONFIGURATIONS: tuple[Configuration, ...] = (
     *(
         Configuration(placement, watch, launchers)
-        for placement in (STORE_HOST, ETCD)
+        for placement in (STORE_HOST, ETCD, ETCD_V3)
         for watch in (False, True)
         for launchers in (1, 2)
     ),
@@ -206,11 +213,7 @@ def healthy_world_after(result: JobResult, at: float, excluded: int) -> Round | 
 def _base_store(job: SimulatedJob) -> Any:
     """A client of the rendezvous store of ``job`` (the harness's, a launcher's or etcd)."""
     if job.spec.etcd_endpoint is not None:
-        from torch.distributed.elastic.rendezvous import RendezvousParameters
-        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
-
-        params = RendezvousParameters("etcd-v2", job.endpoint, job.run_id, 1, 1)
-        return create_backend(params)[1]
+        return etcd_rendezvous(job.spec.rendezvous, job.endpoint, job.run_id)[1]
     if job.spec.harness_hosts_store:
         return job.store.client()
     from torch.distributed import TCPStore
