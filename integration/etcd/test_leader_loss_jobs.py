@@ -1,20 +1,32 @@
-"""Whole jobs on a three-member etcd whose leader is killed: while the launchers gather,
-while the world trains, and while the launchers wait in torchrun's exit barrier.
+"""Whole jobs on a three-member etcd that loses members while they run: on etcd-v3 (the
+v2 API off) and on etcd-v2, beside plain torchrun.
 
-Three one-node array tasks run real ``torchrun`` on ``etcd-v2`` through ``segment-health``
-(the check on), each beside the same job on plain ``torchrun --rdzv-backend=etcd-v2``.
-The launchers name the leader, which dies. The worker is ``leader_loss_worker.py``.
+Three one-node array tasks run real ``torchrun`` through ``segment-health`` (the check on)
+over ``inner_backend=etcd-v3`` on three members without the v2 API (``etcd_v3_cluster``,
+etcd 3.4.23 and 3.5.1; ``--rdzv-endpoint`` names all three, the member that dies first)
+or over ``inner_backend=etcd-v2`` (``etcd_cluster``, Debian's 3.4 with the v2 API; torch's
+etcd-v2 takes one member: the one that dies). The worker is ``leader_loss_worker.py``.
 
 - *gather*: once the three launchers joined, in the rendezvous's last call
   (``--nnodes=3:4``), the leader is killed: each one's heartbeat, written every second,
   meets the election.
 - *train*: once every worker trains, the leader is killed; training stops 10 s later.
-- *exit barrier*: task 2's worker exits only when told; once tasks 0 and 1 wait in the
-  exit barrier, the leader is killed and task 2's worker released.
+- *exit-barrier*: task 2's worker exits only when told; once tasks 0 and 1 wait in the
+  exit barrier, the leader is killed and task 2's worker released: its agent's ``add``
+  to the barrier meets the election.
+- *first-member-mark*: ``--nnodes=2:3``, the watch on; once the world of three trains, the
+  member named first is killed, then task 1 is marked (:func:`harness.launcherjob.mark_task`):
+  the world re-forms as tasks 0 and 2, which complete.
+- *cluster-down*: once the world trains, every member is stopped (SIGSTOP) for
+  :data:`DOWN` seconds, then resumed; training then completes in the same world.
 
-With ``segment-health`` every launcher exits 0 and one world of three trains. Plain
-torchrun's outcome is printed beside it, its job cut at :data:`PLAIN_TIMEOUT`; measured:
-it loses the gather (every launcher exits 1) and hangs in the exit barrier.
+On etcd-v3 every launcher of a completing unit exits 0, and the worlds are as said. What
+etcd-v2 does beside it is printed (``HA |`` lines) and asserted only where it holds
+(:data:`V2_HOLDS`). Plain torchrun beside it, its job cut at :data:`PLAIN_TIMEOUT`: on
+etcd-v2 in the first three phases (it loses the gather: every launcher exits 1, and it
+hangs in the exit barrier); on c10d in the last two, where the TCPStore's host process
+(outside every unit) is the member: it is killed, or stopped for :data:`DOWN` seconds.
+c10d has no analogue of the others: its one store host has no leader to elect.
 """
 
 from __future__ import annotations
@@ -27,13 +39,17 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from harness.common import AT_ONCE_BOUND, wait_until
-from harness.launcherjob import launcher_env, slurm_task
+from harness.etcd import EtcdCluster
+from harness.launcherjob import MARKED, launcher_env, mark_task, slurm_task
+from nvrx_seghealth._demo.store_host import StoreHost
 
 pytestmark = pytest.mark.etcd
 
@@ -49,26 +65,52 @@ RENDEZVOUS = "Rendezvous'ing worker group"
 #: Seconds of the rendezvous's last call (``last_call_timeout``).
 LAST_CALL = 10
 BARRIER = "Waiting 300 seconds for other agents to finish"
+#: Seconds the whole cluster (or c10d's store host) is stopped in *cluster-down*.
+DOWN = 10.0
+FORMED = "leader-loss formed"
+#: The phases in which segment-health over etcd-v2 is held to etcd-v3's outcome.
+V2_HOLDS = ("gather", "train", "exit-barrier", "first-member-mark")
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """One job's end: each launcher's exit code and output."""
+    """One job's end: each launcher's exit code and output, and its seconds."""
 
     returncodes: tuple[int | None, ...]
     outputs: tuple[str, ...]
+    seconds: float
 
     def worlds(self) -> list[str]:
-        return [w for out in self.outputs for w in re.findall(r"leader-loss formed .*", out)]
+        return sorted(w for out in self.outputs for w in re.findall(rf"{FORMED} .*", out))
 
 
 class Job:
-    """Three launchers of one job (started one by one), their logs in ``workdir``."""
+    """Three launchers of one job (started one by one), their logs in ``workdir``.
 
-    def __init__(self, backend: str, endpoint: str, workdir: Path) -> None:
+    Args:
+        backend: ``--rdzv-backend``: ``segment-health`` (over ``inner``), or plain
+            ``etcd-v2`` or ``c10d`` (``inner`` is then the same).
+        inner: the rendezvous that keeps the state: ``etcd-v2``, ``etcd-v3`` or ``c10d``.
+        endpoint: ``--rdzv-endpoint``.
+        nnodes: ``--nnodes``.
+        watch: turn the check's watch on (a look every second).
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        inner: str,
+        endpoint: str,
+        workdir: Path,
+        *,
+        nnodes: str = "3:4",
+        watch: bool = False,
+    ) -> None:
+        self.name = f"{backend} over {inner}" if backend == "segment-health" else f"plain {inner}"
         self.workdir = workdir
         self.stop = workdir / "stop"
         self.release = workdir / "release"
+        self.started = time.monotonic()
         # --nnodes=3:4 with three launchers: a last call of LAST_CALL seconds once all
         # three joined, each writing its heartbeat every second meanwhile.
         conf = (
@@ -76,12 +118,16 @@ class Job:
             "keep_alive_interval=1,keep_alive_max_attempt=20"
         )
         if backend == "segment-health":
-            conf = f"inner_backend=etcd-v2,segment_health_check_dir={workdir},{conf}"
+            conf = f"inner_backend={inner},segment_health_check_dir={workdir},{conf}"
+            if watch:
+                conf = f"{conf},segment_health_check_watch_interval=1"
+        if inner == "c10d":
+            conf = f"is_host=false,{conf}"
         self.argv = [
             sys.executable,
             "-m",
             "torch.distributed.run",
-            "--nnodes=3:4",
+            f"--nnodes={nnodes}",
             "--nproc-per-node=1",
             "--max-restarts=0",
             "--monitor-interval=1",
@@ -115,18 +161,19 @@ class Job:
     def log(self, task: int) -> Path:
         return self.workdir / f"task{task}.log"
 
-    def said(self, text: str, tasks: tuple[int, ...]) -> bool:
-        """Whether each of ``tasks`` printed ``text`` (or ended)."""
+    def said(self, text: str, tasks: tuple[int, ...], times: int = 1) -> bool:
+        """Whether each of ``tasks`` printed ``text`` ``times`` times (or ended)."""
         return all(
-            text in self.log(t).read_text(errors="replace") or self.processes[t].poll() is not None
+            self.log(t).read_text(errors="replace").count(text) >= times
+            or self.processes[t].poll() is not None
             for t in tasks
         )
 
-    def wait_for(self, text: str, tasks: tuple[int, ...]) -> None:
+    def wait_for(self, text: str, tasks: tuple[int, ...], times: int = 1) -> None:
         """Wait until :meth:`said`, at most :data:`PHASE_BOUND` seconds: a job that
         never gets there goes on, and its end tells."""
         with contextlib.suppress(AssertionError):
-            wait_until(lambda: self.said(text, tasks), timeout=PHASE_BOUND)
+            wait_until(lambda: self.said(text, tasks, times), timeout=PHASE_BOUND)
 
     def end(self, timeout: float = JOB_TIMEOUT) -> Outcome:
         """Each launcher's end; one still running after ``timeout`` seconds in all is
@@ -144,73 +191,185 @@ class Job:
         return Outcome(
             tuple(self.processes[t].returncode for t in TASKS),
             tuple(self.log(t).read_text(errors="replace") for t in TASKS),
+            time.monotonic() - self.started,
         )
 
 
-def _gather(job: Job, cluster) -> None:
+@dataclass
+class Members:
+    """What a phase does to the rendezvous's servers: an etcd cluster's members, or
+    plain c10d's store host (its one "member", which has no leader)."""
+
+    cluster: EtcdCluster | None = None
+    store: StoreHost | None = None
+
+    def pids(self) -> list[int]:
+        if self.cluster is not None:
+            return [m.process.pid for m in self.cluster.members if m.alive]
+        assert self.store is not None and self.store.pid is not None
+        return [self.store.pid]
+
+    def kill_leader(self) -> None:
+        assert self.cluster is not None, "c10d's store host has no leader"
+        self.cluster.kill_leader()
+
+    def kill_first(self) -> None:
+        """SIGKILL the member named first (c10d: the store host)."""
+        if self.cluster is None:
+            os.kill(self.pids()[0], signal.SIGKILL)
+            return
+        first = self.cluster.members[0]
+        first.process.kill()
+        first.process.wait(timeout=10)
+
+    def stop_all(self, seconds: float) -> None:
+        """SIGSTOP every member for ``seconds``, then SIGCONT them (resumed in any case)."""
+        pids = self.pids()
+        try:
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(seconds)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+
+
+def _gather(job: Job, members: Members) -> None:
     for task in TASKS:
         job.start(task)
     job.wait_for(RENDEZVOUS, TASKS)
     time.sleep(2)  # all three joined: the last call runs, each writes its heartbeat
-    cluster.kill_leader()
-    job.wait_for("leader-loss formed", TASKS)
+    members.kill_leader()
+    job.wait_for(FORMED, TASKS)
     job.stop.touch()
 
 
-def _train(job: Job, cluster) -> None:
+def _train(job: Job, members: Members) -> None:
     for task in TASKS:
         job.start(task)
-    job.wait_for("leader-loss formed", TASKS)
-    cluster.kill_leader()
+    job.wait_for(FORMED, TASKS)
+    members.kill_leader()
     time.sleep(10)  # torchrun's monitor and torch's keep-alive meet the election
     job.stop.touch()
 
 
-def _exit_barrier(job: Job, cluster) -> None:
+def _exit_barrier(job: Job, members: Members) -> None:
     for task in TASKS:
         job.start(task, hold=task == 2)
-    job.wait_for("leader-loss formed", TASKS)
+    job.wait_for(FORMED, TASKS)
     job.stop.touch()
     job.wait_for(BARRIER, (0, 1))
-    cluster.kill_leader()
+    members.kill_leader()
     time.sleep(0.5)
     job.release.touch()
 
 
-PHASES = {"gather": _gather, "train": _train, "exit-barrier": _exit_barrier}
+def _first_member_mark(job: Job, members: Members) -> None:
+    for task in TASKS:
+        job.start(task)
+    job.wait_for(FORMED, TASKS)
+    members.kill_first()
+    time.sleep(3)  # the launchers' heartbeats and the watch's looks meet the dead member
+    mark_task(job.workdir)
+    job.wait_for(FORMED, (0, 2), times=2)  # the world without the marked unit
+    job.stop.touch()
 
 
-def _named(cluster) -> str:
-    """The member the launchers name: the leader, which dies."""
-    return cluster.leader().server.endpoint
+def _cluster_down(job: Job, members: Members) -> None:
+    for task in TASKS:
+        job.start(task)
+    job.wait_for(FORMED, TASKS)
+    members.stop_all(DOWN)
+    time.sleep(3)  # training goes on with the cluster back
+    job.stop.touch()
 
 
-@pytest.mark.parametrize("phase", list(PHASES))
-def test_the_job_completes_when_the_etcd_leader_is_lost(phase, etcd_cluster, tmp_path) -> None:
-    """segment-health: every launcher exits 0 and one world of three trained."""
-    job = Job("segment-health", _named(etcd_cluster), tmp_path)
-    PHASES[phase](job, etcd_cluster)
-    outcome = job.end()
-    print(f"segment-health, leader lost at {phase}: exits {outcome.returncodes}")
-    for task, output in zip(TASKS, outcome.outputs):
-        print(f"--- task{task}:\n" + "\n".join(_retry_lines(output)))
-    assert outcome.returncodes == (0, 0, 0)
-    assert sorted(outcome.worlds()) == [f"leader-loss formed rank={r} world=3" for r in range(3)]
+PHASES: dict[str, Callable[[Job, Members], None]] = {
+    "gather": _gather,
+    "train": _train,
+    "exit-barrier": _exit_barrier,
+    "first-member-mark": _first_member_mark,
+    "cluster-down": _cluster_down,
+}
+#: What each phase needs of the job: ``--nnodes`` and the watch.
+SHAPES: dict[str, dict[str, Any]] = {"first-member-mark": {"nnodes": "2:3", "watch": True}}
+#: The phases whose member dies while leading.
+LEADER_PHASES = ("gather", "train", "exit-barrier")
 
 
-@pytest.mark.parametrize("phase", list(PHASES))
-def test_plain_torchrun_beside_it(phase, etcd_cluster, tmp_path) -> None:
-    """Plain torchrun on etcd-v2 in the same scenario, for the comparison: its outcome is
-    printed. The wrapper is never worse: every segment-health run above exits 0."""
-    job = Job("etcd-v2", _named(etcd_cluster), tmp_path)
-    PHASES[phase](job, etcd_cluster)
-    outcome = job.end(PLAIN_TIMEOUT)
-    print(f"plain etcd-v2, leader lost at {phase}: exits {outcome.returncodes}")
+def _endpoints(cluster: EtcdCluster, phase: str) -> list[str]:
+    """Every member, the one that dies first: the leader, else the first member."""
+    first = cluster.leader() if phase in LEADER_PHASES else cluster.members[0]
+    return [m.server.endpoint for m in [first, *(m for m in cluster.members if m is not first)]]
+
+
+def _run(job: Job, phase: str, members: Members, timeout: float = JOB_TIMEOUT) -> Outcome:
+    PHASES[phase](job, members)
+    outcome = job.end(timeout)
+    print(f"HA | {phase} | {job.name} | exits {outcome.returncodes} | {outcome.seconds:.1f} s")
     for task, output in zip(TASKS, outcome.outputs):
         errors = re.findall(r"\w*(?:Error|Exception)\b: .{0,160}", output)
         print(f"--- task{task}: {sorted(set(errors))[:3]}")
+        print("\n".join(line[-300:] for line in output.splitlines() if "retry=" in line))
+    return outcome
+
+
+def _assert_completed(phase: str, outcome: Outcome) -> None:
+    """Every launcher of a unit that stays exits 0, and the worlds are the phase's."""
+    three = [f"{FORMED} rank={r} world=3" for r in range(3)]
+    if phase == "first-member-mark":
+        assert outcome.returncodes[MARKED] not in (None, 0), outcome.returncodes
+        assert [outcome.returncodes[t] for t in TASKS if t != MARKED] == [0, 0]
+        assert outcome.worlds() == sorted([*three, *(f"{FORMED} rank={r} world=2" for r in (0, 1))])
+        return
+    assert outcome.returncodes == (0, 0, 0)
+    assert outcome.worlds() == three
+
+
+def _segment_health(
+    phase: str, inner: str, endpoint: str, members: Members, workdir: Path
+) -> Outcome:
+    job = Job("segment-health", inner, endpoint, workdir, **SHAPES.get(phase, {}))
+    return _run(job, phase, members)
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_the_job_completes_on_etcd_v3(phase, etcd_v3_cluster, tmp_path) -> None:
+    """segment-health over etcd-v3, every member named: the job completes as said."""
+    endpoint = ",".join(_endpoints(etcd_v3_cluster, phase))
+    outcome = _segment_health(phase, "etcd-v3", endpoint, Members(etcd_v3_cluster), tmp_path)
+    _assert_completed(phase, outcome)
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_etcd_v2_beside_it(phase, etcd_cluster, tmp_path) -> None:
+    """segment-health over etcd-v2 (one member named: the one that dies first), printed;
+    held to the same outcome in :data:`V2_HOLDS`."""
+    endpoint = _endpoints(etcd_cluster, phase)[0]
+    outcome = _segment_health(phase, "etcd-v2", endpoint, Members(etcd_cluster), tmp_path)
+    if phase in V2_HOLDS:
+        _assert_completed(phase, outcome)
     assert all(code is not None for code in outcome.returncodes)
 
 
-def _retry_lines(output: str) -> list[str]:
-    return [line[-300:] for line in output.splitlines() if "retry=" in line]
+@pytest.mark.parametrize("phase", list(LEADER_PHASES))
+def test_plain_torchrun_beside_it(phase, etcd_cluster, tmp_path) -> None:
+    """Plain torchrun on etcd-v2 in the same scenario, for the comparison: its outcome is
+    printed. The wrapper is never worse: every segment-health run above exits 0."""
+    job = Job("etcd-v2", "etcd-v2", _endpoints(etcd_cluster, phase)[0], tmp_path)
+    outcome = _run(job, phase, Members(etcd_cluster), PLAIN_TIMEOUT)
+    assert all(code is not None for code in outcome.returncodes)
+
+
+@pytest.mark.parametrize("phase", ["first-member-mark", "cluster-down"])
+def test_plain_c10d_beside_it(phase, tmp_path) -> None:
+    """Plain torchrun on c10d, its store in a host process outside every unit: the host is
+    killed (first-member-mark: c10d never reads the mark) or stopped; printed."""
+    store = StoreHost(tmp_path / "store.log")
+    store.start(60)
+    try:
+        job = Job("c10d", "c10d", store.endpoint, tmp_path)
+        outcome = _run(job, phase, Members(store=store), PLAIN_TIMEOUT)
+    finally:
+        store.stop()
+    assert all(code is not None for code in outcome.returncodes)
