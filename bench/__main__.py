@@ -1,9 +1,9 @@
-"""``python -m bench [--quick] [--rows 1,...,13] [--port-race-rounds N]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,...,17] [--port-race-rounds N]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
 the run and its load (the 1-minute load average before and after): on a busy machine
-the whole-job rows (1, 2, 6, 7, 10, 11) are the first to suffer.
+the whole-job rows (1, 2, 6, 7, 10, 11, 14) are the first to suffer.
 
 Exit status: 0 when no row missed its target, 1 otherwise.
 """
@@ -32,6 +32,9 @@ from . import (
     sigterm_exit,
     startup,
     store_scale,
+    v3_history,
+    v3_jobs,
+    v3_rounds,
     watch,
 )
 
@@ -53,6 +56,10 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = dict(
             watch.hung_rows,
             sigterm_exit.rows,
             port_race.rows,
+            v3_jobs.rows,
+            v3_rounds.request_rows,
+            v3_history.rows,
+            v3_rounds.scale_rows,
         ),
         strict=True,
     )

@@ -8,7 +8,25 @@ import argparse
 __all__ = ["ROW_KEYS", "build_parser"]
 
 #: The rows of the benchmark table, in order (``bench/__main__.py`` measures each one).
-ROW_KEYS = ("1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13")
+ROW_KEYS = (
+    "1",
+    "2",
+    "3",
+    "4",
+    "5",
+    "6",
+    "7",
+    "8",
+    "9",
+    "10",
+    "11",
+    "12",
+    "13",
+    "14",
+    "15",
+    "16",
+    "17",
+)
 
 
 def _row_keys(value: str) -> list[str]:

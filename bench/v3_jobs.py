@@ -1,0 +1,164 @@
+"""Row 14: whole torchrun jobs on ``etcd-v3`` against ``c10d`` and ``etcd-v2``.
+
+Each job is ``--nnodes=N`` real ``torchrun`` launchers on 127.0.0.1, one worker each
+(``v3_jobs_worker.py``), ``--max-restarts=1``, torch's other defaults; only the rendezvous
+differs. c10d's store is served outside the launchers (``nvrx-seghealth store-host``,
+``is_host=false``); both etcd backends use one etcd 3.4.23 that serves v2 and v3.
+Measured, from the workers' own start times: the healthy formation (launch until every
+worker of the first world started), then the recovery after a sibling's worker failure
+(the harness SIGKILLs the worker of rank 1; from the kill until every worker of the next
+world started: the failed agent restarts, the others see a node waiting and restart).
+Variants run job by job, interleaved; the target is etcd-v3 within 10 % of c10d.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.common import free_port
+from harness.etcd import running_etcd
+from harness.launcherjob import launcher_env, store_host
+from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+
+WORKER = Path(__file__).with_name("v3_jobs_worker.py")
+BACKENDS = ("c10d", "etcd-v3", "etcd-v2")
+#: Launchers per job, and interleaved jobs per backend, quick and full.
+LAUNCHERS = {True: 2, False: 4}
+REPETITIONS = {True: 2, False: 3}
+TARGET = 1.10
+#: Seconds the harness waits for a world before it gives the job up.
+WORLD_BOUND = 120.0
+
+
+@dataclass(frozen=True)
+class JobTimes:
+    """One job: seconds to its first world, and from the kill to the next world
+    (``None``: that world never started all its workers)."""
+
+    formation: float | None
+    recovery: float | None
+
+
+def _records(path: Path) -> list[tuple[int, int, float]]:
+    if not path.exists():
+        return []
+    rows = [line.split() for line in path.read_text().splitlines()]
+    return [(int(r[0]), int(r[1]), float(r[2])) for r in rows if len(r) == 3]
+
+
+def _world(path: Path, nodes: int, since: float) -> list[tuple[int, int, float]] | None:
+    """The workers that started after ``since``, once ``nodes`` of them did."""
+    deadline = time.monotonic() + WORLD_BOUND
+    while time.monotonic() < deadline:
+        world = [r for r in _records(path) if r[2] >= since]
+        if len(world) >= nodes:
+            return world
+        time.sleep(0.05)
+    return None
+
+
+def run_job(backend: str, endpoint: str, nodes: int) -> JobTimes:
+    """One job on ``backend`` at ``endpoint``: its formation and its recovery."""
+    with tempfile.TemporaryDirectory(prefix="nvrx-bench-v3-job-") as workdir:
+        records = Path(workdir) / "records"
+        conf = "is_host=false" if backend == "c10d" else "read_timeout=60"
+        argv = [
+            "torchrun",
+            f"--nnodes={nodes}",
+            "--nproc-per-node=1",
+            "--max-restarts=1",
+            f"--rdzv-backend={backend}",
+            f"--rdzv-endpoint={endpoint}",
+            f"--rdzv-id={Path(workdir).name}",
+            f"--rdzv-conf={conf}",
+            "--local-addr=127.0.0.1",
+            str(WORKER),
+        ]
+        launched = time.time()
+        launchers = [
+            subprocess.Popen(
+                argv,
+                cwd=workdir,
+                env=launcher_env(V3_JOB_RECORDS=str(records)),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            for _ in range(nodes)
+        ]
+        try:
+            first = _world(records, nodes, launched)
+            if first is None:
+                return JobTimes(None, None)
+            formation = max(started for _, _, started in first) - launched
+            victim = next(pid for rank, pid, _ in first if rank == 1)
+            killed = time.time()
+            os.kill(victim, signal.SIGKILL)
+            second = _world(records, nodes, killed)
+            recovery = None if second is None else max(s for _, _, s in second) - killed
+            return JobTimes(formation, recovery)
+        finally:
+            for launcher in launchers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(launcher.pid, signal.SIGKILL)
+                launcher.wait()
+
+
+def _describe(backend: str, values: list[float | None]) -> str:
+    median = median_or_none(values)
+    runs = ", ".join("never" if v is None else f"{v:.1f}" for v in values)
+    return f"{backend} {'n/a' if median is None else f'{median:.2f} s'} ({runs})"
+
+
+def rows(quick: bool) -> list[Row]:
+    nodes = LAUNCHERS[quick]
+    with (
+        running_etcd("v3-jobs", release="3.4", v2=True) as etcd,
+        store_host("127.0.0.1", free_port()) as store,
+    ):
+        endpoints = {"c10d": store.endpoint, "etcd-v3": etcd.endpoint, "etcd-v2": etcd.endpoint}
+        variants: dict[str, Callable[[], JobTimes]] = {
+            b: functools.partial(run_job, b, endpoints[b], nodes) for b in BACKENDS
+        }
+        samples = interleaved_samples(variants, REPETITIONS[quick])
+    result = []
+    for what, pick in (
+        ("healthy formation", lambda t: t.formation),
+        ("recovery after a sibling's worker failure", lambda t: t.recovery),
+    ):
+        values = {b: [pick(t) for t in samples[b]] for b in BACKENDS}
+        medians = {b: median_or_none(v) for b, v in values.items()}
+        detail = "; ".join(_describe(b, values[b]) for b in BACKENDS) + (
+            f" ({len(samples['c10d'])} interleaved jobs each); etcd-v2 / c10d "
+            f"{_ratio(medians['etcd-v2'], medians['c10d'])}"
+        )
+        for other in ("c10d", "etcd-v2"):
+            ratio = ratio_or_none(medians["etcd-v3"], medians[other])
+            complete = all(v is not None for b in ("etcd-v3", other) for v in values[b])
+            result.append(
+                Row(
+                    f"{what}, {nodes} torchrun launchers: etcd-v3 vs {other}",
+                    ratio,
+                    f"<= {TARGET:.2f}" if other == "c10d" else "-",
+                    (None if ratio is None else complete and ratio <= TARGET)
+                    if other == "c10d"
+                    else None,
+                    detail,
+                )
+            )
+    return result
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> str:
+    ratio = ratio_or_none(numerator, denominator)
+    return "n/a" if ratio is None else f"{ratio:.3f}"
