@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -33,19 +34,45 @@ WORKER = Path(__file__).with_name("v3_jobs_worker.py")
 BACKENDS = ("c10d", "etcd-v3", "etcd-v2")
 #: Launchers per job, and interleaved jobs per backend, quick and full.
 LAUNCHERS = {True: 2, False: 4}
-REPETITIONS = {True: 2, False: 3}
+REPETITIONS = {True: 2, False: 5}
 TARGET = 1.10
+FORMATION = "healthy formation"
 #: Seconds the harness waits for a world before it gives the job up.
 WORLD_BOUND = 120.0
+
+
+#: torch's agent logs this, with the time of day, when it starts its rendezvous.
+JOINING = re.compile(r"^I\d{4} (\d\d):(\d\d):(\d\d\.\d+) .*Rendezvous'ing worker group")
 
 
 @dataclass(frozen=True)
 class JobTimes:
     """One job: seconds to its first world, and from the kill to the next world
-    (``None``: that world never started all its workers)."""
+    (``None``: that world never started all its workers).
+
+    ``phases``: where the formation's seconds went: launch until the last agent began its
+    rendezvous (from the agents' logs), then until the last worker started (``None`` when
+    a log lacks the line).
+    """
 
     formation: float | None
     recovery: float | None
+    phases: tuple[float, float] | None = None
+
+
+def _joining(logs: list[Path], launched: float) -> float | None:
+    """Seconds from ``launched`` until the last agent logged :data:`JOINING` (its time of
+    day, this machine's local time, as torch logs it)."""
+    day = time.localtime(launched)
+    midnight = launched - (day.tm_hour * 3600 + day.tm_min * 60 + day.tm_sec)
+    firsts = []
+    for log in logs:
+        found = [m for m in map(JOINING.match, log.read_text().splitlines()) if m]
+        if not found:
+            return None
+        hours, minutes, seconds = found[0].groups()
+        firsts.append(int(hours) * 3600 + int(minutes) * 60 + float(seconds))
+    return midnight + max(firsts) - launched
 
 
 def _records(path: Path) -> list[tuple[int, int, float]]:
@@ -84,29 +111,34 @@ def run_job(backend: str, endpoint: str, nodes: int) -> JobTimes:
             str(WORKER),
         ]
         launched = time.time()
-        launchers = [
-            subprocess.Popen(
-                argv,
-                cwd=workdir,
-                env=launcher_env(V3_JOB_RECORDS=str(records)),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            for _ in range(nodes)
-        ]
+        logs = [Path(workdir) / f"launcher{index}.log" for index in range(nodes)]
+        launchers = []
+        for log in logs:
+            with log.open("w") as output:
+                launchers.append(
+                    subprocess.Popen(
+                        argv,
+                        cwd=workdir,
+                        env=launcher_env(V3_JOB_RECORDS=str(records), LOGLEVEL="INFO"),
+                        stdin=subprocess.DEVNULL,
+                        stdout=output,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         try:
             first = _world(records, nodes, launched)
             if first is None:
                 return JobTimes(None, None)
             formation = max(started for _, _, started in first) - launched
+            joining = _joining(logs, launched)
+            phases = None if joining is None else (joining, formation - joining)
             victim = next(pid for rank, pid, _ in first if rank == 1)
             killed = time.time()
             os.kill(victim, signal.SIGKILL)
             second = _world(records, nodes, killed)
             recovery = None if second is None else max(s for _, _, s in second) - killed
-            return JobTimes(formation, recovery)
+            return JobTimes(formation, recovery, phases)
         finally:
             for launcher in launchers:
                 with contextlib.suppress(ProcessLookupError):
@@ -133,7 +165,7 @@ def rows(quick: bool) -> list[Row]:
         samples = interleaved_samples(variants, REPETITIONS[quick])
     result = []
     for what, pick in (
-        ("healthy formation", lambda t: t.formation),
+        (FORMATION, lambda t: t.formation),
         ("recovery after a sibling's worker failure", lambda t: t.recovery),
     ):
         values = {b: [pick(t) for t in samples[b]] for b in BACKENDS}
@@ -142,6 +174,8 @@ def rows(quick: bool) -> list[Row]:
             f" ({len(samples['c10d'])} interleaved jobs each); etcd-v2 / c10d "
             f"{_ratio(medians['etcd-v2'], medians['c10d'])}"
         )
+        if what == FORMATION:
+            detail += "; " + _phases(samples)
         for other in ("c10d", "etcd-v2"):
             ratio = ratio_or_none(medians["etcd-v3"], medians[other])
             complete = all(v is not None for b in ("etcd-v3", other) for v in values[b])
@@ -157,6 +191,20 @@ def rows(quick: bool) -> list[Row]:
                 )
             )
     return result
+
+
+def _phases(samples: dict[str, list[JobTimes]]) -> str:
+    """Median seconds of each phase of the formation, by backend (from the agents' logs)."""
+    parts = []
+    for backend, jobs in samples.items():
+        known = [job.phases for job in jobs if job.phases is not None]
+        if known:
+            start, rest = (median_or_none(p[i] for p in known) for i in range(2))
+            parts.append(f"{backend} {start:.2f} + {rest:.2f} s")
+    return (
+        "formation = agents' start-up (launch until the last agent began its rendezvous, "
+        "from their logs) + rendezvous and workers' start, medians: " + ", ".join(parts)
+    )
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> str:
