@@ -47,7 +47,7 @@ from nvrx_seghealth._launcher.etcd_v3.client import (
 ATTEMPT = 10.0
 
 
-# --- harness helpers (to move to harness/etcd.py) -------------------------------------
+# --- an etcd of a test's own, with flags the harness does not give, and raw gateway calls ---
 
 
 @dataclass
