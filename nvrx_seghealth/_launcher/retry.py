@@ -57,7 +57,8 @@ class RetryPolicy:
         timeout: seconds a call is retried after its first transient failure (> 0).
         transient: whether an error is transient (a call that fails with it may answer
             if run again).
-        member: the member the calls go to now, for messages.
+        member: the member the calls go to now, for messages (an error with a
+            ``member`` attribute names the one that failed instead).
     """
 
     def __init__(
@@ -98,7 +99,8 @@ class RetryPolicy:
                     if stops_the_launcher(error) or not self._transient(error):
                         raise
                     now = time.monotonic()
-                    member = self._member()
+                    # the member that failed, if the error names it (the client has moved on)
+                    member = str(getattr(error, "member", "") or self._member())
                     if deadline is None:
                         deadline = now + self.timeout
                         self._failed(what, member, error, now)

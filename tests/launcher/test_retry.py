@@ -85,6 +85,19 @@ def test_past_the_timeout_the_call_raises_unreachable(caplog) -> None:
     ]
 
 
+def test_an_error_naming_its_member_is_told_by_that_member(caplog) -> None:
+    class Named(Flaky):
+        member = "m0"  # the member that failed; the policy's callable names the next
+
+    def call() -> object:
+        raise Named("refused")
+
+    caplog.set_level(logging.INFO)
+    with pytest.raises(Unreachable) as raised:
+        policy(timeout=0.2).call("get", call)
+    assert "m0" in str(raised.value) and episodes(caplog)[0][1]["member"] == "m0"
+
+
 @pytest.mark.parametrize(
     "error", [ValueError("not transient"), SignalException("stop", signal.SIGTERM)]
 )
