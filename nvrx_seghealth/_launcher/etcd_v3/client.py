@@ -530,14 +530,17 @@ class EtcdClient:
         :class:`EtcdError` (not transient)."""
         with self._lock:
             self._closed = True
-            connections = [c for idle in self._idle.values() for c in idle] + [*self._watches]
+            idle = [c for connections in self._idle.values() for c in connections]
+            watches = [*self._watches]
             self._idle.clear()
-        for connection in connections:
-            if connection.sock is not None:  # wakes a watch blocked reading it
+        for connection in watches:  # wake each blocked watch; its own thread closes it
+            sock = connection.sock
+            if sock is not None:
                 try:
-                    connection.sock.shutdown(socket.SHUT_RDWR)
+                    sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass  # not connected yet, or gone already
+        for connection in idle:
             connection.close()
 
     def _call(self, path: str, request: dict[str, Any]) -> dict[str, Any]:
