@@ -106,7 +106,7 @@ def test_try_it_on_one_machine(tmp_path):
     script = (
         script.replace(". .venv/bin/activate", f". {shlex.quote(str(activate))}")
         .replace("29400", str(free_port()))
-        .replace("/tmp/segment-health-check", str(decisions))
+        .replace("/tmp/segment-health-check/1000", str(decisions))
     )
     log = tmp_path / "session.log"
     with log.open("w") as sink:  # a file: a background job may hold it after bash exits
@@ -257,7 +257,15 @@ def test_captured_outputs_are_what_the_code_prints():
     """A captured output's headings and names are still the code's (not a run: see the
     tests of the demo and of the events for that)."""
     source = "\n".join(p.read_text() for p in (ROOT / "nvrx_seghealth").rglob("*.py"))
-    (demo,) = examples_under(START, "The demo", "text")
+    report, demo = examples_under(START, "The demo", "text")
+    for line in (
+        "Allocation units",
+        "Rendezvous rounds that started workers",
+        "Time to a healthy world: ",
+        "EXCLUDED, never joined",
+        "Outcome: as the contract requires.",
+    ):
+        assert line in report.text and line in source, line
     for heading in (
         "Timeline, ",
         "(seconds from launch)",
