@@ -25,6 +25,9 @@ FRONT, CLUSTER, LAUNCHERS, RUN = (
     "docs/launchers.md",
     "docs/reference/run.md",
 )
+#: The decision directory of the launch lines: the root plus the array job id, as the
+#: example job script reads it (the shell expands the variable).
+DIRECTORY = "/shared/job/segment-health-check/$SLURM_ARRAY_JOB_ID"
 
 
 def _torchrun_config(argv: list[str]):
@@ -64,7 +67,7 @@ def test_torchrun_command_lines():
         assert config.rdzv_backend == "segment-health"
         settings = BackendSettings.from_rdzv_config(config.rdzv_configs, environ={})
         assert settings.check is not None
-        assert settings.check.directory == "/shared/job/segment-health-check"
+        assert settings.check.directory == DIRECTORY
         if settings.inner_backend == "c10d":  # the store outside every unit
             assert config.rdzv_configs.get("is_host") == "false"
 
@@ -146,7 +149,7 @@ def test_your_launcher_command_lines(monkeypatch, tmp_path):
     assert config.rdzv_endpoint.startswith("store-host:")
     assert (config.min_nodes, config.max_nodes) == (2, 2)
     assert config.rdzv_configs["is_host"] == "false"
-    assert config.rdzv_configs["segment_health_check_dir"] == "/shared/job/segment-health-check"
+    assert config.rdzv_configs["segment_health_check_dir"] == DIRECTORY
     monkeypatch.delenv(variable)
 
     # TorchX: the store, the environment, then `torchx run`'s parser and the component's.
@@ -156,7 +159,7 @@ def test_your_launcher_command_lines(monkeypatch, tmp_path):
     environment = dict(
         pair.split("=", 1) for line in exports if line[0] == "export" for pair in line[1:]
     )
-    assert environment["NVRX_SEGMENT_HEALTH_CHECK_DIR"] == "/tmp/segment-health-check"
+    assert environment["NVRX_SEGMENT_HEALTH_CHECK_DIR"] == "/tmp/segment-health-check/1000"
     assert run[:2] == ["torchx", "run"]
     parser = argparse.ArgumentParser()
     CmdRun().add_arguments(parser)
@@ -207,7 +210,7 @@ def test_your_launcher_command_lines(monkeypatch, tmp_path):
     assert config.rdzv_endpoint == "store-host:29400"
     assert (config.min_nodes, config.max_nodes, config.nproc_per_node) == (2, 2, 8)
     assert config.rdzv_configs["is_host"] == "false"
-    assert config.rdzv_configs["segment_health_check_dir"] == "/shared/job/segment-health-check"
+    assert config.rdzv_configs["segment_health_check_dir"] == DIRECTORY
 
 
 def test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member():
