@@ -49,6 +49,12 @@ FRONT, CLUSTER, LAUNCHERS, CONTRIBUTING, RUN = (
 )
 API = "docs/reference/python-api.md"
 RUNS, LAUNCH = "tests/test_docs_runs.py", "tests/test_docs_launchers.py"
+GUIDES = "tests/test_docs_guides.py"
+SIZING, SERVICES, STORE_UNIT = (
+    "docs/sizing.md",
+    "docs/services.md",
+    "The store host as a systemd service",
+)
 SITE = "test_the_site_build_is_strict (./dev docs renders it; CI runs that)"
 START, WATCH, EVENTS = "docs/getting-started.md", "docs/watch.md", "docs/reference/events.md"
 LAUNCH_LINES = (
@@ -113,6 +119,26 @@ CHECKED = {
     (CONTRIBUTING, "Benchmarks", "bash"): "test_benchmark_command_lines",
     (CONTRIBUTING, "The documentation", "bash"): "test_the_docs_command_is_what_ci_runs",
     ("docs/index.md", "nvrx-seghealth documentation", "{toctree}"): SITE,
+    (
+        SIZING,
+        "Count launchers, not tasks",
+        "bash",
+    ): f"test_sizing_submission_runs_the_job_script ({GUIDES})",
+    (
+        SIZING,
+        "Your training script",
+        "python",
+    ): f"test_sizing_checkpoint_is_the_tested_example ({GUIDES})",
+    (
+        SERVICES,
+        STORE_UNIT,
+        "ini",
+    ): f"test_store_host_unit_file ({GUIDES}; its loss: integration/test_store_host_lost.py)",
+    (
+        SERVICES,
+        "One publish-drained per array job",
+        "bash",
+    ): f"test_publish_drained_per_array_job ({GUIDES})",
 }
 
 #: (page, heading, language) of every block that nothing can run, and why.
@@ -140,7 +166,7 @@ def test_every_example_is_claimed():
     assert not set(CHECKED) & set(NOT_RUNNABLE)
     defined = {
         name
-        for path in (Path(__file__), ROOT / RUNS, ROOT / LAUNCH)
+        for path in (Path(__file__), ROOT / RUNS, ROOT / LAUNCH, ROOT / GUIDES)
         for name in re.findall(r"^def (test_\w+)\(", path.read_text(), re.MULTILINE)
     }
     named = {
@@ -151,6 +177,7 @@ def test_every_example_is_claimed():
 
 def test_every_relative_link_resolves():
     pages = ["ARCHITECTURE.md", "BENCHMARKS.md", "CHANGELOG.md", *PAGES]
+    pages += sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "bench/results").glob("*.md"))
     links = [link for page in pages for link in relative_links(page)]
     assert len(links) > 50, links  # the reader found the links
     broken = [
