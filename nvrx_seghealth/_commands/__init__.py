@@ -1,28 +1,17 @@
 """The ``nvrx-seghealth`` command: a thin dispatcher to one module per subcommand.
 
-A subcommand module provides ``register(subparsers)``, which adds its subparser (help
-text, examples) and sets ``func``; ``func(args)`` returns the exit code. To add a
-subcommand, list its module in ``_SUBCOMMANDS``: ``--help`` lists the subcommands in
-that order.
+A subcommand module provides ``register(subparsers)``, which adds its subparser and sets
+``func``; ``func(args)`` returns the exit code. Each module declares its options as rows
+(:mod:`.arguments`). ``--help`` lists the subcommands in the order of ``_SUBCOMMANDS``.
 
-Usage errors have one place: a ``func`` that finds its arguments or settings unusable
-raises :class:`~nvrx_seghealth.ConfigurationError` (naming the setting and the fix), and
-:func:`main` prints it as ``nvrx-seghealth COMMAND: error: MESSAGE`` on stderr and
-returns ``2`` (:data:`~.output.EXIT_USAGE`), as argparse does for a malformed option.
-
-Output whose reader went away (``nvrx-seghealth status | head -1``) ends the command
-quietly: no ``BrokenPipeError`` traceback, and exit ``141``
-(:data:`~.output.EXIT_BROKEN_PIPE`, 128 + SIGPIPE), the status a shell reports for a
-tool such as ``grep`` killed by SIGPIPE in the same place. Whatever the command did
-before stands (a ``mark`` whose confirmation line could not be printed is written).
-141 is neither the command's verdict nor a usage error: the output was cut, and under
-``set -o pipefail`` the pipeline says so. A ``BrokenPipeError`` from anything else
-(a socket of ``run``) is not hidden. argparse's own exits (``--help``, a malformed
-option) keep their status: argparse drops what it cannot write.
-
-``nvrx-seghealth --version`` prints the installed distribution's version, which
-pyproject.toml states (its one place), and exits 0; a source tree that is not installed
-has no version, and says so with exit 1.
+* A ``func`` that finds its arguments or settings unusable raises
+  :class:`~nvrx_seghealth.ConfigurationError`. :func:`main` prints it as
+  ``nvrx-seghealth COMMAND: error: MESSAGE`` and returns 2, as argparse does.
+* Output whose reader went away (``status | head -1``) ends the command quietly, with
+  exit 141 (:data:`~.output.EXIT_BROKEN_PIPE`). What the command did before stands.
+* argparse's own exits (``--help``, a malformed option) keep their status.
+* ``--version`` prints the installed distribution's version and exits 0. A source tree
+  that is not installed has none, and exits 1.
 
 Importing this package does not import torch: ``run`` imports it when it runs.
 """
@@ -79,8 +68,14 @@ class _Version(argparse.Action):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``), run the chosen subcommand and return
-    its exit code; ``2`` when it raises :class:`~nvrx_seghealth.ConfigurationError`;
-    ``141`` when stdout's or stderr's reader went away (see the module doc)."""
+    its exit code; ``2`` when it raises :class:`~nvrx_seghealth.ConfigurationError`.
+
+    It returns ``141`` (128 + SIGPIPE) when stdout's or stderr's reader went away, the
+    status a shell reports for ``grep`` killed by SIGPIPE in the same place. 141 is
+    neither the command's verdict nor a usage error: the output was cut, and under
+    ``set -o pipefail`` the pipeline says so. A ``BrokenPipeError`` from anything else
+    (a socket of ``run``) is not hidden.
+    """
     try:
         return _dispatch(argv)
     except BrokenPipeError:

@@ -1,4 +1,10 @@
-"""Options shared by the operator commands: the decision directory and unit ids.
+"""How a command declares its options: a table of rows that one helper registers.
+
+A command is its name, its help texts, its option rows and the function it runs
+(:func:`add_command`). A row is one :func:`option` (argparse's ``add_argument``) or a
+:class:`OneOf` of several, at most one of which may be given. The rows several commands
+share live here: the decision directory, the filesystem bound, ``--json``. So do the
+argparse types of unit ids and durations.
 
 Standard library plus PyYAML (through :mod:`nvrx_seghealth._settings.launcher_options`).
 """
@@ -8,7 +14,8 @@ from __future__ import annotations
 import argparse
 import re
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .._decision.unit import InvalidIdentityError, validate_id
@@ -24,32 +31,85 @@ from .._settings.launcher_options import resolve_directory
 from .output import EXIT_STATUSES, exit_status_text
 
 __all__ = [
+    "DIRECTORY",
+    "FS_TIMEOUT_OPTION",
+    "JSON",
+    "OneOf",
+    "Option",
+    "Row",
     "add_command",
-    "add_directory_option",
-    "add_fs_timeout_option",
+    "add_options",
     "directory_of",
     "fs_seconds",
+    "option",
     "seconds_type",
     "slurm_id",
 ]
 
 
+@dataclass(frozen=True)
+class Option:
+    """One option of a command: its flags, and the keywords of argparse's ``add_argument``."""
+
+    flags: tuple[str, ...]
+    settings: Mapping[str, Any]
+
+
+def option(*flags: str, **settings: Any) -> Option:
+    """The row of one option, written as its ``add_argument`` call would be."""
+    return Option(flags, settings)
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """Options of which at most one may be given (argparse's mutually exclusive group)."""
+
+    options: tuple[Option, ...]
+
+
+#: One row of a command's option table.
+Row = Option | OneOf
+
+
+def add_options(parser: Any, rows: Sequence[Row]) -> None:
+    """Add every row to ``parser`` (or to an argument group), in order."""
+    for row in rows:
+        if isinstance(row, OneOf):
+            add_options(parser.add_mutually_exclusive_group(), row.options)
+        else:
+            parser.add_argument(*row.flags, **row.settings)
+
+
 def add_command(
-    subparsers: Any, name: str, summary: str, description: str, examples: str
+    subparsers: Any,
+    name: str,
+    summary: str,
+    description: str,
+    examples: str | None,
+    options: Sequence[Row] = (),
+    func: Callable[[argparse.Namespace], int] | None = None,
 ) -> argparse.ArgumentParser:
-    """Add subcommand ``name`` with a one-line ``summary`` (shown in the command list),
-    a ``description`` and an ``examples`` epilog (both dedented and shown as written),
-    followed by its exit statuses when :data:`~.output.EXIT_STATUSES` lists ``name``."""
-    epilog = "examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  ")
+    """Add subcommand ``name``, which runs ``func``, with its ``options`` rows.
+
+    ``summary`` is its line in the command list. ``description`` and the ``examples``
+    epilog are dedented and shown as written. The epilog ends with the command's exit
+    statuses when :data:`~.output.EXIT_STATUSES` lists ``name``.
+    """
+    blocks = []
+    if examples is not None:
+        blocks.append("examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "))
     if name in EXIT_STATUSES:
-        epilog += "\n\n" + exit_status_text(name)
+        blocks.append(exit_status_text(name))
     parser: argparse.ArgumentParser = subparsers.add_parser(
         name,
         help=summary,
         description=textwrap.dedent(description).strip(),
-        epilog=epilog,
+        epilog="\n\n".join(blocks) or None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_options(parser, options)
+    if func is not None:
+        parser.set_defaults(func=func)
     return parser
 
 
@@ -92,26 +152,24 @@ def seconds_type(setting: DurationSetting) -> Callable[[str], float]:
 fs_seconds = seconds_type(FS_TIMEOUT)
 
 
-def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--fs-timeout S``: the bound of every call into the decision directory."""
-    parser.add_argument(
-        "--fs-timeout",
-        type=fs_seconds,
-        default=DEFAULT_STAT_TIMEOUT,
-        metavar="S",
-        help="seconds one read, list or write in the decision directory may take before "
-        f"the command gives up (a hung shared filesystem; {FS_TIMEOUT.range_text}, "
-        f"default: {DEFAULT_STAT_TIMEOUT:g})",
-    )
+#: ``--fs-timeout S``: the bound of every call into the decision directory.
+FS_TIMEOUT_OPTION = option(
+    "--fs-timeout",
+    type=fs_seconds,
+    default=DEFAULT_STAT_TIMEOUT,
+    metavar="S",
+    help="seconds one read, list or write in the decision directory may take before "
+    f"the command gives up (a hung shared filesystem; {FS_TIMEOUT.range_text}, "
+    f"default: {DEFAULT_STAT_TIMEOUT:g})",
+)
 
+#: ``--dir DIR`` (default: ``$NVRX_SEGMENT_HEALTH_CHECK_DIR``; :func:`directory_of`).
+DIRECTORY = option(
+    "--dir", metavar="DIR", help=f"absolute decision directory (default: ${DIRECTORY_ENV})"
+)
 
-def add_directory_option(parser: argparse.ArgumentParser) -> None:
-    """Add ``--dir DIR`` (default: ``$NVRX_SEGMENT_HEALTH_CHECK_DIR``)."""
-    parser.add_argument(
-        "--dir",
-        metavar="DIR",
-        help=f"absolute decision directory (default: ${DIRECTORY_ENV})",
-    )
+#: ``--json``: one JSON object instead of lines for people.
+JSON = option("--json", action="store_true", help="print one JSON object")
 
 
 def directory_of(args: argparse.Namespace) -> str:
@@ -124,3 +182,13 @@ def directory_of(args: argparse.Namespace) -> str:
     if setting is None:
         raise ConfigurationError(f"no decision directory: give --dir DIR or set {DIRECTORY_ENV}")
     return setting.directory
+
+
+def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """Add :data:`FS_TIMEOUT_OPTION` (for the commands not yet declared as rows)."""
+    add_options(parser, [FS_TIMEOUT_OPTION])
+
+
+def add_directory_option(parser: argparse.ArgumentParser) -> None:
+    """Add :data:`DIRECTORY` (for the commands not yet declared as rows)."""
+    add_options(parser, [DIRECTORY])

@@ -26,7 +26,7 @@ from .._decision.artifact import (
 )
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
-from .arguments import add_command, add_directory_option, directory_of, slurm_id
+from .arguments import DIRECTORY, JSON, add_command, directory_of, option, slurm_id
 from .output import EXIT_FAILURE, EXIT_OK, paint, print_json
 
 __all__ = ["check_command", "register"]
@@ -34,41 +34,41 @@ __all__ = ["check_command", "register"]
 NAME = "check"
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``check`` subcommand."""
-    parser = add_command(
-        subparsers,
-        NAME,
-        "show the consumer's decision for one allocation unit (exit 1 when excluded)",
-        """
-        Evaluate the decision file of one allocation unit exactly as the launcher's
-        process 0 does: one bounded stat, the file is never read. Without --job-id and
-        --task-id the unit comes from this process's Slurm environment
-        (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID, else SLURM_JOB_ID), whatever its
-        SLURM_PROCID.
-        """,
-        """
-        nvrx-seghealth check --dir /shared/job/shc --job-id 123 --task-id 7
-        srun --ntasks-per-node=1 nvrx-seghealth check --dir /shared/job/shc
-        NVRX_SEGMENT_HEALTH_CHECK_DIR=/shared/job/shc \\
-            nvrx-seghealth check --job-id 123 --task-id 7 --json
-        """,
-    )
-    add_directory_option(parser)
-    parser.add_argument(
+SUMMARY = "show the consumer's decision for one allocation unit (exit 1 when excluded)"
+DESCRIPTION = """
+    Evaluate the decision file of one allocation unit exactly as the launcher's
+    process 0 does: one bounded stat, the file is never read. Without --job-id and
+    --task-id the unit comes from this process's Slurm environment
+    (SLURM_ARRAY_JOB_ID/SLURM_ARRAY_TASK_ID, else SLURM_JOB_ID), whatever its
+    SLURM_PROCID.
+    """
+EXAMPLES = """
+    nvrx-seghealth check --dir /shared/job/segment-health-check/123 --job-id 123 --task-id 7
+    srun --ntasks-per-node=1 nvrx-seghealth check --dir /shared/job/segment-health-check/123
+    NVRX_SEGMENT_HEALTH_CHECK_DIR=/shared/job/segment-health-check/123 \\
+        nvrx-seghealth check --job-id 123 --task-id 7 --json
+    """
+OPTIONS = (
+    DIRECTORY,
+    option(
         "--job-id",
         type=slurm_id,
         metavar="J",
         help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--task-id",
         type=slurm_id,
         metavar="T",
         help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(func=check_command)
+    ),
+    JSON,
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``check`` subcommand."""
+    add_command(subparsers, NAME, SUMMARY, DESCRIPTION, EXAMPLES, OPTIONS, check_command)
 
 
 def _unit_ids(args: argparse.Namespace) -> tuple[str, str]:

@@ -24,10 +24,11 @@ from .._decision.problems import write_problem
 from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
 from .arguments import (
+    DIRECTORY,
+    FS_TIMEOUT_OPTION,
     add_command,
-    add_directory_option,
-    add_fs_timeout_option,
     directory_of,
+    option,
     slurm_id,
 )
 from .output import EXIT_FAILURE, EXIT_OK
@@ -53,71 +54,85 @@ def _unit_id(option: str) -> Callable[[str], str]:
     return parse
 
 
-def _unit_options(parser: argparse.ArgumentParser) -> None:
-    add_directory_option(parser)
-    parser.add_argument(
+#: The options of both commands: the unit and where its decision is.
+_UNIT_OPTIONS = (
+    DIRECTORY,
+    option(
         "--job-id",
         type=_unit_id("--job-id"),
         required=True,
         metavar="J",
         help="the unit's job id (SLURM_ARRAY_JOB_ID, or SLURM_JOB_ID)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--task-id",
         type=_unit_id("--task-id"),
         required=True,
         metavar="T",
         help="the unit's task id (SLURM_ARRAY_TASK_ID, or SLURM_JOB_ID)",
-    )
-    add_fs_timeout_option(parser)
+    ),
+    FS_TIMEOUT_OPTION,
+)
 
-
-def register(subparsers: Any) -> None:
-    """Add the ``mark`` and ``clear`` subcommands."""
-    mark = add_command(
-        subparsers,
-        "mark",
-        "mark one allocation unit unhealthy (write its decision file)",
-        """
-        Write the --reason text as the unit's decision file, atomically. The unit's
-        process 0 is excluded at its next rendezvous. The text is diagnostic context for
-        people (`nvrx-seghealth status` shows its first line); the launcher never reads it.
-        A mark replaces whatever decision the unit had (a producer's included); a
-        producer never clears it, as it is not the producer's own.
-        """,
-        """
-        nvrx-seghealth mark --dir /shared/job/shc --job-id 123 --task-id 7 \\
-            --reason "n17: ECC errors, drained by ops (ticket 4711)"
-        """,
-    )
-    _unit_options(mark)
-    mark.add_argument(
+MARK_SUMMARY = "mark one allocation unit unhealthy (write its decision file)"
+MARK_DESCRIPTION = """
+    Write the --reason text as the unit's decision file, atomically. The unit's
+    process 0 is excluded at its next rendezvous. The text is diagnostic context for
+    people (`nvrx-seghealth status` shows its first line); the launcher never reads it.
+    A mark replaces whatever decision the unit had (a producer's included); a
+    producer never clears it, as it is not the producer's own.
+    """
+MARK_EXAMPLES = """
+    nvrx-seghealth mark --dir /shared/job/segment-health-check/123 --job-id 123 --task-id 7 \\
+        --reason "n17: ECC errors, drained by ops (ticket 4711)"
+    """
+MARK_OPTIONS = (
+    *_UNIT_OPTIONS,
+    option(
         "--reason",
         required=True,
         metavar="TEXT",
         help="why the unit must not be used again (non-empty)",
-    )
-    mark.set_defaults(func=mark_command)
+    ),
+)
 
-    clear = add_command(
+CLEAR_SUMMARY = "mark one allocation unit healthy again (empty or remove its decision file)"
+CLEAR_DESCRIPTION = """
+    Replace the unit's decision file by an empty file, atomically (a zero-byte file
+    means healthy), or remove it with --remove. No other file is touched. A producer
+    that still sees the unit's nodes unavailable publishes it again at its next pass.
+    """
+CLEAR_EXAMPLES = """
+    nvrx-seghealth clear --dir /shared/job/segment-health-check/123 --job-id 123 --task-id 7
+    nvrx-seghealth clear --dir /shared/job/segment-health-check/123 --job-id 123 --task-id 7 \\
+        --remove
+    """
+CLEAR_OPTIONS = (
+    *_UNIT_OPTIONS,
+    option("--remove", action="store_true", help="remove the file instead of leaving it empty"),
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``mark`` and ``clear`` subcommands."""
+    add_command(
+        subparsers,
+        "mark",
+        MARK_SUMMARY,
+        MARK_DESCRIPTION,
+        MARK_EXAMPLES,
+        MARK_OPTIONS,
+        mark_command,
+    )
+    add_command(
         subparsers,
         "clear",
-        "mark one allocation unit healthy again (empty or remove its decision file)",
-        """
-        Replace the unit's decision file by an empty file, atomically (a zero-byte file
-        means healthy), or remove it with --remove. No other file is touched. A producer
-        that still sees the unit's nodes unavailable publishes it again at its next pass.
-        """,
-        """
-        nvrx-seghealth clear --dir /shared/job/shc --job-id 123 --task-id 7
-        nvrx-seghealth clear --dir /shared/job/shc --job-id 123 --task-id 7 --remove
-        """,
+        CLEAR_SUMMARY,
+        CLEAR_DESCRIPTION,
+        CLEAR_EXAMPLES,
+        CLEAR_OPTIONS,
+        clear_command,
     )
-    _unit_options(clear)
-    clear.add_argument(
-        "--remove", action="store_true", help="remove the file instead of leaving it empty"
-    )
-    clear.set_defaults(func=clear_command)
 
 
 def _write(

@@ -1,24 +1,22 @@
-"""``nvrx-seghealth publish-drained``: options, the passes (one with ``--once``, else one
-every ``--interval`` seconds until SIGTERM or SIGINT), the audit log and the report.
+"""``nvrx-seghealth publish-drained``: the producer's options, passes, audit log and report.
 
-With ``--interval``, SIGUSR1 runs a pass now (coalesced: a burst during a pass runs one
-more; :mod:`~.._producer.schedule`), and ``--pid-file`` tells whom to signal, locked while
-the producer runs (:mod:`~.._producer.pidfile`): it is claimed once the signal handlers
-are in place and released before they are restored, and a file removed or replaced
-meanwhile is reported once. With ``--once``, SIGUSR1 is ignored: the one pass runs
-anyway, and a signal meant for a long-running producer does not kill it halfway.
+One pass runs with ``--once``; else one every ``--interval`` seconds until SIGTERM or
+SIGINT. With ``--interval``, SIGUSR1 runs a pass now (:mod:`~.._producer.schedule`).
+``--pid-file`` says whom to signal (:mod:`~.._producer.pidfile`). It is claimed once the
+signal handlers are in place and released before they are restored. A pid file removed
+or replaced meanwhile is reported once. With ``--once``, SIGUSR1 is ignored: a signal
+meant for a long-running producer does not kill the one pass halfway.
 
-A producer that is not root refuses to start when its state file's name holds anything
-but its own file (:func:`_state_file_problem`): it could not keep its counts there. Any
-producer refuses an ``--audit-log`` that is not its own file (:func:`_audit_log_problem`).
-
-What a pass does and guarantees: :mod:`nvrx_seghealth._producer.publisher`.
+The producer refuses to start on a directory it cannot use, on a state file that is not
+its own unless it is root (:func:`_state_file_problem`), and on an ``--audit-log`` that
+is not its own (:func:`_audit_log_problem`). What a pass does and guarantees:
+:mod:`nvrx_seghealth._producer.publisher`.
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``publish-drained``). Standard library plus
 PyYAML.
 
-One module of about 460 lines, over the package's 400: the options and their help
-(:func:`register`) are a hundred lines of it.
+One module of about 490 lines, over the package's 400: its option table and help texts
+are about 120 of them.
 """
 
 from __future__ import annotations
@@ -45,10 +43,12 @@ from .._producer.slurm import NODE_STATES, SlurmClient
 from .._producer.state import PRODUCER_ID
 from .._settings.durations import DurationSetting
 from .arguments import (
+    DIRECTORY,
+    FS_TIMEOUT_OPTION,
+    OneOf,
     add_command,
-    add_directory_option,
-    add_fs_timeout_option,
     directory_of,
+    option,
     seconds_type,
     slurm_id,
 )
@@ -78,112 +78,6 @@ CLEAR_AFTER_FAILING = DurationSetting(
     604800.0,
     1800.0,
 )
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``publish-drained`` subcommand."""
-    defaults = ",".join(f"{state}={count}" for state, count in DEFAULT_PASSES.items())
-    parser = add_command(
-        subparsers,
-        NAME,
-        "publish decisions for the running tasks of a job whose nodes Slurm marks unavailable",
-        f"""
-        A reference producer. Each pass asks Slurm (squeue, then sinfo for the job's
-        partitions only; each under --slurm-timeout) which running task of the job uses
-        an unavailable node, then writes a decision for each affected task (text: the
-        nodes, their states and reasons) and empties the decisions it wrote earlier for
-        tasks that are healthy again. A node state counts only after it has held for
-        --passes consecutive passes, and clears only after it has been gone as long
-        (default counts: {defaults}).
-        A pass with any failed, hung or unexpected Slurm answer writes nothing. Only
-        changed decisions are written; only its own are cleared (its decisions carry
-        its --producer-id); a decision it cannot read is left alone.
-        With --interval, SIGUSR1 runs a pass at once (several during a pass: one more
-        after it); --pid-file says where to send it. With --once, SIGUSR1 is ignored.
-        """,
-        """
-        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --once
-        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 30 \\
-            --states drain,fail --audit-log /shared/job/shc-audit.jsonl
-        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 60 \\
-            --passes no_respond=5 --clear-after-failing 1800 --producer-id ops-a
-        nvrx-seghealth publish-drained --dir /shared/job/shc --job-id 123 --interval 300 \\
-            --pid-file /run/nvrx-seghealth/123.pid &
-        scontrol update nodename=gpu017 state=drain reason="bad dimm"
-        examples/publish-drained-now.sh /run/nvrx-seghealth/123.pid   # a pass now, not in 300 s
-        """,
-    )
-    add_directory_option(parser)
-    parser.add_argument(
-        "--job-id",
-        type=_job_id,
-        required=True,
-        metavar="ARRAY_JOB_ID",
-        help="the array job id (SLURM_ARRAY_JOB_ID), or a regular job's id",
-    )
-    parser.add_argument(
-        "--states",
-        type=_states,
-        default=tuple(NODE_STATES),
-        metavar="LIST",
-        help="node states that make a task unhealthy, comma-separated, from "
-        f"{', '.join(NODE_STATES)} (default: all)",
-    )
-    parser.add_argument(
-        "--passes",
-        type=_passes,
-        default={},
-        metavar="STATE=N,...",
-        help="consecutive passes a state must hold to count, and be gone to "
-        f"clear (default: {defaults})",
-    )
-    parser.add_argument(
-        "--producer-id",
-        type=_producer_id,
-        metavar="ID",
-        help="this producer's name in its decisions: it clears only decisions "
-        "with its own id (default: <account>-<states>)",
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--once", action="store_true", help="run one pass and exit (default)")
-    mode.add_argument(
-        "--interval",
-        type=seconds_type(INTERVAL),
-        metavar="S",
-        help=f"run a pass every S seconds, and at once on SIGUSR1, until SIGINT or SIGTERM "
-        f"({INTERVAL.range_text})",
-    )
-    parser.add_argument(
-        "--pid-file",
-        metavar="PATH",
-        help="with --interval: keep this producer's pid in PATH, locked while it runs, for "
-        "a wake-up by SIGUSR1 (examples/publish-drained-now.sh signals only a live "
-        "producer); a local file in a folder only this account can write; refused while "
-        "another producer holds it",
-    )
-    parser.add_argument(
-        "--slurm-timeout",
-        type=seconds_type(SLURM_TIMEOUT),
-        default=30.0,
-        metavar="S",
-        help=f"seconds one Slurm command may take ({SLURM_TIMEOUT.range_text}, default: 30)",
-    )
-    parser.add_argument(
-        "--clear-after-failing",
-        type=seconds_type(CLEAR_AFTER_FAILING),
-        metavar="S",
-        help="once every pass has failed for S seconds, clear this producer's "
-        f"own decisions (fail open; {CLEAR_AFTER_FAILING.range_text}; NVRx's producer: "
-        "1800). Default: keep them until a pass succeeds",
-    )
-    add_fs_timeout_option(parser)
-    parser.add_argument(
-        "--audit-log",
-        metavar="FILE.jsonl",
-        help="append one JSON line per transition and per failure; a file of another "
-        "account, or with several names (hard links), is refused",
-    )
-    parser.set_defaults(func=publish_drained_command)
 
 
 def _job_id(value: str) -> str:
@@ -231,6 +125,116 @@ def _producer_id(value: str) -> str:
     return value
 
 
+_DEFAULT_PASSES = ",".join(f"{state}={count}" for state, count in DEFAULT_PASSES.items())
+SUMMARY = "publish decisions for the running tasks of a job whose nodes Slurm marks unavailable"
+DESCRIPTION = f"""
+    A reference producer. Each pass asks Slurm (squeue, then sinfo for the job's
+    partitions only; each under --slurm-timeout) which running task of the job uses
+    an unavailable node, then writes a decision for each affected task (text: the
+    nodes, their states and reasons) and empties the decisions it wrote earlier for
+    tasks that are healthy again. A node state counts only after it has held for
+    --passes consecutive passes, and clears only after it has been gone as long
+    (default counts: {_DEFAULT_PASSES}).
+    A pass with any failed, hung or unexpected Slurm answer writes nothing. Only
+    changed decisions are written; only its own are cleared (its decisions carry
+    its --producer-id); a decision it cannot read is left alone.
+    With --interval, SIGUSR1 runs a pass at once (several during a pass: one more
+    after it); --pid-file says where to send it. With --once, SIGUSR1 is ignored.
+    """
+EXAMPLES = """
+    nvrx-seghealth publish-drained --dir /shared/job/segment-health-check/123 --job-id 123 --once
+    nvrx-seghealth publish-drained --dir /shared/job/segment-health-check/123 --job-id 123 \\
+        --interval 30 --states drain,fail \\
+        --audit-log /shared/job/segment-health-check/123-audit.jsonl
+    nvrx-seghealth publish-drained --dir /shared/job/segment-health-check/123 --job-id 123 \\
+        --interval 60 --passes no_respond=5 --clear-after-failing 1800 --producer-id ops-a
+    nvrx-seghealth publish-drained --dir /shared/job/segment-health-check/123 --job-id 123 \\
+        --interval 300 --pid-file /run/nvrx-seghealth/123.pid &
+    scontrol update nodename=gpu017 state=drain reason="bad dimm"
+    examples/publish-drained-now.sh /run/nvrx-seghealth/123.pid   # a pass now, not in 300 s
+    """
+OPTIONS = (
+    DIRECTORY,
+    option(
+        "--job-id",
+        type=_job_id,
+        required=True,
+        metavar="ARRAY_JOB_ID",
+        help="the array job id (SLURM_ARRAY_JOB_ID), or a regular job's id",
+    ),
+    option(
+        "--states",
+        type=_states,
+        default=tuple(NODE_STATES),
+        metavar="LIST",
+        help="node states that make a task unhealthy, comma-separated, from "
+        f"{', '.join(NODE_STATES)} (default: all)",
+    ),
+    option(
+        "--passes",
+        type=_passes,
+        default={},
+        metavar="STATE=N,...",
+        help="consecutive passes a state must hold to count, and be gone to "
+        f"clear (default: {_DEFAULT_PASSES})",
+    ),
+    option(
+        "--producer-id",
+        type=_producer_id,
+        metavar="ID",
+        help="this producer's name in its decisions: it clears only decisions "
+        "with its own id (default: <account>-<states>)",
+    ),
+    OneOf(
+        (
+            option("--once", action="store_true", help="run one pass and exit (default)"),
+            option(
+                "--interval",
+                type=seconds_type(INTERVAL),
+                metavar="S",
+                help="run a pass every S seconds, and at once on SIGUSR1, until SIGINT or "
+                f"SIGTERM ({INTERVAL.range_text})",
+            ),
+        )
+    ),
+    option(
+        "--pid-file",
+        metavar="PATH",
+        help="with --interval: keep this producer's pid in PATH, locked while it runs, for "
+        "a wake-up by SIGUSR1 (examples/publish-drained-now.sh signals only a live "
+        "producer); a local file in a folder only this account can write; refused while "
+        "another producer holds it",
+    ),
+    option(
+        "--slurm-timeout",
+        type=seconds_type(SLURM_TIMEOUT),
+        default=30.0,
+        metavar="S",
+        help=f"seconds one Slurm command may take ({SLURM_TIMEOUT.range_text}, default: 30)",
+    ),
+    option(
+        "--clear-after-failing",
+        type=seconds_type(CLEAR_AFTER_FAILING),
+        metavar="S",
+        help="once every pass has failed for S seconds, clear this producer's "
+        f"own decisions (fail open; {CLEAR_AFTER_FAILING.range_text}; NVRx's producer: "
+        "1800). Default: keep them until a pass succeeds",
+    ),
+    FS_TIMEOUT_OPTION,
+    option(
+        "--audit-log",
+        metavar="FILE.jsonl",
+        help="append one JSON line per transition and per failure; a file of another "
+        "account, or with several names (hard links), is refused",
+    ),
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``publish-drained`` subcommand."""
+    add_command(subparsers, NAME, SUMMARY, DESCRIPTION, EXAMPLES, OPTIONS, publish_drained_command)
+
+
 def _audit(path: str | None, events: list[AuditEvent], timeout: float) -> None:
     if path is None or not events:
         return
@@ -256,6 +260,7 @@ _COUNTED = (
 
 
 def _report(result: PassResult, publisher: DrainedPublisher) -> None:
+    """Print what a pass did: its warnings, its failure, its events and its summary."""
     stamp = iso_time(time.time())
     for warning in result.warnings:
         print(f"{stamp} warning: {warning}", file=sys.stderr)
@@ -268,31 +273,39 @@ def _report(result: PassResult, publisher: DrainedPublisher) -> None:
             file=sys.stderr,
         )
     for event in result.events:
-        record = event.as_record()
-        if event.kind is EventKind.WRITE_FAILED:
-            print(
-                f"{stamp} task {event.task_id}: {record['intended']} failed: {event.error}",
-                file=sys.stderr,
-            )
-        elif event.kind is EventKind.CONFLICT:
-            print(
-                f"{stamp} task {event.task_id}: not {record['intended']}: {event.path} "
-                f"changed since it was read and now holds another decision ({event.found}"
-                "); that decision stands",
-                file=sys.stderr,
-            )
-        elif event.kind in TRANSITIONS:
-            detail = f": {event.text}" if event.text else ""
-            print(f"{stamp} task {event.task_id}: {event.kind.value} {event.path}{detail}")
-    if result.error is not None:
-        return
+        _report_event(stamp, event)
+    if result.error is None:
+        print(f"{stamp} pass done: {_summary(result)}")
+
+
+def _report_event(stamp: str, event: AuditEvent) -> None:
+    """One event's line: a failure or a conflict on stderr, a transition on stdout."""
+    record = event.as_record()
+    if event.kind is EventKind.WRITE_FAILED:
+        print(
+            f"{stamp} task {event.task_id}: {record['intended']} failed: {event.error}",
+            file=sys.stderr,
+        )
+    elif event.kind is EventKind.CONFLICT:
+        print(
+            f"{stamp} task {event.task_id}: not {record['intended']}: {event.path} "
+            f"changed since it was read and now holds another decision ({event.found}"
+            "); that decision stands",
+            file=sys.stderr,
+        )
+    elif event.kind in TRANSITIONS:
+        detail = f": {event.text}" if event.text else ""
+        print(f"{stamp} task {event.task_id}: {event.kind.value} {event.path}{detail}")
+
+
+def _summary(result: PassResult) -> str:
+    """A good pass in one line: the unavailable nodes, the running tasks, the counts."""
     nodes = ", ".join(result.unavailable) or "none"
     seen = collections.Counter(event.kind for event in result.events)
     counts = {kind.value: seen[kind] for kind in _COUNTED}
     pending = f"; not counted yet: {', '.join(result.pending)}" if result.pending else ""
-    print(
-        f"{stamp} pass done: unavailable nodes: {nodes}{pending}; {result.running} running "
-        "tasks; "
+    return (
+        f"unavailable nodes: {nodes}{pending}; {result.running} running tasks; "
         + ", ".join(f"{count} {name}" for name, count in counts.items())
         + f", {result.unchanged} unchanged"
     )
@@ -405,18 +418,28 @@ def publish_drained_command(args: argparse.Namespace) -> int:
     # wake-up that lands after the schedule restored its handlers, at exit, kills nothing.
     signal.signal(WAKE_SIGNAL, signal.SIG_IGN)
     if args.interval is None:
-        if args.pid_file is not None:
-            return usage_error(NAME, "--pid-file needs --interval: one pass has no one to signal")
-        try:
-            with stop_signals():
-                _warn_state(publisher)
-                result = publisher.run_pass()
-        except Stopped as stopped:
-            _report_stop(stopped, "a pass")
-            return EXIT_FAILURE
-        _audit(args.audit_log, result.events, args.fs_timeout)
-        _report(result, publisher)
-        return EXIT_OK if result.ok else EXIT_FAILURE
+        return _once(args, publisher)
+    return _every_interval(args, publisher)
+
+
+def _once(args: argparse.Namespace, publisher: DrainedPublisher) -> int:
+    """``--once``: one pass; 0 when it and all its writes succeeded."""
+    if args.pid_file is not None:
+        return usage_error(NAME, "--pid-file needs --interval: one pass has no one to signal")
+    try:
+        with stop_signals():
+            _warn_state(publisher)
+            result = publisher.run_pass()
+    except Stopped as stopped:
+        _report_stop(stopped, "a pass")
+        return EXIT_FAILURE
+    _audit(args.audit_log, result.events, args.fs_timeout)
+    _report(result, publisher)
+    return EXIT_OK if result.ok else EXIT_FAILURE
+
+
+def _every_interval(args: argparse.Namespace, publisher: DrainedPublisher) -> int:
+    """``--interval``: a pass every interval and on SIGUSR1, until a stop signal; 0."""
     pid_file = PidFile(args.pid_file) if args.pid_file is not None else None
     during = "start-up"  # the stable token of the stop line until a pass starts
     pid_file_problem = None
@@ -428,11 +451,7 @@ def publish_drained_command(args: argparse.Namespace) -> int:
                 _warn_state(publisher)
                 for wake in schedule.passes():
                     during = "a pass"
-                    if wake is Wake.SIGNAL:
-                        print(f"{iso_time(time.time())} pass asked for by {WAKE_SIGNAL.name}")
-                    result = publisher.run_pass()
-                    _audit(args.audit_log, result.events, args.fs_timeout)
-                    _report(result, publisher)
+                    _scheduled_pass(args, publisher, wake)
                     pid_file_problem = _warn_pid_file(pid_file, pid_file_problem)
                     sys.stdout.flush()
             finally:
@@ -441,6 +460,15 @@ def publish_drained_command(args: argparse.Namespace) -> int:
     except Stopped as stopped:
         _report_stop(stopped, during)
     return EXIT_OK
+
+
+def _scheduled_pass(args: argparse.Namespace, publisher: DrainedPublisher, wake: Wake) -> None:
+    """One pass of ``--interval``, its audit lines and its report."""
+    if wake is Wake.SIGNAL:
+        print(f"{iso_time(time.time())} pass asked for by {WAKE_SIGNAL.name}")
+    result = publisher.run_pass()
+    _audit(args.audit_log, result.events, args.fs_timeout)
+    _report(result, publisher)
 
 
 def _report_stop(stopped: Stopped, during: str) -> None:

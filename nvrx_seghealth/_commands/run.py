@@ -1,8 +1,7 @@
 """``nvrx-seghealth run``: torchrun, plus ``ft_launcher``'s segment health check options.
 
-Every torchrun option is torchrun's own: the command parses with
-``torch.distributed.run.get_args_parser()`` (plus three options) and launches with
-``torch.distributed.run.run()``. The three added options:
+The command parses with torchrun's own parser plus three options, and launches with
+``torch.distributed.run.run()``. Every torchrun option is torchrun's own. The three:
 
 * ``--ft-segment-health-check-dir DIR``: the decision directory;
 * ``--ft-segment-health-check-watch-interval SECONDS``: process 0's looks at its decision
@@ -10,28 +9,17 @@ Every torchrun option is torchrun's own: the command parses with
 * ``--ft-cfg-path FILE.yaml``: a YAML file whose ``fault_tolerance`` section (at any
   depth) may give ``segment_health_check_dir`` and ``segment_health_check_watch_interval``.
 
-Precedence: flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` for the directory, flag > YAML
-for the watch interval (see :mod:`nvrx_seghealth._settings.launcher_options`). With a
-directory, the rendezvous becomes the ``segment-health`` backend around the user's one:
-``--rdzv-backend`` becomes ``segment-health`` and ``--rdzv-conf`` gains
-``segment_health_check_dir=DIR``, ``inner_backend=`` ``c10d``, ``etcd-v2`` or ``etcd-v3`` and, with a
-positive watch interval W, ``segment_health_check_watch_interval=W``. As in NVRx's
-``ft_launcher``,
-``--rdzv-backend`` defaults to ``c10d`` (torchrun's ``static`` cannot carry the check)
-and ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` is set unless the environment sets it. One node
-without ``--rdzv-endpoint`` (or ``--standalone``) is torchrun's local c10d rendezvous,
-wrapped as c10d. Without any directory setting the command is otherwise torchrun.
+Precedence is flag > YAML > ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` for the directory, and flag
+> YAML for the watch interval (:mod:`nvrx_seghealth._settings.launcher_options`). With a
+directory, the ``segment-health`` backend wraps the user's rendezvous
+(:func:`select_segment_health`). As in NVRx's ``ft_launcher``, ``--rdzv-backend``
+defaults to ``c10d`` and ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` is set unless the
+environment sets it. Without any directory setting the command is torchrun.
 
-A configuration error (relative directory, broken YAML, a watch interval out of range or
-without a directory, unsupported backend, a directory that cannot travel in
-``--rdzv-conf``, the backend's keys set twice, ``--standalone`` with a hand-made
-``--rdzv-backend=segment-health``, which torch would replace) is raised to the
-dispatcher, which prints one line naming the setting and the fix and exits 2 before
-anything starts. Once launched, errors and exit codes are torchrun's: a failed worker or
-an excluded unit raises out of the launcher, which exits 1 with the traceback. A
-:class:`~nvrx_seghealth.ConfigurationError` that torchrun's agent raises (the backend's
-creator refusing a hand-made ``--rdzv-conf``) exits 1 with its last line only, as under
-torchrun (:mod:`nvrx_seghealth._launcher.backend`).
+A configuration error reaches the dispatcher before anything starts: one line, exit 2.
+Once launched, errors and exit codes are torchrun's. A
+:class:`~nvrx_seghealth.ConfigurationError` that torchrun's agent raises exits 1 with its
+last line only, as under torchrun (:mod:`nvrx_seghealth._launcher.backend`).
 """
 
 from __future__ import annotations
@@ -62,6 +50,7 @@ from .._settings.rdzv_conf import (
     INNER_BACKENDS,
     WATCH_INTERVAL_KEY,
 )
+from .arguments import add_options, option
 from .output import EXIT_FAILURE, EXIT_OK
 
 __all__ = [
@@ -83,7 +72,8 @@ examples:
     nvrx-seghealth run --nnodes=2:8 --nproc-per-node=8 \\
       --rdzv-backend=c10d --rdzv-endpoint=store-host:29400 --rdzv-id="$SLURM_ARRAY_JOB_ID" \\
       --rdzv-conf=is_host=false \\
-      {DIRECTORY_FLAG}=/shared/job/segment-health-check train.py --lr 0.1
+      {DIRECTORY_FLAG}=/shared/job/segment-health-check/"$SLURM_ARRAY_JOB_ID" \\
+      train.py --lr 0.1
 
   # the directory from an NVRx-style YAML file (fault_tolerance.segment_health_check_dir)
   nvrx-seghealth run --standalone --nproc-per-node=2 {CFG_FLAG}=ft.yaml train.py
@@ -92,6 +82,35 @@ precedence: {DIRECTORY_FLAG} > {YAML_FIELD} in {CFG_FLAG} > $NVRX_SEGMENT_HEALTH
 none of them: plain torchrun.
 watch: {WATCH_INTERVAL_FLAG} > {WATCH_INTERVAL_FIELD} in {CFG_FLAG}; none of them: 0 (off).
 """
+
+
+#: The three options this command adds to torchrun's.
+_CHECK_OPTIONS = (
+    option(
+        DIRECTORY_FLAG,
+        "--ft_segment_health_check_dir",
+        dest="ft_segment_health_check_dir",
+        metavar="DIR",
+        help="absolute decision directory that every launcher can reach",
+    ),
+    option(
+        WATCH_INTERVAL_FLAG,
+        "--ft_segment_health_check_watch_interval",
+        dest="ft_segment_health_check_watch_interval",
+        metavar="SECONDS",
+        help="with a directory: process 0 of each unit re-checks its decision file every "
+        "SECONDS while the workers run, and a decision restarts every launcher's workers "
+        "without the unit (default 0: only before each rendezvous)",
+    ),
+    option(
+        CFG_FLAG,
+        "--ft_cfg_path",
+        dest="ft_cfg_path",
+        metavar="FILE.yaml",
+        help=f"YAML file with {YAML_FIELD} and {WATCH_INTERVAL_FIELD} (the fault_tolerance "
+        "section may be nested)",
+    ),
+)
 
 
 def register(subparsers: Any) -> None:
@@ -125,31 +144,7 @@ def launch_parser() -> argparse.ArgumentParser:
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.set_defaults(rdzv_backend="c10d")  # as ft_launcher: static cannot carry the check
-    group = parser.add_argument_group("segment health check")
-    group.add_argument(
-        DIRECTORY_FLAG,
-        "--ft_segment_health_check_dir",
-        dest="ft_segment_health_check_dir",
-        metavar="DIR",
-        help="absolute decision directory that every launcher can reach",
-    )
-    group.add_argument(
-        WATCH_INTERVAL_FLAG,
-        "--ft_segment_health_check_watch_interval",
-        dest="ft_segment_health_check_watch_interval",
-        metavar="SECONDS",
-        help="with a directory: process 0 of each unit re-checks its decision file every "
-        "SECONDS while the workers run, and a decision restarts every launcher's workers "
-        "without the unit (default 0: only before each rendezvous)",
-    )
-    group.add_argument(
-        CFG_FLAG,
-        "--ft_cfg_path",
-        dest="ft_cfg_path",
-        metavar="FILE.yaml",
-        help=f"YAML file with {YAML_FIELD} and {WATCH_INTERVAL_FIELD} (the fault_tolerance "
-        "section may be nested)",
-    )
+    add_options(parser.add_argument_group("segment health check"), _CHECK_OPTIONS)
     return parser
 
 
@@ -220,11 +215,13 @@ def select_segment_health(
 ) -> None:
     """Rewrite torchrun's ``args`` so the ``segment-health`` backend wraps the rendezvous.
 
-    Leaves ``args`` untouched when the user configured the backend by hand
+    ``--rdzv-backend`` becomes ``segment-health``, and ``--rdzv-conf`` gains
+    ``segment_health_check_dir`` and ``inner_backend`` (``c10d``, ``etcd-v2`` or
+    ``etcd-v3``). A positive ``watch`` interval (from the flag or the YAML file) travels
+    as the ``segment_health_check_watch_interval`` key; ``None`` or ``0`` adds no key.
+    ``args`` stay untouched when the user configured the backend by hand
     (``--rdzv-backend=segment-health`` or its keys in ``--rdzv-conf``) and the directory
-    comes only from the environment: the backend reads the environment itself. A
-    positive ``watch`` interval (from the flag or the YAML file) travels as the
-    ``segment_health_check_watch_interval`` key; ``None`` or ``0`` adds no key.
+    comes only from the environment: the backend reads the environment itself.
 
     Raises:
         ConfigurationError: the directory cannot travel in ``--rdzv-conf`` (comma, or
@@ -232,28 +229,14 @@ def select_segment_health(
             directory or a positive watch interval conflicts with a hand-made backend
             configuration, or ``--rdzv-conf`` sets the watch interval too.
     """
-    directory = setting.directory
-    manual = args.rdzv_backend == BACKEND_NAME or bool(
-        _conf_keys(args.rdzv_conf) & {DIRECTORY_KEY, INNER_BACKEND_KEY}
-    )
     _refuse_watch_twice(args, watch)
-    if manual:
-        if not setting.from_environment:
-            raise ConfigurationError(
-                f"{setting.source} selects the {BACKEND_NAME} backend itself, but "
-                f"--rdzv-backend/--rdzv-conf already configure it: give --rdzv-backend the "
-                f"inner rendezvous (c10d or etcd-v2) and drop {DIRECTORY_KEY}/"
-                f"{INNER_BACKEND_KEY} from --rdzv-conf"
-            )
-        if watch is not None and watch.enabled:
-            raise ConfigurationError(
-                f"{watch.source} cannot reach the {BACKEND_NAME} backend configured by hand "
-                f"in --rdzv-backend/--rdzv-conf: add {WATCH_INTERVAL_KEY}={watch.seconds!r} "
-                f"to --rdzv-conf, or give --rdzv-backend the inner rendezvous (c10d or "
-                f"etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf",
-                setting=watch.source,
-            )
+    if args.rdzv_backend == BACKEND_NAME or _conf_keys(args.rdzv_conf) & {
+        DIRECTORY_KEY,
+        INNER_BACKEND_KEY,
+    }:
+        _refuse_what_cannot_reach_a_hand_made_backend(setting, watch)
         return
+    directory = setting.directory
     if "," in directory or directory != directory.strip():
         raise ConfigurationError(
             f"{setting.source} {directory!r} cannot be passed to the rendezvous: "
@@ -266,6 +249,28 @@ def select_segment_health(
         extra += f",{WATCH_INTERVAL_KEY}={watch.seconds!r}"
     args.rdzv_conf = f"{args.rdzv_conf},{extra}" if args.rdzv_conf.strip() else extra
     args.rdzv_backend = BACKEND_NAME
+
+
+def _refuse_what_cannot_reach_a_hand_made_backend(
+    setting: DirectorySetting, watch: WatchIntervalSetting | None
+) -> None:
+    """Refuse a flag/YAML directory, or a positive watch interval, beside a backend the
+    user configured by hand in ``--rdzv-backend``/``--rdzv-conf``: it would not reach it."""
+    if not setting.from_environment:
+        raise ConfigurationError(
+            f"{setting.source} selects the {BACKEND_NAME} backend itself, but "
+            f"--rdzv-backend/--rdzv-conf already configure it: give --rdzv-backend the "
+            f"inner rendezvous (c10d or etcd-v2) and drop {DIRECTORY_KEY}/"
+            f"{INNER_BACKEND_KEY} from --rdzv-conf"
+        )
+    if watch is not None and watch.enabled:
+        raise ConfigurationError(
+            f"{watch.source} cannot reach the {BACKEND_NAME} backend configured by hand "
+            f"in --rdzv-backend/--rdzv-conf: add {WATCH_INTERVAL_KEY}={watch.seconds!r} "
+            f"to --rdzv-conf, or give --rdzv-backend the inner rendezvous (c10d or "
+            f"etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf",
+            setting=watch.source,
+        )
 
 
 def refuse_a_replaced_backend(args: argparse.Namespace) -> None:
