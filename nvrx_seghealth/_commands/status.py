@@ -1,26 +1,16 @@
 """``nvrx-seghealth status``: every decision file of a directory, and how its producers are.
 
-Each file is judged as the consumer judges it, by one bounded ``stat`` that also gives
-its age (:func:`nvrx_seghealth._decision.artifact.judge_with_stat`), so the state column
-says what the unit's process 0 would do; a name with leading zeros, which no launcher
-reads, is not looked at (:data:`UNREAD`). For an unhealthy file the table also shows the
-first line of the producer's diagnostic text (one bounded read). Below the table, one
-line per ``publish-drained`` producer that keeps its state in the directory: when its
-last pass ran, and since when its passes fail (its decisions are then kept, stale). Its
-last pass is judged by its own stamp and its state file's last change (:func:`quiet_for`),
-so a clock that differs from this host's is said, never printed as a negative age.
-Each row's state is a token computed once and used by the table and by ``--json`` alike:
-a decision row's is its :class:`~.._decision.artifact.Outcome` (or :data:`NOT_LOOKED_AT`,
-:data:`UNREAD`), a producer's is its :class:`ProducerHealth` (:func:`producer_health`).
+Each file is judged as the launcher's process 0 judges it: by one bounded ``stat``, which
+also gives its age (:func:`~.._decision.artifact.judge_with_stat`). An unhealthy file's
+row shows the first line of its text, from one bounded read. A name with leading zeros
+is not looked at, since no launcher reads it (:data:`UNREAD`). Below the table, one line
+per ``publish-drained`` producer says how it is (:meth:`~.._producer.state.ProducerState.health`).
 
-Every call into the directory is bounded by ``--fs-timeout`` (a hung filesystem is
-reported, exit 1), and one call that does not answer ends the looking: at most one call
-into the directory is left stuck (:mod:`nvrx_seghealth._decision.helperprocess`), the
-decision files after it are rows in state :data:`NOT_LOOKED_AT`, and the command exits 1
-within about one ``--fs-timeout``. The producers' text is printed through
-:func:`~.._decision.listing.printable`. A directory that users other than its owner can
-write without the sticky bit (or a parent like it) is warned about on stderr
-(:func:`~.._decision.problems.permission_problems`).
+Every call into the directory is bounded by ``--fs-timeout``. The first call that does
+not answer ends the looking: later files are rows in state :data:`NOT_LOOKED_AT`, and
+the command exits 1. Each row's state is one token, for the table and ``--json`` alike.
+The producers' text is printed through :func:`~.._decision.listing.printable`. A
+directory that others can write without the sticky bit is warned about on stderr.
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``status``). Standard library plus PyYAML.
 """
@@ -29,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import enum
 import os
 import sys
 import time
@@ -41,17 +30,25 @@ from .._decision.artifact import Outcome, judge_with_stat
 from .._decision.boundedstat import stat_within, stuck_for
 from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
 from .._decision.problems import permission_problems
-from .._producer.state import STATE_FILE, ProducerState, StateFileError, read_state_file
+from .._producer.state import (
+    STATE_FILE,
+    ProducerHealth,
+    ProducerState,
+    StateFileError,
+    read_state_file,
+)
 from .arguments import (
+    DIRECTORY,
+    FS_TIMEOUT_OPTION,
+    JSON,
     add_command,
-    add_directory_option,
-    add_fs_timeout_option,
     directory_of,
+    option,
     slurm_id,
 )
 from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table
 
-__all__ = ["NOT_LOOKED_AT", "ProducerHealth", "producer_health", "register", "status_command"]
+__all__ = ["NOT_LOOKED_AT", "UNREAD", "register", "status_command"]
 
 NAME = "status"
 
@@ -73,81 +70,40 @@ _STATE_COLOURS: dict[Outcome | None, str | None] = {
 }
 
 
-class ProducerHealth(enum.Enum):
-    """How a ``publish-drained`` producer is, as its state file tells: the ``state`` token
-    of its ``status --json`` row."""
+SUMMARY = "list the decision files of a directory"
+DESCRIPTION = f"""
+    One row per decision file (segment_health_check.<job_id>.<task_id>; other
+    names and temporary files are ignored): job, task, the state the launcher would
+    see (unhealthy, clear, not-a-regular-file, unreadable; absent for a dangling
+    symlink; {NOT_LOOKED_AT}: not looked at, because a call into the directory did not
+    answer within --fs-timeout, which ends the command with exit 1; {UNREAD}: an id
+    has leading zeros, which no launcher reads, as mark refuses), size, age, and
+    the first line of the producer's diagnostic text (control characters escaped);
+    then each publish-drained producer of the directory: its last pass, and since
+    when its passes have failed (its decisions are kept meanwhile). Warns when users
+    other than the directory's owner can write there without the sticky bit.
 
-    #: Its last pass succeeded, and it runs on time (or runs single passes).
-    OK = "ok"
-    #: Its last passes failed (Slurm did not answer, a write failed): its decisions are
-    #: kept as they were, stale.
-    FAILING = "failing"
-    #: It runs a pass every ``interval`` seconds but its last one, and its state file's
-    #: last change (:func:`quiet_for`), are older than ``max(3 * interval, interval + 60)``
-    #: by this host's clock: it may have stopped. Said whether or not its
-    #: last passes failed (``failing_since`` tells): a producer that no longer runs is
-    #: what to fix first.
-    STOPPED = "stopped"
-    #: Its state file cannot be read in time, or is not valid.
-    UNREADABLE = "unreadable"
-
-
-def quiet_for(state: ProducerState, now: float, written: float | None = None) -> float:
-    """Seconds since the producer's last pass at ``now`` (this host's clock), never
-    negative: the age of its own stamp (``last_pass``, its clock) or, when younger, of
-    its state file's last change (``written``, its ``st_mtime``: the file server's clock
-    on NFS, the producer's on a local disk or Lustre). The producer rewrites the file
-    after every pass, so either tells; a producer whose clock is behind this host's
-    then still looks alive where the file server stamps the file."""
-    ages = [now - state.last_pass] + ([] if written is None else [now - written])
-    return max(0.0, min(ages))
-
-
-def producer_health(
-    state: ProducerState, now: float, written: float | None = None
-) -> ProducerHealth:
-    """What :class:`ProducerHealth` a producer is in at ``now``, by its state file and
-    (``written``) the file's last change (:func:`quiet_for`)."""
-    interval = state.interval
-    if interval and quiet_for(state, now, written) > max(3 * interval, interval + 60):
-        return ProducerHealth.STOPPED
-    return ProducerHealth.OK if state.failing_since is None else ProducerHealth.FAILING
+    Each producer's state (its "state" in --json): ok; failing (its last passes
+    failed, its decisions are kept as they were); stopped (it runs a pass every
+    --interval S but none for max(3 x S, S + 60) s: restart it; said even when its
+    last passes failed too); unreadable (its state file cannot be read or is not
+    valid).
+    """
+EXAMPLES = """
+    nvrx-seghealth status --dir /shared/job/segment-health-check/123
+    nvrx-seghealth status --dir /shared/job/segment-health-check/123 --job-id 123 --json
+    """
+OPTIONS = (
+    DIRECTORY,
+    option("--job-id", type=slurm_id, metavar="J", help="only this job's files"),
+    JSON,
+    FS_TIMEOUT_OPTION,
+)
 
 
 def register(subparsers: Any) -> None:
     """Add the ``status`` subcommand."""
-    parser = add_command(
-        subparsers,
-        NAME,
-        "list the decision files of a directory",
-        f"""
-        One row per decision file (segment_health_check.<job_id>.<task_id>; other
-        names and temporary files are ignored): job, task, the state the launcher would
-        see (unhealthy, clear, not-a-regular-file, unreadable; absent for a dangling
-        symlink; {NOT_LOOKED_AT}: not looked at, because a call into the directory did not
-        answer within --fs-timeout, which ends the command with exit 1; {UNREAD}: an id
-        has leading zeros, which no launcher reads, as mark refuses), size, age, and
-        the first line of the producer's diagnostic text (control characters escaped);
-        then each publish-drained producer of the directory: its last pass, and since
-        when its passes have failed (its decisions are kept meanwhile). Warns when users
-        other than the directory's owner can write there without the sticky bit.
-
-        Each producer's state (its "state" in --json): ok; failing (its last passes
-        failed, its decisions are kept as they were); stopped (it runs a pass every
-        --interval S but none for max(3 x S, S + 60) s: restart it; said even when its
-        last passes failed too); unreadable (its state file cannot be read or is not
-        valid).
-        """,
-        """
-        nvrx-seghealth status --dir /shared/job/shc
-        nvrx-seghealth status --dir /shared/job/shc --job-id 123 --json
-        """,
-    )
-    add_directory_option(parser)
-    parser.add_argument("--job-id", type=slurm_id, metavar="J", help="only this job's files")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    add_fs_timeout_option(parser)
-    parser.set_defaults(func=status_command)
+    add_command(subparsers, NAME, SUMMARY, DESCRIPTION, EXAMPLES, OPTIONS, status_command)
 
 
 @dataclass(frozen=True)
@@ -276,7 +232,7 @@ class _ProducerRow:
         state = self.state
         if state is None:
             return f"{who}: state file unreadable ({printable(self.problem or '')})"
-        quiet = quiet_for(state, now, self.written)
+        quiet = state.quiet_for(now, self.written)
         ahead = state.last_pass - now  # more than 1 s: the clocks differ, say by how much
         skew = f" (its clock is {format_age(ahead)} ahead of this host's)" if ahead > 1 else ""
         if state.failing_since is None:
@@ -311,7 +267,7 @@ def _producers(
 
     Each state file is checked (:func:`~.._producer.state.read_state_file`) and, for a
     producer that runs every ``interval``, looked at once more for its last change
-    (:func:`quiet_for`); one that cannot be read in time or is not valid is an
+    (:meth:`~.._producer.state.ProducerState.quiet_for`); one that cannot be read in time or is not valid is an
     :attr:`ProducerHealth.UNREADABLE` row saying why.
     """
     producers = []
@@ -333,43 +289,67 @@ def _producers(
             if state.interval:  # the file's last change (quiet_for)
                 with contextlib.suppress(OSError, ValueError):  # HelperTimeout too
                     written = stat_within(path, timeout).st_mtime
-            health = producer_health(state, now, written)
+            health = state.health(now, written)
             row = _ProducerRow(match["id"], match["job"], health, state, written=written)
             producers.append(row)
     return producers
 
 
-def status_command(args: argparse.Namespace) -> int:
-    """List the directory's decisions; see :data:`~.output.EXIT_STATUSES`."""
-    directory = directory_of(args)
+def _names(directory: str, timeout: float) -> list[str] | None:
+    """The names in ``directory``; ``None`` when it cannot be listed (said on stderr)."""
     try:
-        names = list_directory(directory, args.fs_timeout)
+        return list_directory(directory, timeout)
     except FileNotFoundError:
         print(
             f"nvrx-seghealth {NAME}: the decision directory {directory} does not exist: "
             "fix --dir, or create it where the producer writes",
             file=sys.stderr,
         )
-        return EXIT_FAILURE
     except OSError as error:  # HelperTimeout too
         print(f"nvrx-seghealth {NAME}: cannot list {directory}: {error}", file=sys.stderr)
+    return None
+
+
+def _warn_not_looked_at(problem: str, rows: list[_DecisionRow]) -> None:
+    """Say on stderr what did not answer, and how many files were not looked at."""
+    unknown = sum(row.state == NOT_LOOKED_AT for row in rows)
+    print(
+        f"nvrx-seghealth {NAME}: {problem}; {unknown} more decision file"
+        f"{'' if unknown == 1 else 's'} not looked at (state {NOT_LOOKED_AT}): run "
+        "status again once the filesystem answers, or give a longer --fs-timeout",
+        file=sys.stderr,
+    )
+
+
+def _print_table(rows: list[_DecisionRow], directory: str) -> None:
+    """The decision rows as a table for people, and a line that counts them."""
+    if not rows:
+        print(f"no decision files in {directory}")
+        return
+    cells = [row.cells() for row in rows]
+    colours = [[None, None, _STATE_COLOURS[row.outcome], None, None, None] for row in rows]
+    print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
+    unhealthy = sum(row.outcome is Outcome.UNHEALTHY for row in rows)
+    unread = sum(row.entry.unread for row in rows)
+    plural = "" if len(rows) == 1 else "s"
+    ignored = f"; {unread} {UNREAD}: no launcher reads it, remove it" if unread else ""
+    print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy{ignored}")
+
+
+def status_command(args: argparse.Namespace) -> int:
+    """List the directory's decisions; see :data:`~.output.EXIT_STATUSES`."""
+    directory = directory_of(args)
+    names = _names(directory, args.fs_timeout)
+    if names is None:
         return EXIT_FAILURE
     warnings = permission_problems(directory, args.fs_timeout)
     for warning in warnings:
         print(f"nvrx-seghealth {NAME}: warning: {warning}", file=sys.stderr)
     now = time.time()
-    rows, problem = _describe_all(
-        list_decisions(names, directory, args.job_id), now, args.fs_timeout
-    )
+    decisions = list_decisions(names, directory, args.job_id)
+    rows, problem = _describe_all(decisions, now, args.fs_timeout)
     if problem is not None:
-        unknown = sum(row.state == NOT_LOOKED_AT for row in rows)
-        print(
-            f"nvrx-seghealth {NAME}: {problem}; {unknown} more decision file"
-            f"{'' if unknown == 1 else 's'} not looked at (state {NOT_LOOKED_AT}): run "
-            "status again once the filesystem answers, or give a longer --fs-timeout",
-            file=sys.stderr,
-        )
-    status = EXIT_OK if problem is None else EXIT_FAILURE
+        _warn_not_looked_at(problem, rows)
     producers = _producers(names, directory, args.job_id, args.fs_timeout, now)
     if args.json:
         print_json(
@@ -380,18 +360,8 @@ def status_command(args: argparse.Namespace) -> int:
                 "warnings": warnings,
             }
         )
-        return status
-    if not rows:
-        print(f"no decision files in {directory}")
     else:
-        cells = [row.cells() for row in rows]
-        colours = [[None, None, _STATE_COLOURS[row.outcome], None, None, None] for row in rows]
-        print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
-        unhealthy = sum(row.outcome is Outcome.UNHEALTHY for row in rows)
-        unread = sum(row.entry.unread for row in rows)
-        plural = "" if len(rows) == 1 else "s"
-        ignored = f"; {unread} {UNREAD}: no launcher reads it, remove it" if unread else ""
-        print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy{ignored}")
-    for producer in producers:
-        print(producer.line(now))
-    return status
+        _print_table(rows, directory)
+        for producer in producers:
+            print(producer.line(now))
+    return EXIT_OK if problem is None else EXIT_FAILURE

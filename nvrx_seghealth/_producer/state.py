@@ -1,33 +1,27 @@
-"""The state file of a ``publish-drained`` producer: its one schema, its loader.
+"""The state file of a ``publish-drained`` producer: its one schema, its loader, its health.
 
 After every pass a producer writes ``.publish-drained.<id>.<job_id>.json`` in the decision
-directory (:func:`state_file_name`): the node counts (so that they survive a restart and
-single ``--once`` passes) and how its passes go (so that ``status`` can tell). The
-directory may be writable by other accounts, so whatever the file holds is input, never
-trusted as it is:
+directory (:func:`state_file_name`). It keeps the node counts across restarts and
+``--once`` passes, and says how the passes go. The directory may be writable by other
+accounts, so whatever the file holds is input, never trusted as it is:
 
-* :class:`ProducerState` is the schema: a frozen dataclass that checks every field when
-  it is made, whether from the producer's own values (before a save) or from a file;
-* :func:`parse_state` turns the bytes of a file into one, refusing anything else: not
-  JSON, ``NaN``/``Infinity``, a missing or unknown key, another :data:`VERSION`, a wrong
-  type, a number that is not finite, a timestamp out of range, a negative count, a
-  producer id or job id other than the file's name says;
-* :func:`read_state_file` reads one within a time bound and, given ``owner``, trusts it
-  only when that account owns it;
-* :class:`FailureStreak` is the part that says how the passes go (``ok`` / ``failed``
-  transitions), as the producer keeps it between passes. How long passes have failed is
-  counted on the host's boot clock (:class:`~.bootclock.BootClock`): a wall-clock step
-  never makes ``--clear-after-failing`` clear early.
+* :class:`ProducerState` is the schema: a frozen dataclass that checks every field when made;
+* :func:`parse_state` turns a file's bytes into one, or refuses them;
+* :func:`read_state_file` reads one within a time bound, and can trust one account's only;
+* :class:`FailureStreak` says how the passes go, timed on the boot clock
+  (:class:`~.bootclock.BootClock`);
+* :meth:`ProducerState.health` says whether the producer is ok, failing or stopped.
 
 Every refusal is one :class:`StateFileError` naming the file and the field. Standard
 library only.
 
-One module of about 460 lines, over the package's 400: the field checks, the schema and
+One module of about 500 lines, over the package's 400: the field checks, the schema and
 the loader together are what a planted file meets, and are read whole here.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import os
@@ -47,6 +41,7 @@ __all__ = [
     "STATE_FILE",
     "VERSION",
     "FailureStreak",
+    "ProducerHealth",
     "ProducerState",
     "StateFileError",
     "parse_state",
@@ -225,6 +220,24 @@ _CHECKS: dict[str, Callable[[object], str | None]] = {
 }
 
 
+class ProducerHealth(enum.Enum):
+    """How a producer is, as its state file tells: the ``state`` token of its
+    ``status --json`` row."""
+
+    #: Its last pass succeeded, and it runs on time (or runs single passes).
+    OK = "ok"
+    #: Its last passes failed (Slurm did not answer, a write failed): its decisions are
+    #: kept as they were, stale.
+    FAILING = "failing"
+    #: It runs a pass every ``interval`` seconds, but it has been quiet
+    #: (:meth:`ProducerState.quiet_for`) longer than ``max(3 * interval, interval + 60)``
+    #: by the reader's clock: it may have stopped. Said whether or not its last passes
+    #: failed: a producer that no longer runs is what to fix first.
+    STOPPED = "stopped"
+    #: Its state file cannot be read in time, or is not valid.
+    UNREADABLE = "unreadable"
+
+
 @dataclass(frozen=True)
 class ProducerState:
     """What a producer keeps between passes; every field is checked when it is made.
@@ -282,6 +295,26 @@ class ProducerState:
         """The file's content: one JSON object (with ``version``), sorted keys, a newline."""
         body = {"version": VERSION, **asdict(self)}
         return (json.dumps(body, sort_keys=True, allow_nan=False) + "\n").encode()
+
+    def quiet_for(self, now: float, written: float | None = None) -> float:
+        """Seconds since the last pass at ``now`` (the reader's clock), never negative.
+
+        It is the age of the producer's own stamp (``last_pass``, its clock) or, when
+        younger, of the state file's last change (``written``, its ``st_mtime``). The
+        producer rewrites the file after every pass, so either tells. A producer whose
+        clock is behind the reader's still looks alive where the file server stamps
+        the file (NFS).
+        """
+        ages = [now - self.last_pass] + ([] if written is None else [now - written])
+        return max(0.0, min(ages))
+
+    def health(self, now: float, written: float | None = None) -> ProducerHealth:
+        """The producer's :class:`ProducerHealth` at ``now``, by this state and
+        (``written``) the file's last change (:meth:`quiet_for`)."""
+        interval = self.interval
+        if interval and self.quiet_for(now, written) > max(3 * interval, interval + 60):
+            return ProducerHealth.STOPPED
+        return ProducerHealth.OK if self.failing_since is None else ProducerHealth.FAILING
 
 
 @dataclass(frozen=True)
@@ -404,8 +437,10 @@ def _state(body: object) -> ProducerState:
 def parse_state(path: str, data: bytes) -> ProducerState:
     """The state that ``data``, the content of the state file ``path``, holds.
 
-    The producer id and job id in the file must be those of its name
-    (:data:`STATE_FILE`).
+    It refuses anything else: not JSON, ``NaN`` or ``Infinity``, a missing or unknown
+    key, another :data:`VERSION`, a wrong type, a number that is not finite, a timestamp
+    out of range, a negative count. The producer id and job id in the file must be
+    those of its name (:data:`STATE_FILE`).
 
     Raises:
         StateFileError: ``data`` is not such a state (the error names ``path`` and the

@@ -236,7 +236,7 @@ def test_a_live_producer_whose_clock_is_behind_is_not_stopped(tmp_path):
 
 
 def test_help_documents_every_producer_state():
-    from nvrx_seghealth._commands.status import ProducerHealth
+    from nvrx_seghealth._producer.state import ProducerHealth
 
     done = nvrx_seghealth("status", "--help")
     assert done.returncode == 0
