@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._decision.preflight import Finding, Level
 from .._errors import ConfigurationError
 from .._launcher.etcd_v3 import ATTEMPT_TIMEOUT
 from .._launcher.etcd_v3.client import EtcdClient, EtcdError
@@ -22,8 +23,6 @@ from .._launcher.etcd_v3.keys import ROOT
 from .._launcher.etcd_v3.settings import EtcdV3Settings
 
 __all__ = ["etcd_findings", "parse_conf"]
-
-Finding = tuple[str, str]
 
 
 def parse_conf(text: str) -> dict[str, str]:
@@ -49,7 +48,7 @@ def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
     try:
         settings = EtcdV3Settings.from_conf(endpoints, parse_conf(conf_text))
     except ConfigurationError as error:
-        return [("FAIL", str(error))]
+        return [Finding(Level.FAIL, str(error))]
     findings: list[Finding] = []
     answering: list[EtcdClient] = []
     for endpoint in settings.endpoints:
@@ -62,14 +61,14 @@ def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
         )
         finding = _member_finding(client, settings)
         findings.append(finding)
-        if finding[0] == "ok":
+        if finding.level is Level.OK:
             answering.append(client)
         else:
             client.close()
     if not answering:
         findings.append(
-            (
-                "FAIL",
+            Finding(
+                Level.FAIL,
                 (
                     f"no etcd member of {endpoints} answers: start etcd, or fix "
                     "--rdzv-endpoint and the TLS and user settings"
@@ -79,8 +78,8 @@ def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
         return findings
     if len(answering) < len(settings.endpoints):
         findings.append(
-            (
-                "warn",
+            Finding(
+                Level.WARN,
                 (
                     f"{len(answering)} of {len(settings.endpoints)} named members answer: the "
                     "job runs while a majority of the cluster answers"
@@ -100,11 +99,11 @@ def _member_finding(client: EtcdClient, settings: EtcdV3Settings) -> Finding:
         if settings.credentials is not None:  # a read needs the user's token
             client.range(ROOT, count_only=True)
     except EtcdError as error:
-        return ("warn", f"etcd member {client.member} does not answer: {error}")
+        return Finding(Level.WARN, f"etcd member {client.member} does not answer: {error}")
     size = int(status.get("dbSize", 0)) / 2**20
     as_user = f", user {settings.credentials.user} logged in" if settings.credentials else ""
-    return (
-        "ok",
+    return Finding(
+        Level.OK,
         (
             f"etcd member {client.member} answers: etcd {status.get('version', '?')}, database "
             f"{size:.1f} MiB{as_user}"
@@ -119,11 +118,13 @@ def _cluster_findings(client: EtcdClient, settings: EtcdV3Settings) -> list[Find
         alarms = client.alarms()
         members = client.members()
     except EtcdError as error:
-        return [("warn", f"etcd member {client.member} did not list the cluster: {error}")]
+        return [
+            Finding(Level.WARN, f"etcd member {client.member} did not list the cluster: {error}")
+        ]
     if "NOSPACE" in alarms:
         findings.append(
-            (
-                "FAIL",
+            Finding(
+                Level.FAIL,
                 (
                     "etcd raised NOSPACE: every write fails until an operator compacts, "
                     "defragments and disarms it (etcdctl compact, etcdctl defrag, etcdctl alarm "
@@ -132,15 +133,15 @@ def _cluster_findings(client: EtcdClient, settings: EtcdV3Settings) -> list[Find
             )
         )
     elif alarms:
-        findings.append(("warn", f"etcd alarms raised: {', '.join(alarms)}"))
+        findings.append(Finding(Level.WARN, f"etcd alarms raised: {', '.join(alarms)}"))
     else:
-        findings.append(("ok", f"etcd has no alarm; {len(members)} members"))
+        findings.append(Finding(Level.OK, f"etcd has no alarm; {len(members)} members"))
     named = {str(endpoint) for endpoint in settings.endpoints}
     missing = [_name(member) for member in members if not _client_urls(member) & named]
     if missing:
         findings.append(
-            (
-                "hint",
+            Finding(
+                Level.HINT,
                 (
                     f"--rdzv-endpoint leaves out etcd members {', '.join(missing)}: name every "
                     "member, or the launchers lose etcd when the named ones die"
