@@ -182,13 +182,3 @@ def directory_of(args: argparse.Namespace) -> str:
     if setting is None:
         raise ConfigurationError(f"no decision directory: give --dir DIR or set {DIRECTORY_ENV}")
     return setting.directory
-
-
-def add_fs_timeout_option(parser: argparse.ArgumentParser) -> None:
-    """Add :data:`FS_TIMEOUT_OPTION` (for the commands not yet declared as rows)."""
-    add_options(parser, [FS_TIMEOUT_OPTION])
-
-
-def add_directory_option(parser: argparse.ArgumentParser) -> None:
-    """Add :data:`DIRECTORY` (for the commands not yet declared as rows)."""
-    add_options(parser, [DIRECTORY])

@@ -1,4 +1,50 @@
-"""nvrx-seghealth demo: watch the segment health check keep a marked task out.
+"""``nvrx-seghealth demo``: a simulated job array on this machine, and what it shows.
+
+The command reads its options, picks one of three jobs and prints what each did. The
+default job marks tasks before launch. ``--compare`` runs it ungated and gated, side by
+side. ``--watch S`` marks tasks while the job trains, without and with the watch. The
+exit code is 0 only when the (gated, watched) run's outcome matches the contract
+(:func:`~.._demo.outcome.check_outcome`). A stop signal ends every process of the job,
+and the exit code is 128 plus its number. The jobs and their report live in
+:mod:`nvrx_seghealth._demo`; :data:`DESCRIPTION` is the ``--help`` text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._demo import JobSpec, SimulatedJob, render_report
+from .._demo.comparison import Comparison, Variant
+from .._demo.demojobs import MARK_AFTER_STEPS, compare_spec, demo_spec, watch_spec
+from .._demo.outcome import check_outcome
+from .._demo.report import render_decisions, render_timeline
+from .._producer.schedule import Stopped, stop_signals
+from .._settings.durations import WATCH_INTERVAL, validate_seconds
+from .arguments import OneOf, add_command, option
+
+__all__ = ["compare_spec", "demo_spec", "register", "run", "watch_spec"]
+
+#: Bound for the whole simulated job (a default demo takes 20-40 s on two cores).
+JOB_TIMEOUT = 300.0
+#: The signals that stop the demo: Ctrl-C, ``kill``, the terminal closed.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+SUMMARY = "run a small simulated job array with a task marked unhealthy"
+#: The command's ``--help`` description.
+DESCRIPTION = """
+nvrx-seghealth demo: watch the segment health check keep a marked task out.
 
 Runs a small simulated Slurm job array on this machine: real torchrun agents on
 127.0.0.1 using the segment-health rendezvous backend, a rendezvous store outside
@@ -25,119 +71,56 @@ stopped, its temporary folder removed (a --keep-logs folder is kept), one line s
 stderr, and the exit code is 128 plus the signal's number (130 for Ctrl-C). A signal
 this process ignored when it started (nohup's SIGHUP) stays ignored.
 """
-
-from __future__ import annotations
-
-import argparse
-import dataclasses
-import json
-import logging
-import shutil
-import signal
-import sys
-import tempfile
-import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
-from .._demo import JobResult, JobSpec, SimulatedJob, render_report
-from .._demo.comparison import Comparison, Variant
-from .._demo.demojobs import MARK_AFTER_STEPS, compare_spec, demo_spec, watch_spec
-from .._demo.report import render_decisions, render_timeline
-from .._producer.schedule import Stopped, stop_signals
-from .._settings.durations import WATCH_INTERVAL, validate_seconds
-
-__all__ = ["check_outcome", "compare_spec", "demo_spec", "register", "run", "watch_spec"]
-
-#: Bound for the whole simulated job (a default demo takes 20-40 s on two cores).
-JOB_TIMEOUT = 300.0
-#: The signals that stop the demo: Ctrl-C, ``kill``, the terminal closed.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``demo`` subcommand to ``subparsers`` (from ``add_subparsers()``)."""
-    parser = subparsers.add_parser(
-        "demo",
-        help="run a small simulated job array with a task marked unhealthy",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--tasks", type=int, default=3, help="array tasks (default: 3)")
-    parser.add_argument(
-        "--nodes-per-task", type=int, default=2, help="launchers per task (default: 2)"
-    )
-    parser.add_argument(
+OPTIONS = (
+    option("--tasks", type=int, default=3, help="array tasks (default: 3)"),
+    option("--nodes-per-task", type=int, default=2, help="launchers per task (default: 2)"),
+    option(
         "--mark",
         type=int,
         nargs="*",
         default=[1],
         metavar="TASK",
         help="array task ids to mark unhealthy before launch (default: 1; none: --mark)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--spares",
         type=int,
         default=1,
         help="tasks beyond what the job needs (default: 1); the job needs TASKS - SPARES",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--keep-logs",
         type=Path,
         metavar="DIR",
         help="keep logs, decisions and worker records in DIR (new or empty); by default "
         "they go to a temporary directory, removed when the outcome is as expected",
-    )
-    modes = parser.add_mutually_exclusive_group()
-    modes.add_argument(
-        "--compare",
-        action="store_true",
-        help="run the job ungated (plain c10d) and gated (segment-health), the marked "
-        "tasks' nodes failing, and show what the gate saves (about a minute on two cores; "
-        "with --keep-logs, DIR/comparison.json holds the numbers)",
-    )
-    modes.add_argument(
-        "--watch",
-        type=str,
-        metavar="SECONDS",
-        help="write the marked tasks' decisions while the job trains, and run the job "
-        "without and with the watch at this interval (segment_health_check_watch_interval) "
-        "side by side (about a minute on two cores; with --keep-logs, "
-        "DIR/comparison.json holds the numbers)",
-    )
-    parser.set_defaults(func=run)
-
-
-def check_outcome(result: JobResult) -> list[str]:
-    """What, if anything, differs from the contract; an empty list means as expected.
-
-    The marked tasks are those with a decision file, written at launch or while the job
-    trained (``--watch``).
-    """
-    spec = result.spec
-    marked = set(result.decisions)
-    healthy = sorted(set(spec.units) - marked)
-    needed = spec.nnodes[1] // spec.nodes_per_task
-    final = result.final_round
-    problems = []
-    if final is None:
-        problems.append("no world ever formed")
-    else:
-        if set(final.units) & marked:
-            problems.append(f"marked tasks in the final world: {sorted(set(final.units) & marked)}")
-        if final.world_size != spec.nnodes[1]:
-            problems.append(f"the final world has {final.world_size} nodes, not {spec.nnodes[1]}")
-        if len(healthy) <= needed and sorted(final.units) != healthy:
-            problems.append(f"healthy tasks {healthy} are not all in the final world")
-    if len(healthy) < needed:
-        problems.append(
-            f"only {len(healthy)} healthy tasks for the {needed} the job needs: the "
-            "rendezvous cannot form (the exclusion is never relaxed to reach quorum)"
+    ),
+    OneOf(
+        (
+            option(
+                "--compare",
+                action="store_true",
+                help="run the job ungated (plain c10d) and gated (segment-health), the marked "
+                "tasks' nodes failing, and show what the gate saves (about a minute on two "
+                "cores; with --keep-logs, DIR/comparison.json holds the numbers)",
+            ),
+            option(
+                "--watch",
+                type=str,
+                metavar="SECONDS",
+                help="write the marked tasks' decisions while the job trains, and run the job "
+                "without and with the watch at this interval "
+                "(segment_health_check_watch_interval) side by side (about a minute on two "
+                "cores; with --keep-logs, DIR/comparison.json holds the numbers)",
+            ),
         )
-    if not result.completed:
-        problems.append("the job did not complete")
-    return problems
+    ),
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``demo`` subcommand to ``subparsers`` (from ``add_subparsers()``)."""
+    add_command(subparsers, "demo", SUMMARY, DESCRIPTION, None, OPTIONS, run)
 
 
 class _Elapsed(logging.Formatter):
@@ -169,20 +152,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = demo_spec(args.tasks, args.nodes_per_task, set(args.mark), args.spares)
         watch = None if args.watch is None else _watch_seconds(args.watch)
+        _refuse_a_used_folder(args.keep_logs)
     except ValueError as error:
         print(f"nvrx-seghealth demo: {error}", file=sys.stderr)
-        return 2
-    if (
-        args.keep_logs is not None
-        and args.keep_logs.exists()
-        and (not args.keep_logs.is_dir() or any(args.keep_logs.iterdir()))
-    ):
-        print(
-            f"nvrx-seghealth demo: --keep-logs {args.keep_logs} is not an empty folder: a "
-            "previous run's store, logs and worker records would be read as this run's; give "
-            "a new folder (nothing in it is changed)",
-            file=sys.stderr,
-        )
         return 2
     workdir = args.keep_logs or Path(tempfile.mkdtemp(prefix="nvrx-seghealth-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -191,18 +163,31 @@ def run(args: argparse.Namespace) -> int:
         with stop_signals(STOP_SIGNALS):
             return _run(args, spec, watch, workdir, keep=keep)
     except Stopped as stopped:
-        name = stopped.signal.name
         if keep:
             where = f"its logs: {workdir}"
         else:
             shutil.rmtree(workdir, ignore_errors=True)
             where = "its logs were removed"
         print(
-            f"nvrx-seghealth demo: stopped by {name}; every process of the simulated job was "
-            f"stopped, {where}",
+            f"nvrx-seghealth demo: stopped by {stopped.signal.name}; every process of the "
+            f"simulated job was stopped, {where}",
             file=sys.stderr,
         )
         return 128 + stopped.signal
+
+
+def _refuse_a_used_folder(folder: Path | None) -> None:
+    """Refuse a ``--keep-logs`` folder that exists and is not an empty folder.
+
+    Raises:
+        ValueError: it is not, with what to do.
+    """
+    if folder is not None and folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(
+            f"--keep-logs {folder} is not an empty folder: a previous run's store, logs and "
+            "worker records would be read as this run's; give a new folder (nothing in it "
+            "is changed)"
+        )
 
 
 def _run(
@@ -214,9 +199,14 @@ def _run(
         return _compare(compare_spec(spec), workdir, marked, keep=keep)
     if watch is not None:
         return _watch(spec, watch, workdir, marked, keep=keep)
+    return _marked_at_launch(spec, args.spares, workdir, marked, keep=keep)
+
+
+def _marked_at_launch(spec: JobSpec, spares: int, workdir: Path, marked: str, *, keep: bool) -> int:
+    """The default demo: one job, its marked tasks marked before launch; its report."""
     print(
         f"Simulated job array: {spec.tasks} tasks x {spec.nodes_per_task} nodes; the job "
-        f"needs {spec.tasks - args.spares} tasks (--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). "
+        f"needs {spec.tasks - spares} tasks (--nnodes={spec.nnodes[0]}:{spec.nnodes[1]}). "
         f"Marked unhealthy: {marked}.\n"
         "Starting real torchrun agents on 127.0.0.1 (about half a minute on two cores)...\n"
     )
@@ -234,15 +224,21 @@ def _run(
             f"Outcome: as the contract requires. Excluded: {marked}; final world: "
             f"{', '.join(f'task {u}' for u in final.units)}; the job completed."
         )
-    if keep or problems:
-        print(
-            f"Logs: {result.paths.logs} (one per launcher); decisions: "
-            f"{result.paths.decisions}; worker records: {result.paths.results}"
-        )
+    where = (
+        f"Logs: {result.paths.logs} (one per launcher); decisions: "
+        f"{result.paths.decisions}; worker records: {result.paths.results}"
+    )
+    _keep_or_remove(workdir, keep or bool(problems), where)
+    return 1 if problems else 0
+
+
+def _keep_or_remove(workdir: Path, kept: bool, where: str) -> None:
+    """Print ``where`` the kept logs are, or remove ``workdir`` and say so."""
+    if kept:
+        print(where)
     else:
         shutil.rmtree(workdir)
         print("Logs: removed (use --keep-logs DIR to keep them)")
-    return 1 if problems else 0
 
 
 #: The two runs of ``--compare``: folder name, backend, title.
@@ -353,13 +349,13 @@ def _show(comparison: Comparison, heading: str, workdir: Path, *, keep: bool) ->
         )
     else:
         print(f"Outcome of the {comparison.keys[1]} run: as the contract requires.")
-    if keep or problems:
+    kept = keep or bool(problems)
+    if kept:
         (workdir / "comparison.json").write_text(json.dumps(comparison.as_dict(), indent=2))
-        print(
-            f"Logs, decisions, worker records and telemetry: {workdir}/{{{','.join(comparison.keys)}}}; "
-            f"the numbers: {workdir / 'comparison.json'}"
-        )
-    else:
-        shutil.rmtree(workdir)
-        print("Logs: removed (use --keep-logs DIR to keep them)")
+    keys = ",".join(comparison.keys)
+    where = (
+        f"Logs, decisions, worker records and telemetry: {workdir}/{{{keys}}}; "
+        f"the numbers: {workdir / 'comparison.json'}"
+    )
+    _keep_or_remove(workdir, kept, where)
     return 1 if problems else 0

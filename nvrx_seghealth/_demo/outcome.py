@@ -1,7 +1,8 @@
 """What a simulated job did: launcher exits, worker records, rendezvous rounds.
 
 Everything here is read from recorded facts (exit codes, log files, worker records);
-nothing is inferred from the absence of an exception.
+nothing is inferred from the absence of an exception. :func:`check_outcome` holds the
+facts against the contract the demo shows.
 
 Standard library only.
 """
@@ -17,7 +18,7 @@ from .records import WorkerRecord
 from .spec import JobSpec
 from .telemetry import RecordedEvent, RecordedMetric, read_events, read_metrics
 
-__all__ = ["FaultEvent", "JobResult", "LauncherOutcome", "Round"]
+__all__ = ["FaultEvent", "JobResult", "LauncherOutcome", "Round", "check_outcome"]
 
 
 @dataclass(frozen=True)
@@ -234,3 +235,36 @@ class JobResult:
         )
         timed_out = ", TIMED OUT" if self.timed_out else ""
         return f"{self.duration:.1f} s, {self.round_count} round(s), {world}{timed_out}"
+
+
+def check_outcome(result: JobResult) -> list[str]:
+    """What, if anything, differs from the contract; an empty list means as expected.
+
+    The contract: the marked tasks are absent from the final world, the healthy tasks
+    are in it when the job needs them all, the world is whole, and the job completed.
+    The marked tasks are those with a decision file, written at launch or while the
+    job trained (``demo --watch``).
+    """
+    spec = result.spec
+    marked = set(result.decisions)
+    healthy = sorted(set(spec.units) - marked)
+    needed = spec.nnodes[1] // spec.nodes_per_task
+    final = result.final_round
+    problems = []
+    if final is None:
+        problems.append("no world ever formed")
+    else:
+        if set(final.units) & marked:
+            problems.append(f"marked tasks in the final world: {sorted(set(final.units) & marked)}")
+        if final.world_size != spec.nnodes[1]:
+            problems.append(f"the final world has {final.world_size} nodes, not {spec.nnodes[1]}")
+        if len(healthy) <= needed and sorted(final.units) != healthy:
+            problems.append(f"healthy tasks {healthy} are not all in the final world")
+    if len(healthy) < needed:
+        problems.append(
+            f"only {len(healthy)} healthy tasks for the {needed} the job needs: the "
+            "rendezvous cannot form (the exclusion is never relaxed to reach quorum)"
+        )
+    if not result.completed:
+        problems.append("the job did not complete")
+    return problems
