@@ -99,8 +99,9 @@ MARK_OPTIONS = (
 CLEAR_SUMMARY = "mark one allocation unit healthy again (empty or remove its decision file)"
 CLEAR_DESCRIPTION = """
     Replace the unit's decision file by an empty file, atomically (a zero-byte file
-    means healthy), or remove it with --remove. No other file is touched. A producer
-    that still sees the unit's nodes unavailable publishes it again at its next pass.
+    means healthy), or remove it with --remove. A unit without a decision file keeps
+    none. No other file is touched. A producer that still sees the unit's nodes
+    unavailable publishes it again at its next pass.
     """
 CLEAR_EXAMPLES = """
     nvrx-seghealth clear --dir /shared/job/segment-health-check/123 --job-id 123 --task-id 7
@@ -136,9 +137,11 @@ def register(subparsers: Any) -> None:
 
 
 def _write(
-    command: str, args: argparse.Namespace, content: bytes | None
+    command: str, args: argparse.Namespace, content: bytes | None, *, create: bool = True
 ) -> tuple[int, Result | None, str]:
     """Write ``content`` (``None``: remove) as the unit's decision.
+
+    With ``create=False`` a unit without a decision file keeps none.
 
     Returns the exit code, the result (``None`` when nothing was written) and the path.
 
@@ -148,7 +151,7 @@ def _write(
     directory = directory_of(args)
     path = artifact_path(directory, args.job_id, args.task_id)
     try:
-        result = boundedfs.replace(path, content, None, args.fs_timeout)
+        result = boundedfs.replace(path, content, None, args.fs_timeout, create=create)
     except OSError as error:  # LockBusyError and HelperTimeout too
         print(
             f"nvrx-seghealth {command}: job_id={args.job_id} task_id={args.task_id} not "
@@ -179,11 +182,11 @@ def mark_command(args: argparse.Namespace) -> int:
 
 def clear_command(args: argparse.Namespace) -> int:
     """Empty (or remove) the unit's decision; see :data:`~.output.EXIT_STATUSES`."""
-    code, result, path = _write("clear", args, None if args.remove else b"")
+    code, result, path = _write("clear", args, None if args.remove else b"", create=False)
     if result is not None:
-        if args.remove and result.before.kind == "absent":
+        if result.before.kind == "absent":
             print(
-                f"nothing to remove: job_id={args.job_id} task_id={args.task_id} has no "
+                f"nothing to clear: job_id={args.job_id} task_id={args.task_id} has no "
                 f"decision file ({path})"
             )
         else:

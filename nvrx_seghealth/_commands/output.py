@@ -67,7 +67,7 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
         _USAGE,
     ),
     "clear": (
-        (EXIT_OK, "the decision is cleared (or there was nothing to remove)"),
+        (EXIT_OK, "the decision is cleared (or there was nothing to clear)"),
         (EXIT_FAILURE, f"not cleared: {_NOT_WRITTEN}"),
         _USAGE,
     ),

@@ -66,7 +66,13 @@ def read_current(path: str, timeout: float) -> Current:
 
 
 def replace(
-    path: str, content: bytes | None, expect: Current | None, timeout: float, *, lock: bool = True
+    path: str,
+    content: bytes | None,
+    expect: Current | None,
+    timeout: float,
+    *,
+    lock: bool = True,
+    create: bool = True,
 ) -> Result:
     """:func:`decisionfs.replace` within ``timeout`` seconds (half of it for the lock).
 
@@ -80,6 +86,7 @@ def replace(
         "expect": None if expect is None else expect.to_wire(),
         "lock_wait": timeout / 2,
         "lock": lock,
+        "create": create,
     }
     return Result.from_wire(_call("replace", os.path.dirname(path), timeout, args))
 

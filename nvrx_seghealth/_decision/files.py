@@ -659,6 +659,7 @@ def replace(
     *,
     lock_wait: float = 5.0,
     lock: bool = True,
+    create: bool = True,
 ) -> Result:
     """Atomically write ``content`` at ``path`` (``None``: remove it), if it holds ``expect``.
 
@@ -667,7 +668,8 @@ def replace(
     ``expect`` is given and the path no longer holds it (same kind, size and bytes),
     nothing is written: the status is ``unchanged`` when the path already holds
     ``content`` (another writer wrote the same, e.g. a replica of a producer), else
-    ``conflict``. Removing a missing file is ``done``. Holding the lock, the writer first removes the directory's stale
+    ``conflict``. Removing a missing file is ``done``; so is writing one with
+    ``create=False``, which then writes nothing. Holding the lock, the writer first removes the directory's stale
     temporary files (see the module's documentation).
 
     Raises:
@@ -690,9 +692,9 @@ def replace(
         before = read_current(path)
         if expect is not None and before != expect:
             return Result("unchanged" if _holds(before, content) else "conflict", before, warnings)
+        if before.kind == "absent" and (content is None or not create):
+            return Result("done", before, warnings)
         if content is None:
-            if before.kind == "absent":
-                return Result("done", before, warnings)
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -773,7 +775,12 @@ def _op_replace(args: dict[str, Any]) -> Any:
     content = None if args["content"] is None else base64.b64decode(args["content"])
     expect = None if args["expect"] is None else Current.from_wire(args["expect"])
     return replace(
-        args["path"], content, expect, lock_wait=args["lock_wait"], lock=args["lock"]
+        args["path"],
+        content,
+        expect,
+        lock_wait=args["lock_wait"],
+        lock=args["lock"],
+        create=args["create"],
     ).to_wire()
 
 

@@ -68,6 +68,18 @@ def test_clear_empties_then_remove_deletes(shc):
     assert snapshot(shc, path.name) == before
 
 
+def test_clear_where_there_is_no_decision_writes_nothing(shc):
+    """An empty file would be the clearer's own: in a sticky directory, another account's
+    producer could no longer mark the unit."""
+    before = snapshot(shc, "segment_health_check.12.3")
+    for remove in ([], ["--remove"]):
+        done = nvrx_seghealth("clear", *unit(shc), *remove)
+        assert (done.returncode, done.stderr) == (0, "")
+        assert {"job_id=12", "task_id=3"} <= set(done.stdout.split())
+        assert not (shc / "segment_health_check.12.3").exists()
+    assert snapshot(shc, "segment_health_check.12.3") == before
+
+
 @pytest.mark.parametrize(
     "args,named",
     [(["--reason", "  "], "--reason"), (["--reason", "x", "--dir", "shc"], "--dir")],
