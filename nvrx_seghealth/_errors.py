@@ -1,63 +1,67 @@
-"""The package's exceptions: one public base, an exclusion, a setting that cannot be used.
+"""The package's exceptions, and the tokens of an exclusion.
 
-Every exception class of the package derives from :class:`SegmentHealthError` (so
-``except nvrx_seghealth.SegmentHealthError`` catches what the package raised on purpose),
-and keeps the builtin base a caller may already catch. The hierarchy, with where each
-class lives (one raised by a single module lives beside its code; ``*``: exported by
-``nvrx_seghealth``)::
-
-    SegmentHealthError *                   here
-    ├── ConfigurationError(ValueError) *   here: a setting cannot be used
-    ├── UnhealthyNodeException *           here: the unit is excluded (the spec's name)
-    ├── InvalidIdentityError(ValueError) * _decision/unit.py: a Slurm id is unusable
-    ├── DecisionConflict(RuntimeError) *   _decision/artifact.py: a conditional write
-    │                                      found another decision; nothing written
-    ├── HelperStartError(OSError)          _decision/helperprocess.py: no helper process
-    ├── HelperTimeout(TimeoutError)        _decision/helperprocess.py: a bounded call into
-    │                                      a hung filesystem did not answer, or was not sent
-    ├── Unreachable(ConnectionError)       _launcher/retry.py: a replicated service did not
-    │                                      answer a call within the retry timeout
-    ├── EtcdError                          _launcher/etcd_v3/client.py: etcd v3, the base of
-    │   ├── EtcdUnavailable(ConnectionError)   a member did not answer (transient)
-    │   └── EtcdRefused(RuntimeError)      etcd answered no: a cause token and the fix
-    ├── SlurmError(RuntimeError)           _producer/slurm.py: a Slurm command failed
-    ├── StateFileError(ValueError)         _producer/state.py: a producer's state file
-    └── HostlistError(ValueError)          _producer/hostlist.py: a Slurm host list
+Every exception class of the package derives from :class:`SegmentHealthError`, whose
+documentation draws the tree. Each keeps the builtin base a caller may already catch. A
+class raised by a single module lives beside its code; those several layers raise live
+here, with an exclusion's tokens: :class:`ExclusionReason`, :class:`When`, and
+:class:`Exclusion`, the value a launcher's coordinator decides.
 
 Outside the tree, on purpose:
 
-* ``StepError(OSError)``, ``NotRegularError(OSError)`` and ``LockBusyError(TimeoutError)``
-  of ``_decision/files.py``, raised by a decision write (and by the operators' filesystem
-  helper, which raises them again in the caller): the helper runs that file by path under
-  ``python -I -S``, so it imports nothing from the package and cannot derive from the base.
-  All three are ``OSError`` s.
-* ``CallsClosed`` (``_decision/helperprocess.py``) and ``Stopped`` (``_producer/schedule.py``)
-  are ``BaseException`` s, as ``SystemExit`` is: the interpreter exits, or the producer (or
-  the demo) was told to stop; the fail-open catch-alls let them pass. The producer engine's private
-  ``_Hung`` (``_producer/publisher.py``) never leaves it.
-* Python's own exceptions, for a call that the calling code gets wrong (a ``TypeError``
-  for an id that is neither ``str`` nor ``int``, a ``ValueError`` for an empty decision
-  text), and inside the launcher for a failure that the fail-open funnel
-  (``_launcher/failopen.py``) turns into one WARNING.
+* ``StepError``, ``NotRegularError`` and ``LockBusyError``, the ``OSError`` s of
+  ``_decision/files.py``: a helper runs that file by path, so it imports nothing.
+* ``CallsClosed`` and ``Stopped``, ``BaseException`` s as ``SystemExit`` is: the
+  fail-open catch-alls let them pass. The producer's private ``_Hung`` never leaves it.
+* Python's own exceptions, for a call the calling code gets wrong, and inside the
+  launcher for a failure the fail-open funnel turns into one WARNING.
 
 Standard library only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 from typing import Any
 
 from ._logfmt import FieldValue
 
-__all__ = ["ConfigurationError", "ExclusionReason", "SegmentHealthError", "UnhealthyNodeException"]
+__all__ = [
+    "ConfigurationError",
+    "Exclusion",
+    "ExclusionReason",
+    "SegmentHealthError",
+    "UnhealthyNodeException",
+    "When",
+]
 
 
 class SegmentHealthError(Exception):
-    """The base of every exception this package raises on purpose (the tree is in the
-    module documentation); each keeps its builtin base too, e.g. a
-    :class:`ConfigurationError` is a ``ValueError``."""
+    """The base of every exception this package raises on purpose.
+
+    Each keeps its builtin base too, e.g. a :class:`ConfigurationError` is a
+    ``ValueError``. The tree, with where each class lives (``*``: exported by
+    ``nvrx_seghealth``)::
+
+        SegmentHealthError *                   here
+        ├── ConfigurationError(ValueError) *   here: a setting cannot be used
+        ├── UnhealthyNodeException *           here: the unit is excluded (the spec's name)
+        ├── InvalidIdentityError(ValueError) * _decision/unit.py: a Slurm id is unusable
+        ├── DecisionConflict(RuntimeError) *   _decision/artifact.py: a conditional write
+        │                                      found another decision; nothing written
+        ├── HelperStartError(OSError)          _decision/helperprocess.py: no helper process
+        ├── HelperTimeout(TimeoutError)        _decision/helperprocess.py: a bounded call into
+        │                                      a hung filesystem did not answer, or was not sent
+        ├── Unreachable(ConnectionError)       _launcher/retry.py: a replicated service did not
+        │                                      answer a call within the retry timeout
+        ├── EtcdError                          _launcher/etcd_v3/client.py: etcd v3, the base of
+        │   ├── EtcdUnavailable(ConnectionError)   a member did not answer (transient)
+        │   └── EtcdRefused(RuntimeError)      etcd answered no: a cause token and the fix
+        ├── SlurmError(RuntimeError)           _producer/slurm.py: a Slurm command failed
+        ├── StateFileError(ValueError)         _producer/state.py: a producer's state file
+        └── HostlistError(ValueError)          _producer/hostlist.py: a Slurm host list
+    """
 
 
 class ConfigurationError(ValueError, SegmentHealthError):
@@ -88,6 +92,77 @@ class ExclusionReason(str, enum.Enum):
     MARKER = "marker"
     #: Process 0's ``excluded`` verdict, through the hand-off.
     VERDICT = "verdict"
+
+
+class When(str, enum.Enum):
+    """When a launcher is excluded: the ``when`` token of the ``nvrx_seghealth.excluded``
+    event and of the round's signal (:attr:`token`), and the words of the log (:attr:`phrase`).
+    """
+
+    phrase: str
+
+    def __new__(cls, token: str, phrase: str) -> When:  # noqa: PYI034 (no subclass: members)
+        member = str.__new__(cls, token)
+        member._value_ = token
+        member.phrase = phrase
+        return member
+
+    #: Before the launcher joins a round.
+    BEFORE_JOINING = ("before-joining", "before joining")
+    #: Once the inner rendezvous returned, before the workers start.
+    AFTER_JOINING = ("after-joining", "right after joining")
+    #: While the workers train: process 0's watch, or its stat for a sibling's request.
+    DURING_TRAINING = ("during-training", "during training")
+
+    @property
+    def token(self) -> str:
+        """The stable token: ``before-joining``, ``after-joining``, ``during-training``."""
+        return str(self._value_)
+
+    @classmethod
+    def parse(cls, token: str | None) -> When | None:
+        """The member whose token is ``token``; ``None`` for an unknown one (another release)."""
+        return next((when for when in cls if when.token == token), None)
+
+    @property
+    def joined(self) -> bool:
+        """Whether the launcher is a member of the round it leaves."""
+        return self is not When.BEFORE_JOINING
+
+
+@dataclasses.dataclass(frozen=True)
+class Exclusion:
+    """One exclusion, as the launcher's coordinator decides it.
+
+    Attributes:
+        reason: what excluded the launcher.
+        when: when it was excluded.
+        cause: what excluded it, in words, for the exception's message.
+        path: the decision file that excluded the unit (process 0), else ``None``.
+        size: that file's size in bytes, else ``None``.
+        marker: the text of the marker that excluded the launcher, else ``None``.
+    """
+
+    reason: ExclusionReason
+    when: When
+    cause: str
+    path: str | None = None
+    size: int | None = None
+    marker: str | None = None
+
+    def error(self, job_id: str, task_id: str) -> UnhealthyNodeException:
+        """The exception that excludes the unit ``job_id``, ``task_id``."""
+        return UnhealthyNodeException(
+            f"allocation unit job_id={job_id} task_id={task_id} is excluded "
+            f"{self.when.phrase}: {self.cause}",
+            job_id=job_id,
+            task_id=task_id,
+            reason=self.reason,
+            after_joining=self.when.joined,
+            path=self.path,
+            size=self.size,
+            marker=self.marker,
+        )
 
 
 class UnhealthyNodeException(SegmentHealthError):

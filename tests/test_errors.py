@@ -14,7 +14,7 @@ import pytest
 
 import nvrx_seghealth
 from nvrx_seghealth import ConfigurationError, ExclusionReason, UnhealthyNodeException
-from nvrx_seghealth._errors import SegmentHealthError
+from nvrx_seghealth._errors import Exclusion, SegmentHealthError, When
 
 
 def exclusion() -> UnhealthyNodeException:
@@ -67,6 +67,34 @@ def test_a_configuration_error_keeps_its_setting_when_pickled():
     error = ConfigurationError("bad", setting="rdzv-conf segment_health_check_dir")
     again = pickle.loads(pickle.dumps(error))
     assert (again.args, again.setting) == (error.args, error.setting)
+
+
+def test_when_has_one_token_and_one_phrase_each():
+    """The tokens are the ``when`` of events and of the round's signal; another release's
+    token reads as unknown."""
+    assert [when.token for when in When] == ["before-joining", "after-joining", "during-training"]
+    assert len({when.phrase for when in When}) == len(When)
+    assert all(When.parse(when.token) is when for when in When)
+    assert When.parse("at-dawn") is None and When.parse(None) is None
+    assert [when.joined for when in When] == [False, True, True]
+
+
+def test_an_exclusion_value_builds_its_exception():
+    value = Exclusion(
+        ExclusionReason.MARKER, When.AFTER_JOINING, "its process 0 marked it: m", marker="m"
+    )
+    error = value.error("7", "3")
+    assert str(error) == (
+        "allocation unit job_id=7 task_id=3 is excluded right after joining: "
+        "its process 0 marked it: m"
+    )
+    assert error.fields() == {
+        "reason": "marker",
+        "after_joining": True,
+        "job_id": "7",
+        "task_id": "3",
+    }
+    assert (error.path, error.size, error.marker) == (None, None, "m")
 
 
 def _exception_classes() -> set[type[BaseException]]:

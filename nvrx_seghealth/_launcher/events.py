@@ -1,33 +1,16 @@
 """The wrapper's decisions as TorchElastic rendezvous events and metrics.
 
-Every decision of :class:`~.handler.SegmentHealthRendezvousHandler` is recorded once,
-in torch's own telemetry:
+Every decision of a launcher is recorded once, in torch's own telemetry:
 
-* an event through ``torch.distributed.elastic.events``, on the stream where torch's
-  dynamic rendezvous records its joins, keep-alives and closes (the destination
-  :data:`EVENT_DESTINATION`), as torch's ``RdzvEvent``:
+* an event, as torch's ``RdzvEvent``, on the destination where torch's dynamic rendezvous
+  records its own (:data:`EVENT_DESTINATION`). Its ``name`` is an :class:`EventName`, its
+  ``message`` the decision's logfmt fields (:func:`parse_fields` reads them back). Its
+  node fields are those the inner dynamic handler gives its own events.
+* data points through torch's ``put_metric``, in the group :data:`METRIC_GROUP`.
 
-  ==============  ============================================================
-  field           value
-  ==============  ============================================================
-  ``name``        one of :class:`EventName` (``nvrx_seghealth.excluded``, ...)
-  ``run_id``      the rendezvous run id (``--rdzv-id``)
-  ``hostname``,   the node as the inner dynamic handler names it in its own
-  ``pid``,        events (its address, agent PID and local id), so both kinds
-  ``local_id``    of events of one node join; other handlers: this host and PID
-  ``rank``        the node's rank in the round it is in; ``None`` outside one
-  ``node_state``  ``INIT`` (installed), ``FAILED`` (excluded), else ``RUNNING``
-  ``message``     the decision's fields, ``key=value`` separated by spaces
-                  (:mod:`.._logfmt`; :func:`parse_fields` reads them back)
-  ==============  ============================================================
-
-* data points through ``torch.distributed.elastic.metrics.put_metric`` in the group
-  :data:`METRIC_GROUP` (names in :class:`MetricName`).
-
-Nothing is built when torch's destination still has its default ``NullHandler`` (as
-torch does for its own rendezvous events) and recording never raises: a failing
-events or metrics handler costs one WARNING, then DEBUG lines, and the decision
-stands. Both are configured by the application before the rendezvous starts; see
+Nothing is built while torch's destination has its default ``NullHandler``. Recording
+never raises: a failing handler costs one WARNING, then DEBUG lines, and the decision
+stands. The application configures both before the rendezvous starts. Every field:
 docs/reference/events.md.
 """
 
@@ -45,7 +28,7 @@ from torch.distributed.elastic.rendezvous import RendezvousHandler
 
 from .._decision.artifact import Decision, Outcome
 from .._decision.unit import AllocationUnit
-from .._errors import ExclusionReason
+from .._errors import Exclusion, ExclusionReason, When
 from .._logfmt import FieldValue, format_fields, parse_fields
 from .signals import stops_the_launcher
 
@@ -83,11 +66,9 @@ class EventName(str, enum.Enum):
     #: ``without_watch``, ``world_size`` and ``member_*`` for a world not restarted.
     FAIL_OPEN = "nvrx_seghealth.fail_open"
     #: The launcher leaves (once per launcher). Fields: ``by`` (an
-    #: :class:`~.._errors.ExclusionReason`),
-    #: ``path`` and ``size`` (decision file), ``when`` (``before-joining`` or
-    #: ``after-joining``, marker and verdict, and ``after-joining`` for the decision
-    #: file read right after joining; ``during-training``, the
-    #: watch's decision file), ``marker`` (the marker's text).
+    #: :class:`~.._errors.ExclusionReason`), ``path`` and ``size`` (decision file),
+    #: ``when`` (a :class:`~.._errors.When` token; none for process 0's stat before
+    #: joining), ``marker`` (the marker's text).
     EXCLUDED = "nvrx_seghealth.excluded"
     #: Process 0 marked its replacement group unhealthy. Fields: ``group``.
     MARKER_PUBLISHED = "nvrx_seghealth.marker_published"
@@ -98,9 +79,9 @@ class EventName(str, enum.Enum):
     VERDICT_PUBLISHED = "nvrx_seghealth.verdict_published"
     #: A sibling got process 0's verdict. Fields: ``verdict``, ``request``, ``waited_s``.
     VERDICT_WAITED = "nvrx_seghealth.verdict_waited"
-    #: The round's signal restarts this launcher's workers: a unit of its world was
-    #: excluded during training (the watch), or left it right after joining (the watch
-    #: on or off). Fields: ``aligned`` (every member reached the restart), ``waited_s``.
+    #: The round's signal restarts this launcher's workers: a unit of its world left it,
+    #: excluded by the watch or on joining (the watch on or off). Fields: ``aligned``
+    #: (every member reached the restart), ``waited_s``.
     WORLD_RESTART = "nvrx_seghealth.world_restart"
 
 
@@ -116,7 +97,7 @@ class FailOpenReason(str, enum.Enum):
     WRAPPER_ERROR = "wrapper-error"
     #: A sibling had no verdict from process 0 within the hand-off timeout.
     NO_VERDICT = "no-verdict"
-    #: A unit excluded during training trains on until its next restart: a member of
+    #: A unit excluded by the watch trains on until its next restart: a member of
     #: its world has no watch (:mod:`.watch`), whose workers the restart would fail.
     #: ``without_watch``, ``world_size`` and the first such member's ``member_*``.
     MIXED_WATCH = "mixed-watch"
@@ -138,7 +119,7 @@ class MetricName(str, enum.Enum):
 #: How the stat that led to a decision came about (``trigger``).
 ATTEMPT = "attempt"  # process 0 about to join a round
 REQUEST = "request"  # a sibling's request, between process 0's rounds
-JOINED = "joined"  # process 0's look right after joining, before its workers start
+JOINED = "joined"  # process 0's look on joining, before its workers start
 WATCH = "watch"  # the watch's looks while the workers run
 
 
@@ -204,9 +185,23 @@ class DecisionRecorder:
             FailOpenReason.WRAPPER_ERROR, action=action, error=f"{type(error).__name__}: {error}"
         )
 
-    def excluded(self, by: ExclusionReason, **fields: FieldValue) -> None:
-        """The launcher is excluded (the handler records it once)."""
-        self._event(EventName.EXCLUDED, NodeState.FAILED, by=by.value, **fields)
+    def excluded(self, exclusion: Exclusion) -> None:
+        """The launcher is excluded (once per launcher).
+
+        Process 0's stat before joining is the check itself: its exclusion has no ``when``.
+        """
+        when: When | None = exclusion.when
+        if exclusion.reason is ExclusionReason.DECISION_FILE and when is When.BEFORE_JOINING:
+            when = None
+        self._event(
+            EventName.EXCLUDED,
+            NodeState.FAILED,
+            by=exclusion.reason.value,
+            path=exclusion.path,
+            size=exclusion.size,
+            when=None if when is None else when.token,
+            marker=exclusion.marker,
+        )
         self._metric(MetricName.EXCLUDED.value, 1)
 
     def marker_published(self, group: str) -> None:

@@ -1,32 +1,17 @@
 """``SegmentHealthRendezvousHandler``: keeps an excluded allocation unit out of the rendezvous.
 
-The wrapper sits around any torch ``RendezvousHandler`` (c10d, etcd-v2, a launcher's
-own). Every method delegates to the inner handler, except that ``next_rendezvous()``
-asks the launcher's :mod:`.coordinator` before and after it joins: process 0 of the
-unit (``SLURM_PROCID=0``) stats the decision artifact, an excluded array task
-publishes its replacement-group marker, the task's other launchers wait for process
-0's verdict or look at the marker. An exclusion is raised as
-:class:`~.._errors.UnhealthyNodeException`; a launcher that has no part in a check
-(check disabled, a regular job's other tasks, no Slurm job) only delegates.
+The wrapper sits around any torch ``RendezvousHandler``, and every method delegates to
+it. ``next_rendezvous()`` asks the launcher's coordinator (:mod:`.coordinator`) before
+and after it joins. A launcher with no part in a check only delegates. The rules:
 
-Do no harm: only an exclusion leaves the wrapper as an exception. Any failure of its
-own work is one WARNING and the launcher goes on as plain torchrun would (fail
-open); the inner handler's own errors pass through unchanged.
-
-At the interpreter's exit, the handler keeps the inner handler's keep-alive out of store
-calls (:mod:`.exiting`): torch's agent leaves on SIGTERM without ``shutdown()``, and a
-heartbeat's store call returning while the interpreter finalizes would end the launcher
-by SIGABRT.
-
-Once excluded, the handler stays excluded: later ``next_rendezvous()`` calls raise
-again. On the way out it stops the coordinator's responder and the inner handler's
-keep-alive and, for torch's dynamic handler, leaves the round it was a participant of
-(what torch itself does at the start of every ``next_rendezvous()``), so the others
-need not wait for its heartbeat to expire. It tells that round's other members, the
-watch on or off, and they restart their workers without it (:mod:`.watch`). ``shutdown()`` / ``set_closed()`` do
-**not** close the shared rendezvous: torch's ``launch_agent`` calls ``shutdown()``
-after any failure, and a dynamic handler's ``shutdown()`` closes the rendezvous for
-every node; delegating it would end the whole job because one unit left.
+* Only an exclusion, :class:`~.._errors.UnhealthyNodeException`, leaves the wrapper as
+  its own exception; its own failures fail open, and the inner handler's pass unchanged.
+* Once excluded, it stays excluded: later ``next_rendezvous()`` calls raise again.
+* On the way out it stops the coordinator and the inner keep-alive, leaves torch's
+  round, and tells that round's members, which restart without it (:mod:`.watch`).
+* ``shutdown()`` and ``set_closed()`` of an excluded launcher do not close the shared
+  rendezvous: torch's dynamic handler would close it for every node.
+* At exit, it keeps the inner keep-alive out of store calls (:mod:`.exiting`).
 """
 
 from __future__ import annotations
@@ -42,7 +27,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from .._decision.artifact import DirectoryPath
-from .._errors import UnhealthyNodeException
+from .._errors import UnhealthyNodeException, When
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
 from .agentstore import EXCLUSIONS, serve_workers
@@ -52,7 +37,7 @@ from .exiting import quiet_at_exit, shut_at_exit
 from .failopen import FailOpen
 from .process_zero import ProcessZero
 from .roles import coordinator_for
-from .watch import AFTER_JOINING, BEFORE_JOINING, Member, WorldSignal
+from .watch import Member, WorldSignal
 
 __all__ = ["SegmentHealthRendezvousHandler"]
 
@@ -197,13 +182,13 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         try:
             # without the watch, the world it trained in is not told: a write while it trains
             told = previous if self._member is not None and self._member.watches else None
-            _leaving_on_exclusion(told, BEFORE_JOINING, coordinator.before_joining)
+            _leaving_on_exclusion(told, When.BEFORE_JOINING, coordinator.joining)
             try:
                 info = self._join()
             finally:
                 coordinator.out_of_rendezvous()
             world = self._world_of(info)
-            _leaving_on_exclusion(world, AFTER_JOINING, coordinator.after_joining, info.rank, world)
+            _leaving_on_exclusion(world, When.AFTER_JOINING, coordinator.joined, info.rank, world)
         except UnhealthyNodeException:
             self._leave(coordinator)
             raise
@@ -246,7 +231,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
     def num_nodes_waiting(self) -> int:
         """See base class. With the check on, also ``1`` once a unit of the current
-        world left it (excluded right after joining, or by the watch during training),
+        world left it (excluded on joining, or by the watch while it trains),
         after the aligned wait of :mod:`.watch`."""
         waiting = self._inner.num_nodes_waiting()
         world = self._world
@@ -295,11 +280,11 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
 
 
 def _leaving_on_exclusion(
-    world: WorldSignal | None, when: str, call: Callable[..., None], *args: object
+    world: WorldSignal | None, when: When, call: Callable[..., None], *args: object
 ) -> None:
-    """Run ``call(*args)``; when it excludes this launcher, leave ``world`` (the round it
-    is a member of; ``when``: before or after joining) before the exclusion is raised
-    on: the world's other members restart their workers without it."""
+    """Run ``call(*args)``; when it excludes this launcher, leave ``world``, the round it
+    is a member of, ``when``, before the exclusion is raised on: the world's other
+    members restart their workers without it."""
     try:
         call(*args)
     except UnhealthyNodeException as exclusion:

@@ -17,7 +17,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRende
 
 from .._decision.artifact import Decision
 from .._decision.unit import AllocationUnit
-from .._errors import ExclusionReason
+from .._errors import Exclusion, ExclusionReason, When
 from .._logfmt import format_fields
 from .._settings.check_settings import CheckSettings
 from .check import SegmentHealthCheck
@@ -72,21 +72,23 @@ class ProcessZero(Coordinator):
         super().__init__(unit, events, settings, markers, handoff)
         self.check = check
         self._lock = threading.Lock()
-        self._joining = False  # inside the inner rendezvous: the standing answer holds
+        self._in_rendezvous = False  # the standing answer holds
         self._attempt_verdict = Verdict.UNCHECKED
         self._covered = 0  # the highest request number answered
         self._responder: PeriodicThread | None = None
         self._watch: PeriodicThread | None = None
         self._watched: WorldSignal | None = None  # the round the watch looks for
-        self._looks_failing = False  # the looks after joining fail open: warned once a streak
+        self._looks_failing = (
+            False  # the looks on joining and after fail open: warned once a streak
+        )
 
-    def _before_joining(self) -> None:
+    def _decide(self) -> None:
         """Stop the watch; stat; exclude, or stand on this attempt's verdict."""
         with self._lock:
             self._stop_watch()
-            self._joining = True
+            self._in_rendezvous = True
             verdict = self._judge(ATTEMPT)
-            # a failure it warned of is the streak the look after joining continues
+            # a failure it warned of is the streak the look on joining continues
             self._looks_failing = verdict is Verdict.UNCHECKED
             if self.exclusion is None:
                 self._attempt_verdict = verdict
@@ -108,11 +110,11 @@ class ProcessZero(Coordinator):
         from now on get a fresh stat from the responder.
         """
         with self._lock:
-            self._joining = False
+            self._in_rendezvous = False
             if self.exclusion is None:
                 self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
-    def after_joining(self, rank: int, world: WorldSignal | None) -> None:
+    def joined(self, rank: int, world: WorldSignal | None) -> None:
         """Look once now, before the workers start; with the watch on, then start the
         watch, a look every ``watch_interval`` seconds.
 
@@ -128,7 +130,7 @@ class ProcessZero(Coordinator):
                 on or off, which restarts the other members before their workers have
                 trained.
         """
-        super().after_joining(rank, world)
+        super().joined(rank, world)
         if self._stopped:
             return
         self._look(None)
@@ -158,7 +160,7 @@ class ProcessZero(Coordinator):
             return
         log.warning(
             "Segment health check's watch is on and the world cannot shrink (its minimum "
-            "number of nodes is its maximum): a unit excluded during training re-forms the "
+            "number of nodes is its maximum): a unit excluded while it trains re-forms the "
             "job only with a spare launcher waiting in the rendezvous; without one, the "
             "others wait for a replacement until the join timeout, then the job fails. Give "
             "--nnodes a smaller minimum, or start spare tasks; %s",
@@ -196,7 +198,7 @@ class ProcessZero(Coordinator):
     def _look(self, world: WorldSignal | None) -> None:
         """Stat once, without the lock; exclude the unit now if the decision says so.
 
-        ``world``: the round the watch looks for; ``None``: the look right after joining,
+        ``world``: the round the watch looks for; ``None``: the look on joining,
         before the watch starts (with the watch off, the only one). What the stat found
         is acted on under the lock, and only while that is still so: a look that
         returns after the agent restarted the launcher, or after it stopped, is dropped
@@ -210,14 +212,14 @@ class ProcessZero(Coordinator):
         looker, trigger = (
             ("Segment health check's watch", WATCH)
             if world is not None
-            else ("Segment health check's look after joining", JOINED)
+            else ("Segment health check's look on joining", JOINED)
         )
         started = time.monotonic()
         decision = self.fail_open(
             "evaluate",
             f"evaluate the decision file ({trigger})",
             lambda: self.check.evaluate(warn=False),
-            streak="the decision file readable after joining",
+            streak="the decision file readable on joining",
         )
         if decision is None:
             return
@@ -243,7 +245,7 @@ class ProcessZero(Coordinator):
             if decision.proceed:
                 return
             self._events.judged(decision, seconds, trigger)
-            self._exclude_now(decision, trigger, joined=True)
+            self._unhealthy(decision, trigger, When.AFTER_JOINING)
 
     def _answer_requests(self) -> bool:
         """Between attempts (responder thread): answer new requests.
@@ -252,7 +254,7 @@ class ProcessZero(Coordinator):
         """
         with self._lock:
             handoff = self.handoff
-            if self.exclusion is not None or self._joining or handoff is None:
+            if self.exclusion is not None or self._in_rendezvous or handoff is None:
                 return True
             read = self.fail_open(
                 "read-requests",
@@ -281,27 +283,34 @@ class ProcessZero(Coordinator):
             return Verdict.UNCHECKED
         self._events.judged(decision, time.monotonic() - started, trigger)
         if not decision.proceed:
-            self._exclude_now(decision, trigger)
+            self._unhealthy(decision, trigger, When.BEFORE_JOINING)
             return Verdict.EXCLUDED
         return Verdict.UNCHECKED if decision.failed_open else Verdict.HEALTHY
 
-    def _exclude_now(self, decision: Decision, trigger: str, *, joined: bool = False) -> None:
-        """Exclude the unit, publish its marker and the final answer (lock held).
+    def _unhealthy(self, decision: Decision, trigger: str, when: When) -> None:
+        """The decision excludes the unit ``when`` (lock held): exclude it, then publish
+        its marker and the final answer.
 
-        While the watch runs, the unit is a member of the current world: its signal
-        gets the exclusion too (:meth:`.WorldSignal.exclude`), whichever look found the
-        decision (the watch's, or a fresh stat for a sibling's request). ``joined``: the
-        unit is in a round (the watch's looks),
-        even before the watch starts (the look right after joining; the handler then
-        tells the round as it leaves it).
+        While the watch runs, the unit is a member of a world that trains, whichever stat
+        found the decision: the exclusion is then :attr:`~.._errors.When.DURING_TRAINING`,
+        and the world's signal gets it too (:meth:`.WorldSignal.exclude`).
         """
         world = self._watched
-        self._exclude_by_decision(
-            decision, after_joining=joined or world is not None, during_training=world is not None
+        # Logged before the marker goes out: once siblings see it, srun may end this
+        # launcher at any moment.
+        exclusion = self.exclude(
+            Exclusion(
+                ExclusionReason.DECISION_FILE,
+                When.DURING_TRAINING if world is not None else when,
+                f"decision file {decision.path} is non-empty ({decision.size} bytes)",
+                path=decision.path,
+                size=decision.size,
+            )
         )
+        self._publish_marker(decision)
         self._publish(Answer(Verdict.EXCLUDED, EVERY_REQUEST, standing=True), trigger=trigger)
-        if world is not None and self.exclusion is not None:
-            world.exclude(self.exclusion)
+        if world is not None:
+            world.exclude(exclusion)
 
     def _publish(self, answer: Answer, *, trigger: str | None, covered: int | None = None) -> None:
         """Publish the answer (lock held) and remember the requests answered.
@@ -328,28 +337,8 @@ class ProcessZero(Coordinator):
                 answer.verdict.value, self._covered, answer.standing, trigger
             )
 
-    def _exclude_by_decision(
-        self, decision: Decision, *, after_joining: bool, during_training: bool
-    ) -> None:
-        unit = self.unit
-        when = (
-            " during training"
-            if during_training
-            else " right after joining, before its workers start"
-            if after_joining
-            else ""
-        )
-        # Logged before the marker goes out: once siblings see it, srun may end this
-        # launcher at any moment.
-        self._exclude(
-            f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded"
-            f"{when}: decision file {decision.path} is non-empty ({decision.size} bytes)",
-            ExclusionReason.DECISION_FILE,
-            after_joining=after_joining,
-            during_training=during_training,
-            path=decision.path,
-            size=decision.size,
-        )
+    def _publish_marker(self, decision: Decision) -> None:
+        """Mark the unit's replacement group unhealthy (an array task with a store)."""
         group = self.group
         if self.markers is None or group is None:
             return

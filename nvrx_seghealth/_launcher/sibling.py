@@ -9,7 +9,7 @@ import logging
 import time
 
 from .._decision.unit import AllocationUnit
-from .._errors import ExclusionReason
+from .._errors import Exclusion, ExclusionReason, When
 from .._settings.check_settings import CheckSettings
 from .coordinator import Coordinator
 from .events import DecisionRecorder
@@ -37,15 +37,33 @@ class Sibling(Coordinator):
     ) -> None:
         super().__init__(unit, events, settings, markers, handoff)
 
-    def _before_joining(self) -> None:
+    def _decide(self) -> None:
         admitted = self.handoff is not None and self._await_verdict(self.handoff)
         if not admitted:
-            self._refuse_if_marked(self.markers, after_joining=False)
+            self._refuse_if_marked(When.BEFORE_JOINING)
 
-    def after_joining(self, rank: int, world: WorldSignal | None) -> None:
-        """Look at the marker once more (see the module documentation)."""
-        super().after_joining(rank, world)
-        self._refuse_if_marked(self.markers, after_joining=True)
+    def joined(self, rank: int, world: WorldSignal | None) -> None:
+        """Look at the marker once more: process 0 may have published it while this
+        launcher waited inside the rendezvous, or after a verdict given between rounds."""
+        super().joined(rank, world)
+        self._refuse_if_marked(When.AFTER_JOINING)
+
+    def _refuse_if_marked(self, when: When) -> None:
+        """Raise when the unit's group is marked unhealthy."""
+        if self.group is None:
+            return
+        detail = self.fail_open(
+            "read-marker", "read the marker; proceeding", self.markers.detail, self.group
+        )
+        if detail is not None:
+            raise self.exclude(
+                Exclusion(
+                    ExclusionReason.MARKER,
+                    when,
+                    f"its process 0 marked the replacement group unhealthy: {detail}",
+                    marker=detail,
+                )
+            )
 
     def _await_verdict(self, handoff: VerdictHandoff) -> bool:
         """Ask process 0 for a verdict and wait for it.
@@ -96,10 +114,12 @@ class Sibling(Coordinator):
             waited,
         )
         if verdict is Verdict.EXCLUDED:
-            self._refuse_if_marked(self.markers, after_joining=False)  # names the decision
-            raise self._exclude(
-                f"allocation unit job_id={unit.job_id} task_id={unit.task_id} is excluded "
-                f"(before joining): its process 0 gave the verdict {verdict.value!r}",
-                ExclusionReason.VERDICT,
+            self._refuse_if_marked(When.BEFORE_JOINING)  # the marker names the decision
+            raise self.exclude(
+                Exclusion(
+                    ExclusionReason.VERDICT,
+                    When.BEFORE_JOINING,
+                    f"its process 0 gave the verdict {verdict.value!r}",
+                )
             )
         return True

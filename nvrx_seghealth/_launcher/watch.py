@@ -1,71 +1,22 @@
 """The round's signal: a member that leaves the world restarts it, aligned.
 
-With ``watch_interval`` set, process 0 of each unit re-checks its decision file while
-its workers run (:class:`~.process_zero.ProcessZero`). A unit it excludes then is a
-member of the current world, so every launcher of that world must restart its workers,
-and all of them together. So must they when a unit leaves the round it just joined,
-with the watch on or off (see "A member that leaves a round" below). That part is
-:class:`WorldSignal`, one per launcher with the check on and joined round, kept in the
-round's own store (``RendezvousInfo.store``, a fresh prefix for every round of torch's
-c10d and etcd-v2 handlers):
+One :class:`WorldSignal` per launcher with the check on and per joined round. It lives in
+the round's own store (``RendezvousInfo.store``), which has a fresh prefix every round.
 
-* every launcher with the check on tells the round its watch interval as it joins
-  (:meth:`Member.joined`: one ``set`` of :data:`MEMBER_KEY` and its rank, ``0`` without
-  the watch), and writes nothing more while the world trains;
-* the launcher that excludes its unit during training sets :data:`EXCLUDED_KEY` at its
-  agent's next ``num_nodes_waiting()``, once every member of the round has told an
-  interval above 0 (see "A member without the watch" below);
-* every launcher's ``num_nodes_waiting()`` (the check on, the watch on or off) looks for
-  that key at most once every :data:`LOOK_INTERVAL` seconds (one store ``check``: on
-  etcd-v2 one read of that key, :mod:`.etcd_reads`), so the whole job learns of the
-  exclusion within about that plus two ``--monitor-interval``: the excluding launcher's
-  and its own;
-* a launcher that finds it aligns the restart before answering its agent: it counts
-  itself in :data:`ARRIVED_KEY` and waits, at most :data:`ALIGN_TIMEOUT` seconds, until
-  every member of the round has (the last one sets :data:`RESTART_KEY`); then it
-  reports a waiting node, and its agent restarts its workers as a membership change.
+* Each member tells the round its watch interval as it joins (:meth:`Member.joined`).
+  It writes nothing more while the world trains.
+* A launcher whose unit the watch excludes sets :data:`EXCLUDED_KEY` once every member
+  told an interval above 0. Otherwise it warns once, and its unit trains on.
+* A launcher that leaves a round it is a member of sets that key, whatever the intervals.
+* Every member looks for the key in its agent's ``num_nodes_waiting()``, at most once a
+  :data:`LOOK_INTERVAL`: one store ``check``.
+* A member that finds it waits in a barrier until every member arrived, at most
+  :data:`ALIGN_TIMEOUT` seconds. Then it reports a waiting node, and its agent restarts.
+* Every store call goes through the launcher's :class:`~.failopen.FailOpen`: a failing
+  store restarts nobody.
 
-Why the barrier: torch's agent looks at its workers before it asks
-``num_nodes_waiting()``. Once one agent stops its workers, the others' collectives fail
-(at once with gloo); an agent that learned of the exclusion a moment later would see a
-worker failure instead of a membership change, spend a restart on it, or, with none left,
-close the rendezvous for everyone. While a launcher waits in the barrier its agent looks
-at nothing, and no agent stops its workers before every member is in the barrier.
-
-A member without the watch (its interval 0, the check off, plain c10d, an older release
-of this package) is never restarted by another's watch. One that does not look for the
-signal would see its workers fail, and with no restart left end the job that, without
-the watch anywhere, trains on; one with its interval 0 asked for the job as without the
-watch. So the launcher that excludes its unit during training tells the round only when
-every member has told an interval above 0, waiting at most :data:`MEMBERS_TIMEOUT`
-seconds for those not yet told (a member that tells nothing has no watch). Otherwise it
-warns once, naming the first member without the watch and its setting, and its unit
-trains on and leaves at its next restart, as without the watch: the job ends no worse
-than with the watch nowhere. Refusing such a world as it forms would end that job
-instead. One launcher decides, so every member does the same thing: a signal set during
-training means every member watches. Different intervals above 0 do no harm: an interval
-sets only how soon each process 0 sees its own decision; the signal's looks and the
-barrier do not depend on it.
-
-A member that leaves a round: a launcher excluded while a member of a round, which
-leaves it without reaching the barrier, sets the key and counts itself, whatever the
-members' intervals. That is process 0 or a sibling excluded right after joining, before
-its workers start. With the watch on, it is also a launcher whose agent restarted it
-alone and that is refused before joining again; without the watch, that one tells
-nothing, as its write would come while the world trains. The round has lost a member,
-and a member that went on would wait for a rank that never comes. So every launcher with
-the check on looks for the key, the watch off too: one store ``check`` a
-:data:`LOOK_INTERVAL` while the world trains, and no write. A member without the check
-(plain c10d, an older release) does not look; its workers fail, as before. A launcher
-without the watch never finds a key set during training: that needs every member's
-interval above 0, its own too. A world formed without the excluded unit does not
-restart: the key lives in the round the unit was a member of.
-
-Each member logs what happened with the same tokens, those of the
-``nvrx_seghealth.excluded`` event: ``when`` (``during-training``, ``after-joining`` or
-``before-joining``), ``by``, ``job_id``, ``task_id`` and, for a decision file, ``path``.
-Every store call goes through the launcher's :class:`~.failopen.FailOpen`: a failing
-store restarts nobody (one WARNING a streak), and the job goes on as without the watch.
+Why the barrier, and why every member must watch: docs/watch.md. Why a member that leaves
+as it joins tells the round: docs/concepts.md.
 """
 
 from __future__ import annotations
@@ -79,18 +30,15 @@ from dataclasses import dataclass
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import RendezvousInfo
 
-from .._errors import UnhealthyNodeException
+from .._errors import UnhealthyNodeException, When
 from .._logfmt import FieldValue, format_fields, parse_fields
 from .events import DecisionRecorder, FailOpenReason
 from .failopen import FailOpen
 
 __all__ = [
-    "AFTER_JOINING",
     "ALIGN_POLL",
     "ALIGN_TIMEOUT",
     "ARRIVED_KEY",
-    "BEFORE_JOINING",
-    "DURING_TRAINING",
     "EXCLUDED_KEY",
     "LOOK_INTERVAL",
     "MEMBERS_TIMEOUT",
@@ -118,23 +66,13 @@ LOOK_INTERVAL = 1.0
 #: member may be gone (its agent failed) or look late (a long ``--monitor-interval``);
 #: every live member arrives within :data:`LOOK_INTERVAL` plus its monitor interval.
 ALIGN_TIMEOUT = 10.0
-#: The longest the launcher that excludes its unit during training waits for members
+#: The longest the launcher whose unit the watch excludes waits for members
 #: that have not told their watch interval: each tells it as it joins, before its
 #: workers start, so a member silent that long has no watch (or its store call failed).
 MEMBERS_TIMEOUT = 10.0
 #: Seconds between two looks for :data:`RESTART_KEY` in the barrier, and for the
 #: members' intervals (a ``sleep`` between them, so a signal stops the launcher at once).
 ALIGN_POLL = 0.25
-
-#: When the unit that left the round was excluded (``when``, the signal's first token).
-DURING_TRAINING = "during-training"
-AFTER_JOINING = "after-joining"
-BEFORE_JOINING = "before-joining"
-_WHEN = {
-    DURING_TRAINING: " during training",
-    AFTER_JOINING: " right after joining, before its workers started",
-    BEFORE_JOINING: " as its launcher restarted, before it joined again",
-}
 
 
 @dataclass(frozen=True)
@@ -193,12 +131,12 @@ class WorldSignal:
         self._events = events
         self._next_look = 0.0  # the first look is due at once
         self._restart = False
-        # Set by the thread that excludes the unit during training; read by the agent's.
+        # Set by the thread whose look excludes the unit; read by the agent's.
         self._excluded: UnhealthyNodeException | None = None
         self._members_judged = False  # for that exclusion (the agent's thread)
 
     def exclude(self, exclusion: UnhealthyNodeException) -> None:
-        """This launcher's unit, a member of the round, is excluded during training.
+        """This launcher's unit, a member of the round, is excluded while it trains.
 
         The round is told at the agent's next ``num_nodes_waiting()``
         (:meth:`restart_due`), if every member watches. The calling thread (process 0's
@@ -206,10 +144,10 @@ class WorldSignal:
         """
         self._excluded = exclusion
 
-    def leave(self, exclusion: UnhealthyNodeException, when: str) -> None:
-        """This launcher's unit is excluded (``when``: :data:`AFTER_JOINING` or
-        :data:`BEFORE_JOINING`) and it leaves the round now: the world is told, and the
-        launcher counts itself in the barrier (unless it already passed it)."""
+    def leave(self, exclusion: UnhealthyNodeException, when: When) -> None:
+        """This launcher's unit is excluded ``when`` and it leaves the round now: the world
+        is told, and the launcher counts itself in the barrier (unless it already passed
+        it)."""
         if self._restart:
             return
         self._restart = True
@@ -231,7 +169,7 @@ class WorldSignal:
         if excluded is not None and not self._members_judged:
             self._members_judged = True
             if self._every_member_watches():
-                self._tell(excluded, DURING_TRAINING)
+                self._tell(excluded, When.DURING_TRAINING)
                 self._next_look = 0.0
         if time.monotonic() < self._next_look:
             return False
@@ -253,10 +191,11 @@ class WorldSignal:
             "watch-world", "read who was excluded", self._store.get, EXCLUDED_KEY
         )
         tokens = {} if told is None else parse_fields(told.decode(errors="replace"))
+        when = When.parse(tokens.get("when"))
         log.info(
             "Segment health check: a unit of the current world was excluded%s; restarting "
             "this launcher's workers %s (waited %.1f s); %s",
-            _WHEN.get(tokens.get("when", ""), ""),
+            "" if when is None else f" {when.phrase}",
             "with every member of the world"
             if aligned
             else "without the members that did not come",
@@ -266,13 +205,13 @@ class WorldSignal:
         self._events.world_restart(aligned, waited)
         return True
 
-    def _tell(self, exclusion: UnhealthyNodeException, when: str) -> None:
+    def _tell(self, exclusion: UnhealthyNodeException, when: When) -> None:
         """Set :data:`EXCLUDED_KEY` to the tokens of the ``nvrx_seghealth.excluded`` event:
         ``when``, ``by``, and the unit's ``job_id``, ``task_id``, with ``path`` for a
         decision file. Not ``reason``: a member's log would then read as its own
         exclusion (:mod:`.._demo.logtokens`)."""
         tokens: dict[str, FieldValue] = {
-            "when": when,
+            "when": when.token,
             "by": exclusion.reason.value,
             "job_id": exclusion.job_id,
             "task_id": exclusion.task_id,

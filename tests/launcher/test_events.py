@@ -26,7 +26,7 @@ from harness.common import slurm_env
 from harness.telemetry import captured, routed
 from nvrx_seghealth._decision.artifact import Decision, Outcome
 from nvrx_seghealth._decision.unit import AllocationUnit
-from nvrx_seghealth._errors import ExclusionReason
+from nvrx_seghealth._errors import Exclusion, ExclusionReason, When
 from nvrx_seghealth._launcher.events import (
     METRIC_GROUP,
     DecisionRecorder,
@@ -58,7 +58,9 @@ def test_nothing_is_built_while_torch_records_nowhere():
     inner = StaticInner()
     events = recorder(inner)
     events.installed("/shared/shc")
-    events.excluded(ExclusionReason.DECISION_FILE, path="/shared/shc/x", size=3)
+    events.excluded(
+        Exclusion(ExclusionReason.DECISION_FILE, When.BEFORE_JOINING, "x", "/shared/shc/x", 3)
+    )
     assert inner.run_id_reads == 0
 
 
@@ -71,7 +73,9 @@ def test_each_decision_is_one_event_with_its_fields_and_metrics():
             Decision("/p", Outcome.NOT_REGULAR, "not a regular file: directory"), 0.001, "request"
         )
         events.judged(Decision("/p", Outcome.UNHEALTHY, "non-empty", 7), 0.0005, "attempt")
-        events.excluded(ExclusionReason.DECISION_FILE, path="/p", size=7)
+        events.excluded(
+            Exclusion(ExclusionReason.DECISION_FILE, When.BEFORE_JOINING, "non-empty", "/p", 7)
+        )
         events.marker_published("1")
         events.verdict_published("excluded", 16777215, True, "attempt")
     assert seen.names() == [
@@ -127,6 +131,25 @@ def test_each_decision_is_one_event_with_its_fields_and_metrics():
     assert seen.values("fail_open.not-a-regular-file") == [1]
     assert seen.values("excluded") == [1]
     assert all(m.group_name == METRIC_GROUP for m in seen.metrics)
+
+
+@pytest.mark.parametrize(
+    ("reason", "when", "token"),
+    [
+        (ExclusionReason.DECISION_FILE, When.BEFORE_JOINING, None),
+        (ExclusionReason.DECISION_FILE, When.AFTER_JOINING, "after-joining"),
+        (ExclusionReason.DECISION_FILE, When.DURING_TRAINING, "during-training"),
+        (ExclusionReason.MARKER, When.BEFORE_JOINING, "before-joining"),
+        (ExclusionReason.MARKER, When.AFTER_JOINING, "after-joining"),
+        (ExclusionReason.VERDICT, When.BEFORE_JOINING, "before-joining"),
+    ],
+)
+def test_an_exclusion_says_when_but_for_process_zeros_stat_before_joining(reason, when, token):
+    """Process 0's stat before joining is the check itself: only its event has no ``when``."""
+    with captured() as seen:
+        recorder().excluded(Exclusion(reason, when, "words"))
+    (fields,) = seen.fields("excluded")
+    assert (fields["by"], fields.get("when")) == (reason.value, token)
 
 
 def test_a_sibling_wait_is_a_verdict_or_a_fail_open():
@@ -235,7 +258,7 @@ def test_a_failing_handler_never_raises_and_warns_once(caplog):
     caplog.set_level(logging.DEBUG, logger="nvrx_seghealth")
     with routed(RaisingHandler(), RaisingMetrics()):
         events = recorder()
-        events.excluded(ExclusionReason.MARKER, when="before-joining")
+        events.excluded(Exclusion(ExclusionReason.MARKER, When.BEFORE_JOINING, "marked"))
         events.judged(Decision("/p", Outcome.CLEAR, "empty", 0), 0.001, "attempt")
     ours = [r for r in caplog.records if r.name == "nvrx_seghealth._launcher.events"]
     assert [r.levelno for r in ours] == [

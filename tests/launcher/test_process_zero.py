@@ -67,9 +67,9 @@ def process_zero(make_coordinator, **options) -> ProcessZero:
 def attempt(zero: ProcessZero) -> None:
     """One attempt of process 0's launcher, as its handler makes it around a round of
     one: before joining (which starts the responder), out of the rendezvous, joined."""
-    zero.before_joining()
+    zero.joining()
     zero.out_of_rendezvous()
-    zero.after_joining(0, None)
+    zero.joined(0, None)
 
 
 def test_process_zero_is_excluded_before_joining_and_publishes_its_group(tcp_store, shc, caplog):
@@ -122,10 +122,10 @@ def test_exclusion_sticks_even_if_the_decision_is_cleared(shc, make_coordinator)
     path = publish_decision(shc, str(ARRAY), "1", "bad")
     zero = process_zero(make_coordinator)
     with pytest.raises(UnhealthyNodeException):
-        zero.before_joining()
+        zero.joining()
     os.unlink(path)
     with pytest.raises(UnhealthyNodeException) as again:
-        zero.before_joining()
+        zero.joining()
     assert (again.value.reason, again.value.path) == (ExclusionReason.DECISION_FILE, path)
     assert zero.exclusion is again.value
 
