@@ -187,7 +187,7 @@ def create_segment_health_handler(
     with _said_in_one_line():
         inner, store = _create_inner(inner_params)
     outside = OUTSIDE_STORE if _store_outside(inner_params) else None  # the check on: always
-    return SegmentHealthRendezvousHandler._with_settings(
+    return SegmentHealthRendezvousHandler.from_settings(
         inner, settings.check, store=store, backend=params.backend, serve_workers_why=outside
     )
 

@@ -82,10 +82,9 @@ class SegmentHealthCheck:
         self._setup(settings, unit_id("job_id", job_id), unit_id("task_id", task_id))
 
     @classmethod
-    def _for_unit(cls, settings: CheckSettings, unit: AllocationUnit) -> SegmentHealthCheck:
-        """The check of ``unit`` (its ids are :class:`~.._decision.unit.SlurmId` s) with
-        ``settings`` validated where they entered, both taken as they are. The
-        constructor is the door for raw values."""
+    def from_settings(cls, settings: CheckSettings, unit: AllocationUnit) -> SegmentHealthCheck:
+        """The check of ``unit`` with ``settings``, both validated where they entered and
+        taken as they are; the constructor is the door for raw values."""
         check = cls.__new__(cls)
         check._setup(settings, unit.job_id, unit.task_id)
         return check
@@ -156,7 +155,7 @@ def install_check(
     """
     if unit is None or not unit.is_process_zero:
         return None
-    check = SegmentHealthCheck._for_unit(settings, unit)
+    check = SegmentHealthCheck.from_settings(settings, unit)
     with contextlib.suppress(HelperStartError):  # the first stat fails open and says why
         prepare_stat_helper()
     log.info(

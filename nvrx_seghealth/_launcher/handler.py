@@ -96,7 +96,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._setup(inner, settings, store=store, environ=environ, backend=backend)
 
     @classmethod
-    def _with_settings(
+    def from_settings(
         cls,
         inner: RendezvousHandler,
         settings: CheckSettings | None,
@@ -105,10 +105,12 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         backend: str,
         serve_workers_why: str | None = None,
     ) -> SegmentHealthRendezvousHandler:
-        """The handler for ``settings`` validated where they entered (the registered
-        backend's rdzv-conf keys, :mod:`.._settings.rdzv_conf`), taken as they are;
-        ``None``: the check is off. The constructor is the door for raw values.
-        ``serve_workers_why``: why the workers' store is served with the check off."""
+        """The handler for ``settings`` validated where they entered, taken as they are.
+
+        The registered backend's door (:mod:`.._settings.rdzv_conf`); the constructor is
+        the door for raw values. ``settings`` ``None``: the check is off.
+        ``serve_workers_why``: why the workers' store is served with the check off.
+        """
         handler = cls.__new__(cls)
         handler._setup(
             inner, settings, store=store, environ=None, backend=backend, why=serve_workers_why

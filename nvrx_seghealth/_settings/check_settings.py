@@ -13,8 +13,8 @@ rendezvous starts:
   constructor (or function) the door for its raw values.
 
 Below the entry, every layer takes the :class:`CheckSettings` as it is (the registered
-backend hands it to the handler's ``_with_settings``, the handler to the coordinator and
-the check's ``_for_unit``): nothing is checked twice, and no layer reaches back up for a
+backend hands it to the handler's ``from_settings``, the handler to the coordinator and
+the check's ``from_settings``): nothing is checked twice, and no layer reaches back up for a
 default. ``tests/launcher/test_backend.py`` counts the validations from the backend's
 creator to the stat.
 """
