@@ -1,27 +1,19 @@
 """The workers' bootstrap store: the launcher holding rank 0 serves a new one every round.
 
-torch's dynamic rendezvous offers two bootstraps, and neither survives this package's jobs.
-Shared (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` unset), a launcher that is not rank 0 keeps
-its first round's master for good. So survivors of the rank-0 unit's exclusion dial a
-master that left, and a later spare waits for an address nobody publishes. The shared store
-also keeps the previous attempt's gloo addresses for restarted workers (pytorch#135712,
-still in torch 2.13). Not shared (``1``), rank 0's agent closes the free port it chose, and
-its rank-0 worker binds it seconds later. Any socket may take it in between: ``EADDRINUSE``
-costs a restart. So torch's handler gets ``1`` and builds each round afresh, and this
-module serves the workers. Each round, rank 0's launcher starts a new TCPStore on a port
-the kernel binds for it and holds it until its next round. It publishes the port in the
-round's own store, where the others read it: nothing can take the port, and no key
-outlives its round. Only public API is used (the variable, ``use_agent_store``,
-``RendezvousInfo``), and only the round's store: every inner backend behaves alike. A port
-below the ephemeral range would only narrow the race: another process's bind could take it.
+torch's two bootstraps fail this package's jobs. Shared, a survivor of the rank-0 unit's
+exclusion dials a master that left (pytorch#135712). Not shared, rank 0's worker binds a
+port its agent chose and closed, and another socket may take it first. The rules:
 
-:func:`serve_workers` decides once, when the handler is built, and sets the variable in the
-launcher's own environment unless the user set it; ``1`` set by the user is served the same
-way, another value is kept with a WARNING. Callers:
-:class:`~.handler.SegmentHealthRendezvousHandler` whenever the check is configured (the
-registered backend and composition alike), and the backend for a store outside the launchers
-(``is_host=false``) with the check off, where a restart alone meets pytorch#135712. A handler
-other than torch's ``DynamicRendezvousHandler`` is left as it is.
+* torch's handler gets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` and builds each round
+  afresh; this module serves the workers.
+* Each round, rank 0's launcher starts a new TCPStore on a port the kernel binds for it,
+  holds it until its next round, and publishes it in the round's own store.
+* Only public API and the round's store are used, so every inner backend behaves alike.
+* :func:`serve_workers` decides once, when the handler is built. A user's ``1`` is served
+  the same way; another value is kept, with a WARNING.
+* A handler other than torch's ``DynamicRendezvousHandler`` is left as it is.
+
+The story: docs/reference/backend.md, "The workers' bootstrap store".
 """
 
 from __future__ import annotations

@@ -1,29 +1,19 @@
 """The ``segment-health`` rendezvous backend, registered with torchrun.
 
-``torchrun --rdzv-backend=segment-health --rdzv-conf segment_health_check_dir=DIR ...``
-finds this backend through the ``torchrun.handlers`` entry-point group: torch imports
-:func:`entry_point`, calls it with no arguments and registers the creator it returns.
-The creator builds the inner handler named by ``inner_backend`` (``c10d`` by default,
-``etcd-v2`` or ``etcd-v3``; :data:`INNER_BACKEND_CREATORS`, a name -> creator table as torch's
-registry is) from the same parameters, shares that backend's store for the
-replacement-group markers, and wraps it in a :class:`SegmentHealthRendezvousHandler`
-that reports the name it was registered under.
+torch finds it through the ``torchrun.handlers`` entry-point group: it calls
+:func:`entry_point` and registers the creator it returns. Launchers that keep their own
+registry call :func:`register`. The creator:
 
-In a checked job the launcher holding rank 0 serves its workers a new bootstrap store each
-round (:mod:`.agentstore`, seen to by the handler); with the check off the backend asks for
-it for a store outside the launchers (``is_host=false``), where a restart alone needs it.
+* builds the inner handler named by ``inner_backend`` (:data:`INNER_BACKEND_CREATORS`:
+  ``c10d`` by default, ``etcd-v2``, ``etcd-v3``) from the same parameters;
+* shares that backend's store for the replacement-group markers;
+* wraps it in a :class:`SegmentHealthRendezvousHandler` that reports this backend's name.
 
-Launchers that keep their own registry call :func:`register`.
-
-A :class:`ConfigurationError` of the creator leaves it as it is, for any caller to
-catch. If nothing catches it, Python prints only its last line, the message naming the
-setting and the fix, instead of the 40-line traceback through torchrun's launcher
-(:func:`_said_in_one_line`). torch handles no exception type quietly but ``SystemExit``,
-which a launcher's ``except Exception`` would not catch.
-
-This module imports torch only inside its functions: torch loads the entry point
-while it imports its own rendezvous package, so a module-level torch import here
-would be circular.
+With the check off and ``is_host=false``, the workers' store is still served
+(:mod:`.agentstore`). A :class:`ConfigurationError` leaves the creator as it is; if
+nothing catches it, Python prints only its message (:func:`_said_in_one_line`). torch is
+imported only inside functions: torch loads the entry point while it imports its own
+rendezvous package.
 """
 
 from __future__ import annotations

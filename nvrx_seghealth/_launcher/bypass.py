@@ -1,55 +1,23 @@
 """Say so when torch replaces the ``segment-health`` backend a launcher asked for.
 
-torchrun's ``--standalone`` (or ``PET_STANDALONE=1``) makes torch overwrite the
-rendezvous backend with ``c10d`` after it parsed the command line, and a launcher that
-falls back to standalone does the same (accelerate, when its ``--main_process_port`` is
-in use on a single machine). This backend's creator is then never called: a marked unit
-trains, and without this module nothing would say the check did not run.
+torchrun's ``--standalone`` (or ``PET_STANDALONE=1``) makes torch create a ``c10d``
+rendezvous instead. A launcher's own standalone fallback does the same (accelerate's,
+when its port is in use). This backend's creator is then never called, and a marked unit
+trains. The rules:
 
-torch loads the ``torchrun.handlers`` entry point while it imports its rendezvous
-package, which is before any launcher decides on standalone. So :func:`watch` runs then
-and wraps the ``create_handler`` of torch's rendezvous registry (the one call through
-which torch's launcher API builds its rendezvous). When a handler is created there
-without this backend's creator being called (:func:`created`), the launcher's options are
-read (:func:`asked`). If they asked for segment-health, the check is off: one WARNING,
-before any worker starts, with ``check=off``, the ``cause`` (``standalone`` if it was
-asked for, else ``launcher-fallback``) and the ``backend`` torch created. A launcher that
-ends before any rendezvous (``--help``, a usage error, a failure while it sets up) says
-nothing: no worker trained.
+* :func:`watch` wraps torch's registry's ``create_handler`` when torch loads the entry
+  point, before any launcher decides on standalone.
+* A handler created without this backend's creator (:func:`created`) makes the launcher's
+  options be read once (:func:`asked`).
+* If they asked for segment-health: one WARNING before any worker starts, with
+  ``check=off``, the ``cause`` and the ``backend`` torch created.
+* A launcher that ends before any rendezvous says nothing: no worker trained.
+* The options are read by the launcher's own parser where it is known (torchrun,
+  ``accelerate launch``), else by a scan of torchrun-like options (:func:`launcher_options`).
+* Reading never stops the launcher.
 
-The options are read by the launcher's own parser, where this module knows the launcher
-and can import its parser:
-
-* torchrun (``torchrun``, ``python -m torch.distributed.run``):
-  ``torch.distributed.run.get_args_parser()``. It takes abbreviations (``--rdzv-b``) and
-  the ``PET_*`` environment variables as defaults, as torchrun does.
-* ``accelerate launch`` (also ``accelerate-launch``, ``python -m
-  accelerate.commands.launch``): ``accelerate.commands.launch.launch_command_parser()``.
-  accelerate has no ``--standalone``: its fallback is decided while it runs.
-
-Each parser reads with ``parse_known_args``, made to raise where it would print or exit
-(:func:`_quietly`): the launcher has parsed the same line already. The training script's
-arguments are the script's, as for the launcher. ``nvrx-seghealth run`` refuses
-``--standalone`` with a hand-made segment-health backend before it launches, so nothing
-is read there.
-
-Any other program (a launcher of one's own), a parser that cannot be imported and a
-command line it refuses fall back to a scan of torchrun-like options
-(:func:`launcher_options`): the options before the training script (the first positional
-argument, the module of ``-m`` or the program of ``--no-python``) or ``--``.
-``--rdzv-backend``/``--rdzv_backend`` and ``--standalone`` are recognised as one token
-with ``=`` or two; where the command line is silent, ``PET_RDZV_BACKEND`` and
-``PET_STANDALONE`` are. An option torchrun does not know is taken to have a value unless
-written with ``=``, and abbreviations are not recognised.
-
-What no reading of the command line sees: a backend set in a launcher's configuration
-file (accelerate's ``rdzv_backend`` from ``accelerate config``), and a launcher that
-builds its rendezvous parameters in its own code. docs/reference/backend.md and
-``nvrx-seghealth doctor`` name them.
-
-Standard library only, but for torch's registry, which :func:`watch` imports when the
-backend is loaded, and the launchers' parsers, imported when a handler of another backend
-is created (their launchers have loaded them by then).
+Standard library only, but for torch's registry and the launchers' parsers, imported
+when the launcher has loaded them already.
 """
 
 from __future__ import annotations
@@ -144,7 +112,13 @@ def created() -> None:
 
 def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     """The launcher's options in its command line ``argv``, as ``(name, value)`` pairs
-    (``None``: no value), up to the training script or ``--`` (the scan of the module doc)."""
+    (``None``: no value): the scan for a launcher whose parser is not known.
+
+    The options end at the training script (the first positional argument, the module of
+    ``-m`` or the program of ``--no-python``) or at ``--``. An option is one token with
+    ``=`` or two. An option torchrun does not know is taken to have a value unless written
+    with ``=``. Abbreviations are not recognised.
+    """
     options: list[tuple[str, str | None]] = []
     tokens = iter(argv)
     for token in tokens:
@@ -223,7 +197,8 @@ def _accelerate(options: list[str]) -> Asked:
 
 
 def _nothing(options: list[str]) -> Asked:
-    """``nvrx-seghealth run``: it refuses a backend that standalone would replace."""
+    """``nvrx-seghealth run``: it refuses ``--standalone`` with a hand-made segment-health
+    backend before it launches, so nothing is read."""
     return Asked(None)
 
 
@@ -257,9 +232,17 @@ def _launcher(
 def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Asked:
     """What the launcher's options in ``argv`` (``sys.argv``, the program first) ask for.
 
-    Read by the launcher's own parser where it is known, else, or when that parser cannot
-    be imported or refuses the line, by the scan with ``environ`` (default ``os.environ``);
-    see the module doc. Reading never stops the launcher.
+    Read by the launcher's own parser where it is known (:data:`_PARSERS`), with
+    ``parse_known_args``, made to raise where it would print or exit (:func:`_quietly`).
+    torchrun's parser takes abbreviations and the ``PET_*`` environment as defaults, as
+    torchrun does. A launcher not known, a parser that cannot be imported and a line it
+    refuses fall back to the scan (:func:`launcher_options`) with ``environ`` (default
+    ``os.environ``): ``--rdzv-backend``, ``--standalone``, then ``PET_RDZV_BACKEND`` and
+    ``PET_STANDALONE``.
+
+    No reading sees a backend set in a launcher's configuration file (accelerate's
+    ``rdzv_backend``), nor one a launcher builds in its own code: docs/reference/backend.md
+    and ``nvrx-seghealth doctor`` name them. Reading never stops the launcher.
     """
     parse, options = _launcher(argv) if argv else (None, [])
     if parse is not None:

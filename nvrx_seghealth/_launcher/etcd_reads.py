@@ -1,29 +1,17 @@
 """torch's etcd-v2 store, reading only the keys asked for: :class:`OneKeyEtcdStore`.
 
-torch's ``EtcdStore`` answers ``check`` and ``get`` by reading its whole store directory
-(``/torch/elastic/store``) and picking the keys out. That directory holds every key of
-every round of every run that used the etcd, and nothing in it expires, so the cost of
-one ``check`` grows with everything the etcd has ever kept: 210 kB answered at 1,000
-keys, 1.1 MB at 5,000 (BENCHMARKS.md, row 4). The watch looks once a second per
-launcher (:mod:`.watch`), from inside the agent's ``num_nodes_waiting()``.
+torch's ``EtcdStore`` answers ``check`` and ``get`` by reading its whole store directory,
+which holds every key of every run and never expires: 1.1 MB at 5,000 keys
+(BENCHMARKS.md, row 4). The watch looks once a second per launcher. The rules:
 
-:class:`OneKeyEtcdStore` is torch's store with ``check`` and ``get`` made of one etcd
-``GET`` of each key asked for (the key as torch encodes it: the store's prefix and the
-key's base64), whatever else the directory holds. The backend gives it to the etcd-v2
-rendezvous (:mod:`.backend`, as :class:`~.etcd_v2.ElectionSafeEtcdStore`, which also
-rides out an etcd leader election), so every store the rendezvous hands out uses it: the
-round's store (``RendezvousInfo.store``, a ``PrefixStore`` over it, whose prefix only
-the C++ side knows, so no caller could build the one key itself) as well as the
-markers'. A key not yet set is waited for as torch waits (``get``), or reported absent
-(``check``). Writes are torch's own.
-
-:meth:`OneKeyEtcdStore.read_counter` reads an ``add`` counter without writing it:
-torch's ``add(key, 0)`` is a create that fails and a compare-and-swap, two raft
-proposals per call (:mod:`.handoff` reads its counter with this).
-
-Reads are etcd's default reads, as torch's own are: served by the etcd member the
-client talks to, never behind a write made through that member, possibly behind one
-made through another member a moment ago (a quorum read would be a raft round trip).
+* ``check`` and ``get`` are one etcd ``GET`` of each key asked for, whatever else the
+  directory holds. Writes are torch's own.
+* The backend gives this store to the etcd-v2 rendezvous, so every store it hands out
+  uses it: the round's ``PrefixStore``, whose prefix only the C++ side knows, too.
+* :meth:`OneKeyEtcdStore.read_counter` reads an ``add`` counter without writing it;
+  torch's ``add(key, 0)`` costs two raft proposals.
+* Reads are etcd's default reads, as torch's own are: never behind a write made through
+  the same member, possibly behind one made through another.
 """
 
 from __future__ import annotations

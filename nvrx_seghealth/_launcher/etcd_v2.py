@@ -1,32 +1,18 @@
 """torch's etcd-v2 rendezvous through an etcd leader election: :func:`election_safe`.
 
-While a three-member etcd elects a leader (about a second), a follower answers a write
-with ``Raft Internal Error`` (etcd's code 300: ``request timed out, possibly due to
-previous leader failure``), and a dead member drops the requests it held. python-etcd
-raises either at once; torch's backend turns them into ``RendezvousConnectionError``,
-and the launcher exits. Here every call of the backend and its store goes through one
-:class:`~.retry.RetryPolicy` per launcher, with the client's ``read_timeout`` as its
-timeout, and is made safe to run again:
+While etcd elects a leader, a follower answers a write with an error, and a dead member
+drops the requests it held. torch's backend would turn either into an exit. Here every
+call of the backend and its store goes through one :class:`~.retry.RetryPolicy` per
+launcher, and is made safe to run again:
 
-- reads (``get_state``, ``get``, ``check``, ``wait``) are run again as they are;
-- torch's state writes (``set_state``) are guarded (``prevIndex``, or ``prevExist``
-  for the first): a lost write that did land makes the next attempt fail its compare,
-  and torch then returns the state as it is, which holds that write;
-- ``set`` writes again unless the key holds its value already; a value another
-  launcher wrote in between is then overwritten (torch's keys have one writer each);
-- ``add`` is a compare-and-swap on the counter's ``modifiedIndex``, each write tagged;
-  when its answer is lost, a quorum read and the key's event history tell whether it
-  landed before it runs again, so that it counts once (:class:`_Add`).
+- reads are run again as they are;
+- torch's state writes are guarded: a lost write that landed fails its next compare;
+- ``set`` writes again unless the key holds its value already;
+- ``add`` settles whether its lost write landed before it runs again (:class:`_Add`).
 
-The client sends each request once (python-etcd's own failover and urllib3's resends
-are turned off): a resent compare-and-swap that landed the first time would fail its
-compare and look like another launcher's. A member that does not answer moves the
-client to the next member it learned at start (:class:`EtcdConnection`).
-
-One case stays open on the v2 API: etcd's history holds its last 1,000 events. When
-more writes than that came between the lost answer and its settling (a busy etcd and
-an election of several seconds), the ``add`` cannot tell and counts the write as its
-own (never twice), with a WARNING; had another launcher's write landed, one is lost.
+The client sends each request once: python-etcd's failover and urllib3's resends are off.
+A member that does not answer moves the client to the next one (:class:`EtcdConnection`).
+What stays open on the v2 API, and what an election costs: docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -102,6 +88,9 @@ def _connection_failed(error: Exception) -> bool:
 class EtcdConnection:
     """One launcher's python-etcd client, sending each request once, and its retry policy.
 
+    A resent compare-and-swap that landed the first time would fail its compare and look
+    like another launcher's write, so python-etcd's failover and urllib3's resends are off.
+
     The client's members are those it learned at start (torch builds it with
     ``allow_reconnect=True``, which asks the named member for the others).
     """
@@ -154,7 +143,9 @@ class ElectionSafeEtcdBackend(RendezvousBackend):
     def set_state(
         self, state: bytes, token: Token | None = None
     ) -> tuple[bytes, Token, bool] | None:
-        """See base class: torch's write is guarded, so running it again is safe."""
+        """See base class: torch's write is guarded (``prevIndex``, or ``prevExist`` for
+        the first), so running it again is safe: a lost write that landed fails its
+        compare, and torch returns the state as it is, which holds that write."""
         return self._call("set_state", lambda: self._inner.set_state(state, token))
 
     def _call(self, what: str, operation: Callable[[], _T]) -> _T:
@@ -175,7 +166,10 @@ class ElectionSafeEtcdStore(OneKeyEtcdStore):
     _connection: EtcdConnection
 
     def set(self, key: str, value: str | bytes) -> None:
-        """Write ``value`` to ``key``; after a lost answer, again unless it is there."""
+        """Write ``value`` to ``key``; after a lost answer, again unless it is there.
+
+        A value another launcher wrote in between is then overwritten: torch's keys have
+        one writer each."""
         path, encoded = self.prefix + self._encode(key), self._encode(value)
         sent = False
 
@@ -207,7 +201,7 @@ class ElectionSafeEtcdStore(OneKeyEtcdStore):
     def add(self, key: str, num: int) -> int:
         """Add ``num`` to the counter ``key`` (``0`` when absent); its new value.
 
-        Counts once also when an answer is lost (see the module documentation).
+        Counts once also when an answer is lost (:class:`_Add`).
         """
         return self._connection.call("add", _Add(self, self.prefix + self._encode(key), num))
 
@@ -226,7 +220,9 @@ class _Add:
     Each write is the new count followed by a random tag of :data:`TAG_LENGTH`
     whitespace characters, which ``int()`` ignores: two adds of the same amount from
     the same count write different values, so the key's history tells whose write
-    landed.
+    landed. A quorum read and that history settle a lost answer. etcd's v2 history
+    holds its last 1,000 events: past that, the ``add`` counts the write as its own
+    (never twice), with a WARNING.
     """
 
     def __init__(self, store: ElectionSafeEtcdStore, path: str, num: int) -> None:
@@ -294,7 +290,7 @@ def election_safe(
     backend: RendezvousBackend, store: Store
 ) -> tuple[ElectionSafeEtcdBackend, ElectionSafeEtcdStore]:
     """torch's etcd-v2 ``backend`` and ``store`` (one client) as they run through an
-    election (see the module documentation).
+    election: each call retried, each write safe to send again.
 
     Raises:
         TypeError: ``backend`` or ``store`` is not torch's etcd-v2 one.

@@ -1,34 +1,20 @@
 """No thread of a launcher returns from a store call while its interpreter finalizes.
 
-A daemon thread that returns from a C++ call (a store call through pybind11, which
-releases the GIL in a guard whose destructor is ``noexcept``) while the interpreter
-finalizes is ended by ``pthread_exit`` inside that guard, and ``std::terminate``
-follows: the launcher dies by SIGABRT (``terminate called without an active
-exception``) instead of with its exit code. Such threads may well be running then:
-torch's agent leaves on SIGTERM without calling the handler's ``shutdown()``, and torch
-never stops its rendezvous keep-alive timer at exit.
+A daemon thread that returns from a store call then is ended inside pybind11's GIL guard,
+and the launcher dies by SIGABRT instead of with its exit code. Such threads may well run
+then: torch's agent leaves on SIGTERM without ``shutdown()``, and never stops its
+keep-alive. So an ``atexit`` hook, which runs before the interpreter finalizes:
 
-So at the interpreter's exit (an ``atexit`` hook: it runs before the interpreter
-finalizes):
+1. tells every thread registered with :func:`join_at_exit` to stop, and closes the calls
+   into helper processes (:func:`~.._decision.helperprocess.close_calls`);
+2. waits, within :data:`EXIT_WAIT` seconds in all, for those threads to end, and for
+   every ``quiet`` registered with :func:`quiet_at_exit` to say its thread makes no
+   store call any more;
+3. then shuts down the connections of the stores registered with :func:`shut_at_exit`
+   (one WARNING), so every call on them ends now, and waits once more.
 
-1. Every thread registered with :func:`join_at_exit` (the launcher's periodic threads)
-   is told to stop, and the calls into helper processes are closed
-   (:func:`~.._decision.helperprocess.close_calls`): a look waiting for a stat on a hung
-   mount ends at once instead of holding the exit for the rest of its bound.
-2. Within :data:`EXIT_WAIT` seconds in all, every registered thread is waited for until
-   it has ended, and every ``quiet`` registered with :func:`quiet_at_exit` (another
-   owner's thread: torch's keep-alive) until it says that thread makes no store call
-   any more. A store that answers ends a call in milliseconds.
-3. What is still busy then is in a store call that has not answered for
-   :data:`EXIT_WAIT` seconds; left alone, it could return at any moment, also while the
-   interpreter finalizes. So the connections of the stores registered with
-   :func:`shut_at_exit` are shut down (one WARNING): every call on them ends now, with
-   an error, and step 2 is repeated, which then ends at once. Only TCP sockets are
-   looked at (a netlink socket has no address); a failure here is one WARNING, and the
-   second wait still runs.
-
-Only a call on a store that was not registered can still be pending after that; the
-exit does not wait for it longer (a second :data:`EXIT_WAIT`, and one WARNING).
+A call on a store not registered may still be pending after that: the exit waits for it
+one more :data:`EXIT_WAIT`, with one WARNING.
 """
 
 from __future__ import annotations

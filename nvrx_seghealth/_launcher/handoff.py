@@ -1,61 +1,19 @@
 """The hand-off: process 0 of an array task answers its siblings' requests for a verdict.
 
-Without it, a sibling (``SLURM_PROCID`` > 0) may join the rendezvous before process 0
-has stat'ed the decision file and published the task's marker; the round then counts
-the sibling, and once it leaves, one more round is needed. With it, a sibling asks
-before it joins and process 0 answers:
+A sibling asks before each ``next_rendezvous()`` and waits, bounded, for an answer that
+covers its request. Process 0 answers with a verdict and the highest request it had read
+before the stat behind that verdict. The rules:
 
-* a sibling, on each ``next_rendezvous()``, takes a fresh request number
-  (:meth:`VerdictHandoff.request`) and waits, bounded, until process 0's answer covers
-  it (:meth:`VerdictHandoff.wait`);
-* process 0's answer (:class:`Answer`) is a verdict and the highest request number
-  ``covered`` that it had read *before* the stat the verdict comes from. A verdict
-  therefore covers a request only when its stat began after that request was made: a
-  sibling never takes a verdict older than its own request.
-* While process 0 is inside the rendezvous, its answer *stands*: it covers every
-  request made meanwhile, with that attempt's verdict. A sibling asking then joins the
-  round process 0 admitted itself to on that very stat (or a later one that process 0
-  judges again first), and its request returns the answer at once: one store call.
-  When process 0 leaves the rendezvous it settles the answer on the requests made so
-  far. An exclusion stands for good: a sibling that asks later is refused at once.
-* Between its attempts (its workers run) process 0 answers new requests with a fresh
-  stat: the handler looks for them on a thread, so a sibling that restarts alone is
-  answered although process 0 does not re-enter the rendezvous until a node waits in
-  it, and the sibling does not wait in it before it has a verdict.
-* A healthy verdict covering a request comes from a stat made after the sibling asked,
-  so the sibling never joins on an older decision than its own request. It does not
-  bind process 0's next attempt: a verdict given between rounds comes from a stat that
-  process 0 does not join on (process 0 stats again when its agent restarts it), so
-  every sibling also looks at its group's marker once it has joined
-  (:mod:`.coordinator`). Without a verdict (no hand-off, or none in time) it looks
-  at the marker before joining as well.
-* Keys are namespaced by ``SLURM_RESTART_COUNT`` as well, so a requeued task never
-  takes a verdict of its previous life.
-* Bounded everywhere: if process 0 is absent, slow, dead or runs without the check, a
-  sibling waits at most the bound and then joins (fail open); the caller logs it.
+* A verdict covers a request only when its stat began after the request was made.
+* While process 0 is inside the rendezvous, its answer stands for every request made meanwhile.
+* An exclusion stands for good: a sibling that asks later is refused at once.
+* Between rounds, process 0 answers new requests with a fresh stat, from a thread.
+* Keys carry ``SLURM_RESTART_COUNT``: a requeued task never takes its previous life's verdict.
+* Every change is one atomic ``add`` on one counter per task life; no ``compare_set``.
 
-Everything lives in one counter per task life, changed only with the atomic ``add``:
-siblings add 1 to its low bits, process 0 adds the change of its answer to the bits
-above. It is read without blocking (a ``get`` of a missing key blocks until the store
-timeout): with ``add(key, 0)``, or, on a store that offers it (:class:`CounterReads`,
-the backend's etcd-v2 store), with ``read_counter``, a plain read: on etcd ``add`` is a
-compare-and-swap, one raft write, and process 0 looks for requests every 0.2 s for the
-whole training. Such a read is served by the etcd member the client talks to: never
-behind an ``add`` made through that member, possibly behind one made through another
-(or just before the client switched members, which it does when one fails). Process 0
-that reads fewer requests than were made answers fewer (the rest at its next look); a
-sibling that reads, after a switch, an answer from before its request takes it only if
-it stood then, and looks at its marker once it has joined, as every sibling does.
-A healthy round costs process 0 two store calls (stand, settle) and a sibling one (its
-request, answered by the standing answer) plus a few reads when it is ahead of process
-0. The sibling polls with a growing pause rather than the store's ``wait``: a timed-out
-``TCPStore.wait`` leaves a pending reply on the connection, and polling works the same
-on every store; no ``compare_set`` is needed (torch's ``EtcdStore`` has none).
-
-Key, under the markers' prefix ``nvrx_seghealth/<run_id>/<array_job_id>/``:
-``verdict/<task_id>/<restart_count>``.
-
-Works with any object offering ``add``; does not import torch.
+The key, under the markers' prefix ``nvrx_seghealth/<run_id>/<array_job_id>/``, is
+``verdict/<task_id>/<restart_count>``. Why a sibling asks, and what it costs:
+docs/concepts.md. Works with any object offering ``add``; does not import torch.
 """
 
 from __future__ import annotations
@@ -96,7 +54,15 @@ EVERY_REQUEST = _REQUESTS
 
 @runtime_checkable
 class CounterReads(Protocol):
-    """A store that reads an ``add`` counter without writing it."""
+    """A store that reads an ``add`` counter without writing it.
+
+    On etcd an ``add`` is a compare-and-swap, one raft write, and process 0 looks for
+    requests every 0.2 s while the job trains. A plain read is served by the member the
+    client talks to. It is never behind an ``add`` made through that member, but may be
+    behind one made through another. Process 0 that reads fewer requests answers fewer;
+    the rest wait for its next look. A sibling that reads an older answer takes it only
+    if it stood then, and looks at its marker once joined.
+    """
 
     def read_counter(self, key: str) -> int:
         """The counter's value, ``0`` when never added to."""
@@ -147,7 +113,9 @@ class VerdictHandoff:
     One instance per launcher: process 0 calls :meth:`read` and :meth:`publish`, a
     sibling :meth:`request` and :meth:`wait`. Every change is one atomic ``add`` on one
     counter (siblings add to its low bits, process 0 to its high bits, so no update is
-    ever lost), every read one read of it.
+    ever lost), every read one read of it. A read never blocks: a ``get`` of a missing key
+    would wait for the store's timeout, so it is an ``add`` of 0, or a plain read on a
+    store that offers one (:class:`CounterReads`).
 
     Args:
         markers: the array job's markers (they give the store and the namespace).
@@ -207,7 +175,10 @@ class VerdictHandoff:
     def wait(self, request: int, timeout: float) -> Verdict | None:
         """Sibling: wait up to ``timeout`` s for an answer covering ``request``.
 
-        Returns the verdict, or ``None`` when no answer covered the request in time.
+        Returns the verdict, or ``None`` when no answer covered the request in time. It
+        polls with a growing pause, not the store's ``wait``: a timed-out
+        ``TCPStore.wait`` leaves a pending reply on the connection, and polling works the
+        same on every store.
 
         Raises:
             ValueError: the counter holds no answer.

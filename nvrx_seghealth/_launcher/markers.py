@@ -1,26 +1,20 @@
 """Replacement-group markers: which array tasks are excluded, kept in the rendezvous store.
 
-When process 0 of an array task finds its unit unhealthy, it *publishes* a marker for
-the task's replacement group. Every other launcher of that task looks the marker up
-before it joins, and again right after, and stays out of the rendezvous when it is
-there. The markers live in the store that the rendezvous already shares, so no other
-service is involved.
+Process 0 of an unhealthy array task *publishes* a marker for its replacement group. The
+task's other launchers look it up before they join and again right after, and stay out
+when it is there. The markers live in the store the rendezvous already shares.
 
-Layout, under ``nvrx_seghealth/<run_id>/<array_job_id>/`` (so several runs and array
-jobs can share one store, which matters for etcd, whose store has one global prefix):
+Layout, under ``nvrx_seghealth/<run_id>/<array_job_id>/``, so that runs and array jobs
+can share one store:
 
-* ``group/<task_id>`` - the marker; its value is the publisher's diagnostic line.
-  Lookup is one ``check`` of this key: O(1) per launcher, never a blocking ``get``.
-* ``count`` and ``slot/<n>`` - a registry for listing: a publisher takes a slot number
-  with the atomic ``add`` and writes its task id there. Concurrent publishers never
-  overwrite each other, and no ``compare_set`` is needed (torch's ``EtcdStore`` has
-  none).
+* ``group/<task_id>``: the marker, whose value is the publisher's diagnostic line. A
+  lookup is one ``check`` of this key, never a blocking ``get``.
+* ``count`` and ``slot/<n>``: a registry for listing. A publisher takes a slot with the
+  atomic ``add``, so no ``compare_set`` is needed (torch's ``EtcdStore`` has none).
 
 Markers are never erased during a run: with ``--no-requeue`` an excluded task does not
-come back under the same id.
-
-Works with any object that offers the torch ``Store`` methods ``set``, ``get``,
-``add`` and ``check``; this module does not import torch.
+come back under the same id. Works with any object offering ``set``, ``get``, ``add``
+and ``check``; does not import torch.
 """
 
 from __future__ import annotations
