@@ -99,12 +99,13 @@ def misplaced(command: Command) -> str | None:
     directory = _OPTION["--dir"].search(command.text)
     if directory is None or re.fullmatch(r"[A-Z_]+", directory.group(1)):
         return None  # no --dir, or a metavar
-    path = directory.group(1).rstrip("/`,;:)")
+    path = directory.group(1).rstrip("/`,;:)").strip("\"'")  # shell quotes too
     job = _OPTION["--job-id"].search(command.text)
     last = path.rsplit("/", 1)[-1]
     if job is not None:
-        if last != job.group(1):
-            return f"--dir {path} does not end in its --job-id {job.group(1)}"
+        job_id = job.group(1).strip("\"'")
+        if last != job_id:
+            return f"--dir {path} does not end in its --job-id {job_id}"
         return None
     if not JOB_ID.fullmatch(last):
         return f"--dir {path} does not end in a job id (the root plus the array job id)"
@@ -132,6 +133,7 @@ def test_the_rule_tells_a_root_from_a_job_s_directory():
         f"nvrx-seghealth publish-drained --dir {root}/<array_job_id> --job-id <array_job_id>",
         "nvrx-seghealth doctor --dir /shared/job/segment-health-check/$SLURM_ARRAY_JOB_ID",
         "nvrx-seghealth check --dir DIR",
+        'nvrx-seghealth publish-drained --dir "$root/$job" --job-id "$job"',
     ):
         assert misplaced(Command("here", good)) is None, good
 
