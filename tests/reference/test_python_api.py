@@ -42,7 +42,7 @@ def _parameters(obj: object) -> list[str]:
 
 
 def _table() -> dict[str, list[str]]:
-    text = section(PAGE, "The public names")
+    text = section(PAGE, "Signatures")
     lines = text[text.index("| name | parameters |") :].split("\n\n", 1)[0].splitlines()[2:]
     rows = {}
     for line in lines:
