@@ -19,6 +19,8 @@ from harness.clireference import PAGE, TOP, blocks, page_blocks
 from harness.commands import nvrx_seghealth
 from harness.docs import ROOT, examples_under, section
 from harness.fakeslurm import FakeSlurm
+from nvrx_seghealth import Outcome
+from nvrx_seghealth._commands.status import NOT_LOOKED_AT, UNREAD, ProducerHealth
 from nvrx_seghealth._producer.audit import AuditEvent, EventKind
 
 pytestmark = pytest.mark.torch  # run's block renders torchrun's parser
@@ -66,11 +68,19 @@ def test_the_option_table_is_the_parser_s(name):
     assert written == rendered, f"{name}: a default, argument or help differs; {fix}"
 
 
-def _json_fields(heading: str, header: str = "| field | value |", nth: int = 0) -> set[str]:
-    text = section(PAGE, heading)
-    tables = text.split(header)[1:]
-    rows = _rows(header + tables[nth].split("\n\n", 1)[0])
-    return {name.strip() for cell in rows for name in cell.split(",")}
+def _json_table(heading: str, nth: int = 0) -> dict[str, list[str]]:
+    header = "| field | value |"
+    tables = section(PAGE, heading).split(header)[1:]
+    return _rows(header + tables[nth].split("\n\n", 1)[0])
+
+
+def _json_fields(heading: str, nth: int = 0) -> set[str]:
+    return {name.strip() for cell in _json_table(heading, nth) for name in cell.split(",")}
+
+
+def _values(heading: str, field: str, nth: int = 0) -> set[str]:
+    """The values a field's row names, as code."""
+    return set(re.findall(r"`([^`]+)`", _json_table(heading, nth)[field][0]))
 
 
 def test_check_json_fields(tmp_path):
@@ -80,6 +90,7 @@ def test_check_json_fields(tmp_path):
     printed = json.loads(done.stdout)
     assert printed["hint"]  # the missing directory's hint is one of the fields
     assert set(printed) == _json_fields("nvrx-seghealth check")
+    assert _values("nvrx-seghealth check", "outcome") == {o.value for o in Outcome}
 
 
 def test_status_json_fields(tmp_path):
@@ -93,6 +104,10 @@ def test_status_json_fields(tmp_path):
     assert all(f"`{key}`" in status.split("A decision:")[0] for key in printed)
     decisions = {key for row in printed["decisions"] for key in row}
     assert decisions == _json_fields("nvrx-seghealth status")
+    states = {o.value for o in Outcome} | {UNREAD, NOT_LOOKED_AT}
+    assert _values("nvrx-seghealth status", "state") == states
+    health = _values("nvrx-seghealth status", "state", nth=1)
+    assert health == {h.value for h in ProducerHealth}
     (producer,) = printed["producers"]
     documented = _json_fields("nvrx-seghealth status", nth=1)
     assert set(producer) == documented - {"unreadable"}
