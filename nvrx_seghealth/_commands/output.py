@@ -106,10 +106,11 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
         _USAGE,
     ),
     "store-host": (
-        (EXIT_OK, "stopped by SIGINT or SIGTERM"),
+        (EXIT_OK, "stopped by SIGINT or SIGTERM, or by the end of stdin (--stop-on-stdin-eof)"),
         (
             EXIT_USAGE,
-            "usage error, or the port cannot be bound (in use, not permitted); nothing was served",
+            "usage error, the port cannot be bound (in use, not permitted), or the port file"
+            " is refused or cannot be written; nothing was served",
         ),
     ),
 }

@@ -1,24 +1,33 @@
 """``nvrx-seghealth store-host``: a rendezvous store that lives outside every allocation unit.
 
-With torch's ``c10d`` rendezvous the launcher whose address is the ``--rdzv-endpoint``
-hosts the ``TCPStore`` in its own process; if that launcher's unit is excluded, the store
-exits with it and every launcher loses the rendezvous. This command is the store on its
-own: run it on a host that belongs to no unit (a login or service node), and give every
-launcher ``--rdzv-endpoint=THAT_HOST:PORT`` and ``--rdzv-conf is_host=false``.
+With torch's ``c10d`` rendezvous, the launcher at the ``--rdzv-endpoint`` hosts the
+``TCPStore`` in its own process. If that launcher's unit is excluded, the store exits with
+it. This command is the store on its own, for a host that belongs to no unit.
 
-Contract: the port is bound before anything is printed, so ``serving on`` means
-launchers can connect; a port that cannot be bound exits 2 with the reason; SIGINT or
-SIGTERM stops the store and exits 0. It keeps every run's keys in memory until it stops
-(a few kilobytes per run), so give each run a new ``--rdzv-id``.
+Contract:
+
+- The port is bound before anything is printed or written, so ``serving on`` means
+  launchers can connect.
+- ``--port 0`` takes any free port; ``--port-file`` receives the port atomically.
+- A port that cannot be bound, or a port file it must not replace, exits 2 with the reason.
+- SIGINT or SIGTERM stops the store and exits 0; so does the end of stdin with
+  ``--stop-on-stdin-eof``.
+- It keeps every run's keys in memory until it stops, so give each run a new ``--rdzv-id``.
+- It never deletes a port file.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import secrets
 import signal
 import socket
+import stat
 import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigurationError
@@ -31,6 +40,9 @@ NAME = "store-host"
 
 #: The port torchrun's documentation uses for the rendezvous endpoint.
 DEFAULT_PORT = 29400
+
+#: The most bytes of an existing port file that are read to tell it is one.
+_PORT_FILE_MAX = 16
 
 
 def register(subparsers: Any) -> None:
@@ -49,6 +61,7 @@ def register(subparsers: Any) -> None:
         """
         nvrx-seghealth store-host --host 0.0.0.0 --port 29400   # on a service node
         nvrx-seghealth store-host --host 127.0.0.1              # to try it on one machine
+        nvrx-seghealth store-host --port 0 --port-file store.port   # any free port
         """,
     )
     parser.add_argument(
@@ -57,7 +70,28 @@ def register(subparsers: Any) -> None:
         help="address to listen on (default: 0.0.0.0, every interface)",
     )
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default: {DEFAULT_PORT})"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port (default: {DEFAULT_PORT}); 0 takes any free port, see --port-file",
+    )
+    parser.add_argument(
+        "--port-file",
+        type=Path,
+        metavar="FILE",
+        help=(
+            "once listening, write the port to FILE atomically, as one line; FILE may be"
+            " new, empty or an earlier port file, anything else is refused; it is never"
+            " deleted"
+        ),
+    )
+    parser.add_argument(
+        "--stop-on-stdin-eof",
+        action="store_true",
+        help=(
+            "stop also when stdin reaches its end, for a parent that holds a pipe to it:"
+            " the store ends when that parent does"
+        ),
     )
     parser.set_defaults(func=store_host_command)
 
@@ -78,14 +112,74 @@ def _listen(host: str, port: int) -> socket.socket:
     return listener
 
 
+def _port_file_problem(path: Path) -> str | None:
+    """Why ``path`` must not receive the port, or None.
+
+    A new path, an empty file or a file that holds only a port may be replaced. Anything
+    else is the user's, and a typo must not destroy it.
+    """
+    if not path.parent.is_dir():
+        return f"--port-file {path}: its directory does not exist"
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        return f"--port-file {path}: {error.strerror or error}"
+    if not stat.S_ISREG(mode):
+        return f"--port-file {path} exists and is not a regular file; give a new path"
+    try:
+        with path.open("rb") as existing:
+            head = existing.read(_PORT_FILE_MAX + 1)
+    except OSError as error:
+        return f"--port-file {path}: {error.strerror or error}"
+    if len(head) <= _PORT_FILE_MAX and (not head.strip() or head.strip().isdigit()):
+        return None
+    return f"--port-file {path} exists and does not hold a port; give a new path"
+
+
+def _write_port_file(path: Path, port: int) -> None:
+    """Write ``port`` to ``path`` atomically: a new file in its directory, then a rename."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(f"{port}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _end_stdin_stops(stops: signal.Signals) -> threading.Event:
+    """Send ``stops`` to this process when stdin ends; the event is set just before."""
+    ended = threading.Event()
+
+    def watch() -> None:
+        try:
+            while os.read(0, 65536):
+                pass
+        except OSError:  # no stdin at all: it has ended too
+            pass
+        ended.set()
+        os.kill(os.getpid(), stops)
+
+    threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
+    return ended
+
+
 def store_host_command(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; see the module doc.
 
     Raises:
         ConfigurationError: ``--port`` is not a TCP port (the dispatcher exits 2).
     """
-    if not 0 < args.port < 65536:
-        raise ConfigurationError(f"--port {args.port} is not a TCP port (1-65535)")
+    if not 0 <= args.port < 65536:
+        raise ConfigurationError(f"--port {args.port} is not a TCP port (0-65535)")
+    if args.port_file is not None and (problem := _port_file_problem(args.port_file)):
+        return usage_error(NAME, problem)
     try:
         listener = _listen(args.host, args.port)
     except OSError as error:
@@ -94,24 +188,35 @@ def store_host_command(args: argparse.Namespace) -> int:
             f"cannot listen on {args.host}:{args.port}: {error.strerror or error}"
             " (another store on this port? choose another with --port)",
         )
+    port = int(listener.getsockname()[1])
+    stop = {signal.SIGINT, signal.SIGTERM}
+    # Before torch starts a thread: a stop that comes early waits for sigwait, and no
+    # thread that lets it through ends the process with the signal's default action.
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     from torch.distributed import TCPStore
 
-    stop = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # the store's threads inherit the mask
     store = TCPStore(
         args.host,
-        args.port,
+        port,
         is_master=True,
         master_listen_fd=listener.detach(),  # the store owns the socket from here
         wait_for_workers=False,
         timeout=datetime.timedelta(seconds=60),
     )
+    if args.port_file is not None:
+        try:
+            _write_port_file(args.port_file, port)
+        except OSError as error:
+            del store
+            return usage_error(NAME, f"--port-file {args.port_file}: {error.strerror or error}")
     print(
-        f"rendezvous store serving on {args.host}:{args.port}; start every launcher with"
-        f" --rdzv-endpoint=<this host>:{args.port} and --rdzv-conf is_host=false",
+        f"rendezvous store serving on {args.host}:{port}; start every launcher with"
+        f" --rdzv-endpoint=<this host>:{port} and --rdzv-conf is_host=false",
         flush=True,
     )
-    received = signal.sigwait(stop)
-    print(f"rendezvous store stopped ({signal.Signals(received).name})", file=sys.stderr)
+    stdin_ended = _end_stdin_stops(signal.SIGTERM) if args.stop_on_stdin_eof else None
+    received = signal.Signals(signal.sigwait(stop))
+    why = "stdin ended" if stdin_ended is not None and stdin_ended.is_set() else received.name
+    print(f"rendezvous store stopped ({why})", file=sys.stderr)
     del store
     return EXIT_OK

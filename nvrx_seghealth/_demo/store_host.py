@@ -1,13 +1,10 @@
-"""The rendezvous store, hosted by a process outside every allocation unit.
+"""The demo's rendezvous store: ``nvrx-seghealth store-host`` in a child process.
 
-c10d normally hosts its TCPStore inside the launcher whose address matches the
-endpoint; if that launcher's unit is excluded and exits, the store dies with it and
-every node loses the rendezvous (docs/cluster.md, "When to choose etcd over c10d"). The
-simulation therefore runs
-the store in a separate process, and launchers get ``is_host=false``.
-
-:class:`StoreHost` starts the server process (:mod:`.store_server`), waits for its
-port, connects to it and stops it.
+A store hosted by a launcher dies when that launcher's unit is excluded, so the demo keeps
+its c10d store in a process outside every unit, and launchers get ``is_host=false``.
+:class:`StoreHost` starts the command on a free port, reads its port file, connects to it
+and stops it. The command also stops when the demo's pipe to its stdin closes, so a demo
+that dies leaves no store behind.
 """
 
 from __future__ import annotations
@@ -34,13 +31,12 @@ log = logging.getLogger(__name__)
 #: connect stall, with a wide margin.
 STORE_TIMEOUT = datetime.timedelta(seconds=30)
 
-# Run as a module by name, not imported here: importing it from the package before
-# ``python -m`` runs it would make runpy warn.
-_SERVER_MODULE = f"{__package__}.store_server"
+#: The package to run with ``python -m``: its console script, by module name.
+_PACKAGE = __name__.partition(".")[0]
 
 
 class StoreHost:
-    """A TCPStore server process on 127.0.0.1, owned by the harness.
+    """An ``nvrx-seghealth store-host`` process on 127.0.0.1, owned by the demo.
 
     Args:
         log_path: where the server process writes its output.
@@ -70,14 +66,18 @@ class StoreHost:
             RuntimeError: the server exited or did not report a port in time.
         """
         port_file = self.log_path.with_suffix(".port")
-        command = [sys.executable, "-m", _SERVER_MODULE, str(port_file)]
+        port_file.unlink(missing_ok=True)  # this demo's own, from an earlier run
+        command = [
+            *(sys.executable, "-m", _PACKAGE, "store-host", "--host", "127.0.0.1"),
+            *("--port", "0", "--port-file", str(port_file), "--stop-on-stdin-eof"),
+        ]
         self._process = spawn(command, os.environ, self.log_path, stdin=subprocess.PIPE)
         deadline = time.monotonic() + timeout
         while not port_file.exists():
             if self._process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the rendezvous store did not start; see {self.log_path}")
             time.sleep(0.05)
-        self.port = int(port_file.read_text())
+        self.port = int(port_file.read_text())  # written whole, by a rename
         log.info("rendezvous store listening on %s (pid %d)", self.endpoint, self._process.pid)
 
     def client(self) -> TCPStore:
