@@ -246,6 +246,22 @@ class DrainedPublisher:
             error=error,
         )
 
+    def _write_failed(
+        self,
+        result: PassResult,
+        task_id: str,
+        path: str,
+        intended: EventKind | Literal["read"],
+        error: OSError,
+        problem: str,
+    ) -> None:
+        """Record a ``write-failed`` for ``error``; raise :class:`_Hung` when the call
+        did not answer, so the pass stops touching the directory."""
+        event = self._event(EventKind.WRITE_FAILED, task_id, path, intended=intended, error=problem)
+        result.events.append(event)
+        if isinstance(error, HelperTimeout):
+            raise _Hung from None
+
     def _write(
         self,
         result: PassResult,
@@ -263,11 +279,7 @@ class DrainedPublisher:
             written = boundedfs.replace(path, text.encode(), current, self.fs_timeout)
         except OSError as error:  # LockBusyError and HelperTimeout too
             problem = write_problem(error, self.directory, path, self.fs_timeout)
-            result.events.append(
-                self._event(EventKind.WRITE_FAILED, task_id, path, intended=kind, error=problem)
-            )
-            if isinstance(error, HelperTimeout):
-                raise _Hung from None
+            self._write_failed(result, task_id, path, kind, error, problem)
             return
         result.warnings.extend(written.warnings)
         if written.status == "unchanged":  # another writer wrote the same: a replica
@@ -291,11 +303,7 @@ class DrainedPublisher:
                 problem = hung_problem(error, self.directory, self.fs_timeout, wrote=False)
             else:
                 problem = write_problem(error, self.directory, path, self.fs_timeout)
-            result.events.append(
-                self._event(EventKind.WRITE_FAILED, task_id, path, intended=READ, error=problem)
-            )
-            if isinstance(error, HelperTimeout):
-                raise _Hung from None
+            self._write_failed(result, task_id, path, READ, error, problem)
             return
         if current.kind == "unreadable":
             if path not in self.unreadable:
