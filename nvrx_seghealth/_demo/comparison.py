@@ -11,8 +11,6 @@ time from a decision written during training to the next world from the recorded
 (:meth:`.outcome.JobResult.recovery`), who trained in which round from the workers'
 launchers, restarts from the workers' ``TORCHELASTIC_RESTART_COUNT`` and the watch's
 recorded ``world_restart`` events.
-
-Standard library only.
 """
 
 from __future__ import annotations

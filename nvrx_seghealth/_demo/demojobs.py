@@ -2,8 +2,6 @@
 
 Each is a :class:`.spec.JobSpec`, built from the command's options; a ``ValueError``
 names the option to change.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -11,9 +11,6 @@ Faults are injected through :meth:`SimulatedJob.kill_worker`,
 written while the job trains), which record each one (:class:`.outcome.FaultEvent`)
 for the recovery time (:meth:`.outcome.JobResult.recovery`).
 
-Standard library only (torch runs in the child processes; :meth:`SimulatedJob.markers`
-and :meth:`SimulatedJob.rendezvous_lists` import it when called).
-
 One module of about 430 lines, over the package's 400: :class:`SimulatedJob` is one
 context manager whose start, faults, waits and stop share the job's processes, and is
 read whole here.

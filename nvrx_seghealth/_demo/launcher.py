@@ -2,8 +2,6 @@
 
 :func:`rendezvous_config` holds the rendezvous settings every launcher gets, each with
 the reason for its value; :class:`Launcher` starts one agent, follows it and stops it.
-
-Standard library only (the agent itself is a separate ``python -m torch.distributed.run``).
 """
 
 from __future__ import annotations

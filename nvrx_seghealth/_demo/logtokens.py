@@ -11,7 +11,7 @@ carry logfmt fields (:func:`~nvrx_seghealth._logfmt.parse_fields`) meant to be r
 - the simulated worker (:mod:`.worker`) taking its broken node down:
   ``fault=broken-node`` (:data:`FAULT_FIELD`, :data:`BROKEN_NODE_FAULT`).
 
-The human text around the fields may change freely. Standard library only.
+The human text around the fields may change freely.
 """
 
 from __future__ import annotations

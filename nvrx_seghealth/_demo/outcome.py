@@ -3,8 +3,6 @@
 Everything here is read from recorded facts (exit codes, log files, worker records);
 nothing is inferred from the absence of an exception. :func:`check_outcome` holds the
 facts against the contract the demo shows.
-
-Standard library only.
 """
 
 from __future__ import annotations

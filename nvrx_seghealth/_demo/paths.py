@@ -1,7 +1,4 @@
-"""Where a simulated job keeps its files, all under one work directory.
-
-Standard library only.
-"""
+"""Where a simulated job keeps its files, all under one work directory."""
 
 from __future__ import annotations
 

@@ -8,8 +8,6 @@ survives the agent. Only groups this module started are ever signalled.
 The demo runs inside :func:`~.._producer.schedule.stop_signals`. A stop signal that lands
 while :func:`spawn` starts a process is held until the start has ended; that process is
 then killed before :class:`~.._producer.schedule.Stopped` goes on, so none runs unknown.
-
-Standard library only.
 """
 
 from __future__ import annotations

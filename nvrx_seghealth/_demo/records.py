@@ -3,8 +3,6 @@
 One JSON file per worker process, ``<results>/<launcher>.<pid>.json``, replaced
 atomically each time the worker reaches a milestone (started, joined the process
 group, each step done, finished), so the harness can watch a round form while it runs.
-
-Standard library only.
 """
 
 from __future__ import annotations

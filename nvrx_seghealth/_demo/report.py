@@ -1,7 +1,4 @@
-"""A report of a simulated job that a person can read at a glance.
-
-Standard library only.
-"""
+"""A report of a simulated job that a person can read at a glance."""
 
 from __future__ import annotations
 

@@ -5,8 +5,6 @@ cluster: every launcher of a unit sees the same job and array ids and differs on
 ``SLURM_PROCID``/``SLURM_NODEID``. Like real Slurm, the array's
 *last* task gets ``SLURM_JOB_ID == SLURM_ARRAY_JOB_ID`` and the others new ids, so job
 ids alone do not name a task.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -4,8 +4,6 @@ A simulated job is a job array of ``tasks`` array tasks (or one regular job), ea
 allocation unit of ``nodes_per_task`` "nodes". Every node runs one ``torchrun`` agent
 (a *launcher*), named ``task<T>.proc<P>`` (``job.proc<P>`` for a regular job), where
 ``P`` is its ``SLURM_PROCID`` inside the unit.
-
-Standard library only.
 """
 
 from __future__ import annotations

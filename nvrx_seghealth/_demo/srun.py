@@ -4,8 +4,6 @@ When a launcher of the unit exits non-zero, srun ends the step: the unit's other
 launchers get SIGTERM at once and SIGKILL after ``kill_wait`` seconds (Slurm's
 ``KillWait``), and launchers not started yet never start. With
 ``--kill-on-bad-exit=0`` the other launchers run on.
-
-Standard library only.
 """
 
 from __future__ import annotations

@@ -10,8 +10,6 @@ collector. The harness reads them back with :func:`read_events` and
 
 Lines: ``{"time": <epoch s>, "event": <torch's RdzvEvent as JSON>}`` and
 ``{"time": <epoch s>, "group": ..., "name": ..., "value": ...}``.
-
-Standard library only, except :func:`route_to_files` (it runs inside the agent).
 """
 
 from __future__ import annotations
