@@ -109,8 +109,10 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
         (EXIT_OK, "stopped by SIGINT or SIGTERM, or by the end of stdin (--stop-on-stdin-eof)"),
         (
             EXIT_USAGE,
-            "usage error, the port cannot be bound (in use, not permitted), or the port file"
-            " is refused or cannot be written; nothing was served",
+            (
+                "usage error, the port cannot be bound (in use, not permitted), or the port"
+                " file is refused or cannot be written; nothing was served"
+            ),
         ),
     ),
 }
