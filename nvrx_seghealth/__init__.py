@@ -1,41 +1,22 @@
 """Keep an unhealthy Slurm allocation unit out of PyTorch elastic rendezvous.
 
-An external producer writes a *decision* file for an allocation unit (an array task,
-or a whole regular job); before each rendezvous the launcher with ``SLURM_PROCID=0`` of
-the unit stats it, and a non-empty regular file keeps the unit out of training.
+An external producer writes a *decision* file for an allocation unit: an array task, or
+a whole regular job. Before each rendezvous, the unit's launcher with ``SLURM_PROCID=0``
+stats it. A non-empty regular file keeps the unit out of training; anything unreadable
+lets it proceed with a WARNING. docs/concepts.md defines the words used here.
 
-Glossary:
+The public API is what this module exports, pinned by tests/test_public_api.py:
 
-* **decision**: what the producer wrote for one unit, the file
-  ``<directory>/segment_health_check.<job_id>.<task_id>``, and what one ``stat`` of it
-  says (:class:`Decision`): a non-empty regular file excludes the unit; an empty file
-  or none lets it proceed; anything unreadable lets it proceed with a WARNING (fail
-  open).
-* **verdict**: process 0's answer to the other launchers of its array task (healthy,
-  unchecked or excluded), handed over through the rendezvous store, so they need not
-  join a round to learn that their unit is out.
-* **marker**: the key process 0 of an excluded array task publishes in the rendezvous
-  store, marking its replacement group unhealthy; every launcher of the task that has
-  no verdict looks at it before and after joining.
-* **exclusion**: a launcher refusing the rendezvous, raised as
-  :class:`UnhealthyNodeException` whose ``reason`` (:class:`ExclusionReason`) says what
-  excluded it: the decision file, the marker or the verdict. The launcher exits non-zero
-  and ``srun --kill-on-bad-exit=1`` ends the unit.
-* **outcome**: what one ``stat`` of a decision file found (:class:`Outcome`): unhealthy,
-  clear, absent, unreadable, not a regular file.
+- the rendezvous handler and its backend;
+- the consumer's check, :class:`Decision` and :class:`Outcome`;
+- the producer's calls;
+- the exceptions, which all derive from :class:`SegmentHealthError`.
 
-The public API is what this module exports: the rendezvous handler and its backend, the
-consumer's check, the producer's calls and the exceptions, which all derive from
-:class:`SegmentHealthError` (the tree is drawn in ``_errors``). Every other module is
-internal. ``import nvrx_seghealth`` does not import torch: the handler is imported when
-first used, and the backend imports torch only when it builds a handler.
+Every other module is internal. ``import nvrx_seghealth`` does not import torch.
 
-The names are loaded when first used (PEP 562): torch loads the backend's entry point,
-and with it this package, in every process that imports torch's rendezvous package (every
-``torchrun``, every worker that imports ``torch.distributed.checkpoint``), and such a
-process needs the backend only. Using a name loads its module and binds the public names
-of every module loaded by then; those of ``_errors``, which the backend loads anyway, are
-bound at once. The exceptions are named by this package: a traceback says
+The names are loaded when first used (PEP 562). torch loads the backend's entry point,
+and so this package, in every process that imports its rendezvous package. Most of those
+need the backend only. The exceptions are named by this package: a traceback says
 ``nvrx_seghealth.UnhealthyNodeException``, not the internal module that defines it.
 """
 

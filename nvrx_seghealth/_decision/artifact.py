@@ -1,28 +1,19 @@
 """The decision artifact: where it lives, what one ``stat`` of it means, how to write it.
 
-The contract (consumer side):
+The contract, consumer side:
 
-* Path: ``<directory>/segment_health_check.<job_id>.<task_id>``; ``directory`` is
-  absolute and both ids are decimal digits, so the path never leaves ``directory``.
-* One metadata call, ``os.stat`` following symlinks, bounded in time. The file is
-  never opened: opening a FIFO blocks, reading a large file costs, and the content
-  belongs to the producer.
-* Outcomes:
+- Path: ``<directory>/segment_health_check.<job_id>.<task_id>``. The directory is absolute
+  and both ids are decimal digits, so the path never leaves the directory.
+- One metadata call, ``os.stat`` following symlinks, bounded in time (:mod:`.boundedstat`).
+- The file is never opened: a FIFO would block, and the content is the producer's.
+- A regular file of size > 0 is ``UNHEALTHY``: the unit does not proceed.
+- A regular file of size 0 is ``CLEAR``, and no file at all is ``ABSENT``: it proceeds.
+- Any other error, no answer in time, or a file that is not regular proceeds with a
+  WARNING: ``UNREADABLE`` or ``NOT_REGULAR`` (:class:`Outcome`).
 
-  ======================================  ===================  ============
-  what the stat finds                     outcome              proceed?
-  ======================================  ===================  ============
-  regular file, size > 0                  ``UNHEALTHY``        no
-  regular file, size 0                    ``CLEAR``            yes
-  ENOENT (no file, no dir, dangling link)  ``ABSENT``           yes, quietly
-  any other error, or no answer in time   ``UNREADABLE``       yes, warned
-  directory, FIFO, socket, device         ``NOT_REGULAR``      yes, warned
-  ======================================  ===================  ============
-
-The producer side (:func:`publish_decision`, :func:`clear_decision`) replaces the file
-atomically, so a consumer never sees a partial or momentarily empty decision, under the
-directory's lock and, when asked, only if the file still holds what the writer read
-(:mod:`.files`).
+The producer side, :func:`publish_decision` and :func:`clear_decision`, replaces the file
+atomically under the directory's lock. When asked, it writes only if the file still holds
+what the writer read (:mod:`.files`).
 """
 
 from __future__ import annotations

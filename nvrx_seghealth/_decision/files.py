@@ -1,64 +1,26 @@
 """Writing decision files without losing another writer's decision, on hostile ground.
 
-The producer side of the artifact, as file operations:
+The producer side of the artifact, as file operations: :func:`read_current`,
+:func:`replace`, :func:`list_names` and :func:`append_text`. The rules:
 
-* :func:`read_current` — what a decision path holds now: nothing (``absent``), some
-  bytes (``content``; an empty file is content ``b""``), or something this process
-  cannot or will not read (``unreadable``: a permission error, an I/O error, or not a
-  regular file: a symbolic link, a FIFO, a directory, a device node).
-* :func:`replace` — write (or remove) a decision atomically, *only if* the path still
-  holds what the caller read (``expect``). Every writer of this package takes an
-  exclusive ``flock`` on :data:`LOCK_NAME` in the decision directory around its
-  re-read, compare and rename, so a ``mark`` that lands between a producer's read and
-  its rename is never overwritten: either it lands first and the producer's compare
-  fails (``conflict``), or it waits for the lock and lands after.
-* :func:`list_names`, :func:`append_text` — listing and an append-only log.
+- A write goes to a temporary file in the same directory, is synced, then renamed over
+  the decision.
+- A write lands only if the path still holds what the caller read (``expect``).
+- Every writer holds the directory's ``flock`` on :data:`LOCK_NAME` around its read,
+  compare and rename.
+- Without ``flock``, writes still compare, and warn that they are not serialised.
+- Every file opened here goes through :func:`open_regular`: a symlink, a FIFO or a device
+  is refused at once, never opened.
+- A lock file that others can open is replaced; one held through the lock wait is refused.
+- Only this account's stale temporary files are removed, under the lock.
+- A failed directory sync after the rename is a warning: the new decision is in place.
 
-A decision directory may be writable by other accounts (``1777``, or worse without the
-sticky bit), so anything in it may have been planted. Every file this module opens there
-(a decision, the lock, the log) is opened by :func:`open_regular`: ``lstat`` first, and
-anything but a regular file is refused *before* any ``open`` (a device node is never
-opened); then ``open`` with ``O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC`` and
-``fstat``: the descriptor must be a regular file and, when the ``lstat`` found one, the
-same ``(st_dev, st_ino)``. So a symlink is never followed, no open waits on a FIFO, and a
-refusal (:class:`NotRegularError`) comes at once.
+docs/cluster.md, "Who may write decisions", tells why each rule is there.
 
-Writes go to a temporary file in the same directory (``.<name>.<random>.tmp``, created
-``O_EXCL`` by :func:`tempfile.mkstemp`), made mode 0644 with ``fchmod`` on its descriptor,
-written in full, ``fsync``-ed and renamed over the decision; then the directory is
-synced. Nothing is done to the temporary file by name except the rename and, on any
-failure between its creation and the rename (also a :class:`BaseException`, e.g. a
-signal handler that raises), its removal. A failed directory sync after a successful
-rename is a *warning* of the result, not a failure: the new decision is in place.
-
-A writer killed between creating its temporary file and the rename leaves the file
-behind. Readers ignore it by name; the next writer that holds the directory's lock
-removes the decisions' temporary files (``.segment_health_check.<job>.<task>.<random>
-.tmp``) that are regular files (``lstat``), owned by its own uid and last modified
-more than :data:`STALE_TEMPORARY_AGE` seconds ago. A live writer's temporary file is
-never among them: every writer of a decision holds the lock from before it creates
-its temporary file until after the rename (:func:`replace` refuses ``lock=False`` for a
-decision), and a writer that could not lock (below) does not remove anything.
-
-``flock`` needs only a descriptor, a read-only one too, so whoever can open the lock
-can hold it and block every write. A lock this module creates can be opened only by the
-accounts that can write in the directory: mode 0600, or 0660 with the directory's group
-when the group can write there, or 0644 when every account can (``1777``: any writer can
-then block the others, docs/cluster.md). A lock others can open (0644 from an earlier
-release) is replaced by a new file while it is held (:func:`_lock`); one held for the
-whole lock wait is refused with who can open it and the fix.
-
-Where ``flock`` is not supported (``ENOLCK``, ``EOPNOTSUPP``, ...; e.g. a Lustre client
-mounted without ``-o flock``), writes still compare before they rename but are not
-serialised; the result carries a warning saying so.
-
-This module imports nothing from the package and only the standard library: the same
-code runs in-process (:func:`nvrx_seghealth.publish_decision`) and, for the operators'
-commands, in a helper process (``python -I -S decisionfs.py``, see
-:mod:`nvrx_seghealth._decision.boundedfs`) that answers JSON requests on stdin, one per line.
-That is also why it is one module of about 810 lines, over the package's 400: the helper
-runs this file by path, alone, so the operations and the wire format it serves them in
-cannot be split into modules that import each other.
+This module imports only the standard library, nothing from the package. The operators'
+helper process runs it by path (:mod:`.boundedfs`) and serves JSON requests, one per line.
+So it is one module of about 810 lines, over the package's 400. The operations and their
+wire format cannot be split into modules that import each other.
 """
 
 from __future__ import annotations

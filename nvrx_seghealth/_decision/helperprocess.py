@@ -1,63 +1,24 @@
 """Calls that may hang for good, made in a helper process and bounded in time.
 
-On a hung Lustre or NFS client a filesystem call can block for minutes, or for ever, in
-an uninterruptible sleep: no signal wakes the blocked thread, and a process cannot
-finish exiting while one of its threads sleeps so. So such calls run in a small helper
-process instead (a fresh ``python -I -S``, its last command-line argument a tag that
-names it in ``ps`` and ``/proc``), and a :class:`HelperClient` talks to it:
+A hung Lustre or NFS client can block a filesystem call for ever, and no signal wakes it.
+So such calls run in a small helper process, ``python -I -S``, tagged in ``ps``.
+A :class:`HelperClient` talks to it. docs/concepts.md, "A hung decision directory", tells the
+story. The rules:
 
-* The helper is started on first use, or ahead of time (:meth:`HelperClient.start`),
-  and reused: a call costs one request and one reply line over two private pipes. A
-  helper that died since the last call is replaced.
-* Each call's bound is its own. A call made while another thread's call is in flight
-  does not wait for it: it is sent at once to a helper of its own (started then,
-  outside its bound), and one idle helper is kept afterwards. The kernel may still
-  hold it behind a call with the same key (Linux looks a name up once at a time, and
-  a second lookup waits for the first). So its bound counts from the last answer of
-  a call that was in flight ahead of it, if one answers while it waits. A call ahead
-  that never answers moves nothing. So a stat that must be fresh (process 0's before
-  it joins a round) is never spent waiting behind a slow one (the watch's), and on a
-  hung filesystem it waits its own bound, not the other call's.
-* Starting a helper is not part of a call's bound: a new helper first writes
-  :data:`READY` on its stdout, and the client waits for that line up to
-  :data:`STARTUP_TIMEOUT` seconds (else :class:`HelperStartError`) before the call's
-  own bound begins. So a short bound is not used up by an interpreter's start-up.
-* A call that has not answered within its bound (:class:`HelperTimeout`), or that failed
-  once sent (the helper died, or a signal handler raised and ended the wait), *abandons*
-  its helper: the next call starts a new one. The abandoned helper exits on its own as
-  soon as its call returns (its stdin is closed), and a daemon thread waiting for it
-  reaps it then: once the filesystem answers, nothing is left behind.
-* A key names what a call may hang on (a directory). **Once a helper is abandoned, no
-  call with its key is sent, across the processes of one account**: while it is still
-  inside its call, a new call with that key is refused at once (``HelperTimeout``,
-  ``earlier``) instead of sending one more process into the hung filesystem. So a key
-  has at most as many stuck helpers as calls were in flight together when the first
-  was abandoned: one for a command, two for a launcher (the watch's look, a join's).
-  In this process that holds for every client (a stat and a read in one directory
-  share the key). For other processes,
-  abandonment is recorded explicitly: the client starts a *stuck record*, a small
-  sleeping process whose command line ends ``STUCK_TAG <key> <helper pid> <call
-  start, epoch seconds>`` and which holds the abandoned helper's reply pipe, so
-  it exits exactly when that helper does. The first time a process makes a call with a
-  key, it looks in ``/proc`` for a live stuck record of that key owned by its own
-  effective uid, and refuses the key's calls while that record lives. Only abandoned
-  helpers have a record, so a helper that another live process is merely using is never
-  counted; a helper whose process was killed in a call (no record) is not counted
-  either, so each such kill may leave one more.
-* A helper, and a stuck record, holds none of the caller's standard streams (stdin and
-  stdout are private pipes, stderr is ``/dev/null``), so a caller that exits, or a reader
-  of the caller's output through a pipe, is not held by it. Both stay in the caller's
-  process group (and Slurm step); a stuck record ignores SIGINT and SIGHUP.
-* Waiting for a reply sleeps interruptibly, so a signal handler that raises ends it.
-* At the interpreter's exit, :func:`close_calls` ends every pending call at once and
-  refuses every later one (:class:`CallsClosed`), so that a thread waiting for a hung
-  filesystem does not hold the exit.
-* A call that gets no answer says so, ``no answer after N s``: it does not know whether
-  the filesystem hangs or is only slower than the bound.
+- A helper is started once, outside every call's bound, and reused.
+- Each call's bound is its own: a call never waits behind another thread's call
+  (:class:`_Flight`).
+- A call without an answer in time raises :class:`HelperTimeout` and abandons its helper;
+  the helper exits, and is reaped, once its call returns.
+- A key names what a call may hang on. Once a helper with that key is abandoned, calls with
+  the key are refused at once, in every process of the account (:func:`_record`).
+- A helper holds none of the caller's standard streams, so it never holds the caller's exit
+  or a reader of its output.
+- :func:`close_calls` ends every pending call at the interpreter's exit.
+- A call without an answer says ``no answer after N s``: slow and hung look the same.
 
-One module of about 540 lines, over the package's 400: a call's path, from the client's
-idle helper to an abandonment, its stuck record and its end at exit, keeps every rule
-above, and is read whole here.
+One module of about 540 lines, over the package's 400. A call's path, from an idle helper
+to its abandonment and its end at exit, keeps every rule above.
 """
 
 from __future__ import annotations
@@ -96,7 +57,7 @@ READY = b"nvrx-seghealth-helper-ready"
 #: Seconds a new helper may take to write :data:`READY` (outside every call's bound).
 STARTUP_TIMEOUT = 30.0
 
-#: The first argument after the code of a stuck record (see the module doc).
+#: The first argument after the code of a stuck record (:func:`_record`).
 STUCK_TAG = "nvrx-seghealth-stuck-call"
 
 # A stuck record: read (and drop) the abandoned helper's replies until it exits.
@@ -319,7 +280,12 @@ class _Stuck:
 
 class _Flight:
     """One call in flight since ``sent`` (monotonic), behind the calls with its key that
-    were in flight then (``ahead``); ``answered``: when its answer came (monotonic)."""
+    were in flight then (``ahead``); ``answered``: when its answer came (monotonic).
+
+    The kernel may hold a call behind another with the same key: Linux looks up one name
+    at a time. So the bound counts from the last answer of a call ahead, if one answers
+    while this one waits. A call ahead that never answers moves nothing.
+    """
 
     def __init__(self, ahead: list[_Flight]) -> None:
         self.ahead = ahead
@@ -390,7 +356,7 @@ def stuck_for(key: str) -> float | None:
     call with ``key`` would be sent.
 
     The first query of a ``key`` in this process also looks for other processes'
-    stuck records of it (see the module doc).
+    stuck records of it (:func:`_record`).
     """
     with _registry_lock:
         if key not in _looked_up:
@@ -407,7 +373,14 @@ def stuck_for(key: str) -> float | None:
 
 def _record(key: str, helper: _Helper, started: float) -> None:
     """Register ``helper``, abandoned in a call with ``key`` since ``started`` (epoch),
-    start its stuck record, and reap both on a daemon thread once the helper exits."""
+    start its stuck record, and reap both on a daemon thread once the helper exits.
+
+    The stuck record tells other processes of the account that ``key`` hangs. It is a
+    small sleeping process whose command line ends ``STUCK_TAG <key> <helper pid> <start>``.
+    It holds the helper's reply pipe, so it exits exactly when the helper does.
+    :func:`stuck_for` looks for a live one in ``/proc`` at a process's first call with a key.
+    A helper killed in its call has no record, so each such kill may leave one more stuck.
+    """
     record: subprocess.Popen[bytes] | None = None
     if helper.process.poll() is None:
         try:
@@ -509,7 +482,7 @@ class HelperClient:
 
         The bound is the call's own: it covers waiting for the reply only, counted
         from the call's sending, or from the last answer of a call with ``key`` that
-        was in flight ahead of it (see the module doc). A call made while another
+        was in flight ahead of it (:meth:`_Flight.deadline`). A call made while another
         thread's call is in flight gets a helper of its own instead of waiting for
         that call. Starting a helper, when one must be started, comes before the bound
         (bounded by :data:`STARTUP_TIMEOUT`).

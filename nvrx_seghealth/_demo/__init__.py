@@ -3,11 +3,10 @@
 Not API: this package serves the ``nvrx-seghealth demo`` command, the integration
 scenarios and the benchmarks of this repository, and may change without notice.
 
-The harness starts one real ``torchrun`` agent per simulated node on 127.0.0.1, each
-with its own Slurm-like environment, a rendezvous store hosted outside every allocation
-unit, a decision directory, and a tiny gloo training worker that records what it saw. It
-emulates ``srun --kill-on-bad-exit=1`` per allocation unit and stops every process it
-started.
+One real ``torchrun`` agent runs per simulated node on 127.0.0.1, each with its own
+Slurm-like environment. The job has a store outside every unit (``nvrx-seghealth
+store-host``), a decision directory and a small gloo worker that records what it saw.
+It emulates ``srun --kill-on-bad-exit=1`` per unit and stops every process it started.
 
 Quick use::
 
@@ -19,26 +18,9 @@ Quick use::
         result = job.wait(timeout=120)
     print(render_report(result))
 
-Faults injected through the job (:meth:`SimulatedJob.kill_worker`,
-:meth:`SimulatedJob.kill_agent`) are recorded with the result, which measures each
-one's recovery (:meth:`JobResult.recovery`); :mod:`harness.faults` holds the fault matrix that
-the integration tests and the benchmarks share.
-
-A job with :attr:`JobSpec.record_telemetry` routes each agent's TorchElastic
-rendezvous events and ``nvrx_seghealth`` metrics to files (:mod:`.telemetry`), read
-back through :meth:`.outcome.LauncherOutcome.events` and
-:meth:`.outcome.LauncherOutcome.metrics`;
-:mod:`.comparison` sets two runs of one job side by side: ungated and gated
-(``nvrx-seghealth demo --compare``), or a decision written while the job trains
-(:meth:`SimulatedJob.mark_while_training`) without and with the watch
-(``nvrx-seghealth demo --watch``).
-
-torch's private rendezvous state is read in one place, :mod:`.rendezvous_state`, which
-answers "unknown" rather than failing when a torch release changes it. What the report
-says about a launcher's end comes from the stable tokens of its log (:mod:`.logtokens`),
-never from its wording.
-
-The harness needs only the standard library; torch runs in the child processes.
+The report reads a launcher's end from its log's stable tokens (:mod:`.logtokens`), never
+its wording. torch's private rendezvous state is read in one place, :mod:`.rendezvous_state`.
+:mod:`.comparison` sets two runs of one job side by side (``demo --compare``, ``demo --watch``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The demo's rendezvous store: ``nvrx-seghealth store-host`` in a child process.
 
-A store hosted by a launcher dies when that launcher's unit is excluded, so the demo keeps
+A store hosted by a launcher dies when that launcher's unit is excluded. So the demo keeps
 its c10d store in a process outside every unit, and launchers get ``is_host=false``.
 :class:`StoreHost` starts the command on a free port, reads its port file, connects to it
 and stops it. The command also stops when the demo's pipe to its stdin closes, so a demo

@@ -1,40 +1,23 @@
-"""``publish-drained --pid-file``: where a Slurm trigger's program, or an operator, finds
-the producer to wake with SIGUSR1, and how it can tell that the pid is the producer's.
+"""``publish-drained --pid-file``: where a trigger finds the producer to wake with SIGUSR1.
 
-The contract (:class:`PidFile`):
+It also says how a sender can tell that the pid is the producer's.
 
-* **The lock vouches for the pid.** From :meth:`PidFile.claim` until the process ends,
-  the producer holds an exclusive ``flock`` on the file, taken before the file has its
-  name: the file appears complete (``<pid>\\n``) and locked, or not at all, and its
-  content never changes. The kernel drops the lock when the process ends, however it
-  ends (SIGKILL, the OOM killer). So while the lock is held the pid in the file is its
-  holder's, and a file whose lock is free is stale, whatever process its pid names now.
-  A sender (``examples/publish-drained-now.sh``) opens the file, signals only while its
-  own ``flock(LOCK_SH | LOCK_NB)`` fails, and reads the pid from the file it opened.
-* **Claim.** The file's folder must belong to this account (or root) and be writable by
-  no other (group, others): whoever can write there can plant or replace the file that a
-  root-run trigger trusts. It is opened without following a symlink (``O_NOFOLLOW``), and
-  every folder above it must be changeable only by root or this account (sticky, or
-  writable by its owner only: :func:`~.._decision.problems.other_writers`), else another
-  account could put a folder of its own in its place. Every later call on the file is
-  made in that opened folder (``dir_fd``), so the file created, and removed at exit, is
-  always in the folder that was checked. An existing file is looked at without following a symlink or
-  opening anything but a regular file (no FIFO can make the claim wait), and refused at
-  once (:class:`~.._errors.ConfigurationError`: ``publish-drained`` exits 2, and the
-  message says what to do) when it is not a regular file, belongs to another account,
-  holds no pid, or is locked (a running producer's). A stale one (its lock is free: a
-  producer that was killed) is replaced atomically, whatever process its pid names now;
-  claimers taking over the same stale file are serialised by a POSIX record lock on it,
-  which no sender looks at, so a stale file never looks alive.
-* **Release** at exit: the name is removed, in the folder opened at the claim, only while
-  it still holds the very file this process claimed (same device and inode); the file is
-  never read again.
-* :meth:`PidFile.problem` says when the name no longer holds that file (removed or
-  replaced), so a wake-up can no longer find this producer.
+docs/operators.md, "A pass now", tells the story. The rules (:class:`PidFile`):
 
-The file belongs on a local filesystem, in a folder only the producer's account can
-write (e.g. ``/run/nvrx-seghealth``, made by ``install -d -m 0755 -o ACCOUNT``): its
-calls are not bounded in time as those on the shared decision directory are.
+- The lock vouches for the pid. The producer holds an exclusive ``flock`` on the file from
+  :meth:`PidFile.claim` until it ends, however it ends.
+- The file appears complete and locked, or not at all, and its content never changes.
+- A file whose lock is free is stale, whatever process its pid names now.
+- The file's folder, and every folder above it, must be changeable only by root or this
+  account: a root-run trigger trusts what is there.
+- Every call on the file is made in the folder opened and checked at the claim.
+- An existing file that is not this account's regular file, holds no pid or is locked is
+  refused at once with :class:`~.._errors.ConfigurationError`.
+- A stale file is replaced atomically; claimers of one stale file are serialised.
+- At exit the name is removed only while it still holds the file this process claimed.
+
+Keep the file on a local filesystem: its calls are not bounded in time, unlike those on the
+shared decision directory.
 """
 
 from __future__ import annotations
@@ -60,7 +43,14 @@ _ATTEMPTS = 3
 
 
 class PidFile:
-    """This process's pid in ``path``, locked, from :meth:`claim` until :meth:`release`."""
+    """This process's pid in ``path``, locked, from :meth:`claim` until :meth:`release`.
+
+    A sender (``examples/publish-drained-now.sh``) opens the file and signals only while its
+    own ``flock(LOCK_SH | LOCK_NB)`` fails; it reads the pid from the file it opened.
+    Claimers of one stale file are serialised by a POSIX record lock, which no sender
+    looks at, so a stale file never looks alive. A folder above may be writable by others
+    only with the sticky bit (:func:`~.._decision.problems.other_writers`).
+    """
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)

@@ -1,56 +1,25 @@
-"""The engine of ``nvrx-seghealth publish-drained``: a reference producer that follows
-Slurm's node states (the command, :mod:`nvrx_seghealth._commands.publish_drained`, parses
-its options, runs the passes and prints them).
+"""The engine of ``nvrx-seghealth publish-drained``: decisions from Slurm's node states.
 
-One *pass*:
+The command (:mod:`nvrx_seghealth._commands.publish_drained`) parses the options, runs the
+passes and prints them. One pass asks Slurm first, counts node states (:mod:`.debounce`),
+then writes. docs/operators.md, "The reference producer", tells the story. The rules:
 
-1. ask Slurm for the job's running tasks and their partitions (``squeue``), then for the
-   nodes of those partitions only (``sinfo -p``) — all before anything is written;
-2. count the node states (:mod:`.debounce`): a state counts only after it has held for
-   its number of consecutive passes (``--passes``), and stops counting only after it has
-   been gone for as many;
-3. a running task with an unavailable node gets a decision naming the nodes and their
-   reasons; a running task whose decision this producer wrote and whose nodes are all
-   fine again gets an empty decision (healthy). A task with a node whose state has not
-   counted yet keeps the decision it has.
+- A producer clears or rewrites only decisions tagged with its own id; every other
+  decision is left alone.
+- A decision it cannot read is someone else's: one WARNING, one ``unreadable`` event.
+- A write lands only if the file still holds what the pass read (:mod:`.._decision.files`).
+- A decision is written only when its content changes: the text holds no timestamp.
+- A failed Slurm query writes nothing: a broken Slurm never reads as "all healthy".
+- A failed read or write fails the pass too; the other decisions are still written.
+- ``--clear-after-failing`` clears this producer's decisions once, only at a pass whose
+  Slurm queries fail.
+- Every filesystem call is bounded by ``--fs-timeout``; a stop signal ends a pass at once.
+- After every pass the state file is written (:mod:`.state`); a bad one is never a reason
+  to publish.
+- Each pass returns its :class:`~.audit.AuditEvent` s, for ``--audit-log``.
 
-Guarantees:
-
-* **Ownership per producer.** Each instance has an id (``--producer-id``; default
-  ``<account>-<states>``, e.g. ``root-drain+down+fail+no_respond``), and its decisions
-  start with ``nvrx-seghealth publish-drained[<id>]:``. It clears or rewrites only those;
-  every other decision — an operator's ``mark``, another producer's — is left alone.
-* **An unreadable decision is someone else's**: never overwritten, never cleared; one
-  WARNING and one audit line (``unreadable``) when it is first met.
-* **No lost concurrent write.** Each write is conditional on the file still holding what
-  the pass read, under the directory's lock (:mod:`nvrx_seghealth._decision.files`): a
-  ``mark`` that lands meanwhile stands, and the pass records a ``conflict``.
-* **A failed pass writes nothing.** A Slurm command that fails, hangs (``--slurm-timeout``)
-  or answers something unexpected keeps the last decisions: a broken Slurm never reads
-  as "all healthy". A pass whose Slurm queries succeeded but that could not read or
-  write a decision failed too (``write-failed``; ``status`` says ``failing``); its
-  other decisions are written. With ``--clear-after-failing S`` (opt-in), a producer
-  whose passes have all failed for S seconds clears its own decisions once (fail open),
-  at a pass whose Slurm queries fail: a pass that knows the nodes' states never clears.
-* **Bounded on a hung mount.** Every read, write and append runs in a helper process
-  within ``--fs-timeout`` (:mod:`nvrx_seghealth._decision.boundedfs`); SIGTERM or SIGINT stops
-  ``--interval`` at once, also in the middle of a pass.
-* Writes are atomic and happen only when the content changes (the text holds no
-  timestamp). One task's failed write does not stop the others.
-
-State: after every pass the producer writes ``.publish-drained.<id>.<job_id>.json`` in the
-decision directory (the counts, the last good pass, since when passes fail), so the
-counts survive a restart (and single ``--once`` passes from cron), and ``status`` can
-say how the producer is doing (schema: :mod:`.state`). A state file that is
-not this account's own, cannot be read or is not valid is one WARNING and the producer
-counts anew: it never publishes because of it. Each pass returns its
-:class:`~.audit.AuditEvent` s, one per transition (``published``, ``updated``,
-``cleared``) and per ``write-failed``, ``conflict``, ``unreadable``, ``pass-failed`` and
-``stale-cleared``: the command appends them to ``--audit-log FILE`` (format: :mod:`.audit`).
-
-One module of about 410 lines, over the package's 400: a pass, from Slurm's answer to
-its last write and its state file, keeps every guarantee above in one class, and is read
-whole here.
+One module of about 440 lines, over the package's 400. One class keeps every rule above
+for a pass, from Slurm's answer to its last write and its state file.
 """
 
 from __future__ import annotations

@@ -2,27 +2,18 @@
 
 The contract (:class:`PassSchedule`):
 
-* a pass runs at once, then one every ``interval`` seconds after the previous one ended;
-* SIGUSR1 runs a pass now: while the producer sleeps between passes, the sleep ends at
-  once; during a pass, one more pass runs right after it. Signals that arrive during one
-  pass coalesce into that one extra pass, so a burst of them (a Slurm trigger firing for
-  several nodes) never piles passes up;
-* SIGINT or SIGTERM stops the producer at once: a sleep ends, and a pass (or the start-up
-  work before the first) is interrupted by :class:`Stopped`, which the caller reports. A
-  step that must not be cut in two (starting a Slurm command) holds the stop until it
-  has ended (:func:`stops_held`).
-* A stop signal ignored when the producer started stays ignored: ``nohup`` ignores SIGHUP,
-  and a shell starts a background job with SIGINT ignored.
+- A pass runs at once, then one every ``interval`` seconds after the previous one ended.
+- SIGUSR1 runs a pass now: it ends a sleep, or runs one more pass right after the current one.
+- Signals during one pass coalesce into one extra pass, so a burst never piles passes up.
+- SIGINT or SIGTERM stops the producer at once with :class:`Stopped`, in a sleep or a pass.
+- A step that must not be cut in two holds the stop until it has ended (:func:`stops_held`).
+- A stop signal ignored when the producer started stays ignored, as ``nohup`` wants.
+- A single pass (``--once``) is stopped the same way inside :func:`stop_signals`.
 
-A single pass (``--once``) is stopped the same way inside :func:`stop_signals`.
-
-The handlers are Python signal handlers, so they run in the main thread between two
-bytecodes; the schedule must be used from the main thread. A handler only sets a flag
-(or raises): one that waited for a lock the main thread holds would wait for ever. A
-signal that arrives just before the main thread blocks in its sleep, or that the kernel
-gives to another thread, does not interrupt that sleep, and its handler runs only when the
-sleep ends; so every signal also writes a byte to the schedule's wake-up pipe
-(:func:`signal.set_wakeup_fd`), which the sleep waits on.
+The handlers are Python signal handlers: use the schedule from the main thread. A handler
+only sets a flag or raises, never waits for a lock. Every signal also writes a byte to the
+wake-up pipe (:func:`signal.set_wakeup_fd`), so a signal that lands just before the sleep
+still ends it.
 """
 
 from __future__ import annotations

@@ -1,31 +1,23 @@
 """Asking Slurm about nodes and running array tasks, strictly and under a timeout.
 
-Every query runs one Slurm client command in its own process group; a command that has
-not finished within the timeout is killed with its whole group. A failed, hung or
-unparseable answer raises :class:`SlurmError`: callers treat it as "no information",
-never as "all healthy".
+The rules:
 
-Commands used (Slurm 22.05 formats):
+- Each query runs one Slurm client command in its own process group.
+- A command that has not finished within the timeout is killed with its whole group.
+- A failed, hung or unparseable answer raises :class:`SlurmError`. Callers treat it as
+  "no information", never as "all healthy".
+- A stop signal of the producer kills the running command's group too, also as it starts
+  (:func:`~.schedule.stops_held`).
+- Output is waited for in slices of :data:`SIGNAL_SLICE` seconds, so a late signal is acted
+  on when its slice ends.
+- A killed command is waited for :data:`KILL_WAIT` seconds at most. One that SIGKILL does
+  not end is left behind with one WARNING, and the pass fails.
 
-* ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'`` — running tasks of a job: array job id,
-  array task index (``N/A`` for a regular job), partition, compressed hostlist (expanded
-  here, :mod:`nvrx_seghealth._producer.hostlist`, not by one ``scontrol`` per task).
-* ``sinfo -p PARTITIONS -N -h -o '%N|%t|%E'`` — one line per node of the job's partitions
-  (and per partition): name, compact state (``drng``, ``drain``, ``down``, ``fail``,
-  ``failg``, ``idle``, ... with a suffix such as ``*`` for not responding), reason
-  (``none`` when there is none; may contain ``|``).
+The two queries (Slurm 22.05 formats), parsed by :func:`parse_running_tasks` and
+:func:`parse_nodes`:
 
-A command killed by a signal handler's exception (SIGTERM of the producer) is killed
-with its process group too, also when the signal arrives as the command starts
-(:func:`~.schedule.stops_held`). Its output is waited for in slices of
-:data:`SIGNAL_SLICE` seconds: a signal that arrives just before a wait blocks does not end
-that wait (CPython runs a Python signal handler between two bytecodes), so it is acted on
-when the slice ends.
-
-A killed command is waited for :data:`KILL_WAIT` seconds at most. One that SIGKILL does
-not end (uninterruptible sleep, e.g. reading ``slurm.conf`` on a hung NFS mount), or whose
-output a process it started in another session still holds, is left behind with one
-WARNING: no wait could end, and the pass goes on to fail as Slurm unreachable.
+- ``squeue -j JOB -r -h -t R -o '%F|%K|%P|%N'``: a job's running tasks;
+- ``sinfo -p PARTITIONS -N -h -o '%N|%t|%E'``: the nodes of those partitions.
 """
 
 from __future__ import annotations
@@ -60,10 +52,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The longest a stop signal may wait to be acted on while a Slurm command runs (see the
-#: module doc).
+#: The longest a stop signal may wait to be acted on while a Slurm command runs. CPython
+#: runs a signal handler between two bytecodes, so a signal just before a wait blocks does
+#: not end that wait: the wait is made in slices.
 SIGNAL_SLICE = 0.25
-#: Seconds a killed Slurm command may take to end and close its output (see the module doc).
+#: Seconds a killed Slurm command may take to end and close its output. SIGKILL cannot end
+#: an uninterruptible sleep (``slurm.conf`` on a hung NFS mount), and a process the command
+#: started in another session may hold its output.
 KILL_WAIT = 5.0
 
 #: ``--states`` names and the compact ``sinfo %t`` states each one covers.

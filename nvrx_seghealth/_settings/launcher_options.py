@@ -2,33 +2,21 @@
 
 The decision directory's precedence, highest first:
 
-1. the command-line flag (``--ft-segment-health-check-dir DIR`` for ``nvrx-seghealth run``,
-   ``--dir DIR`` for the operator commands);
-2. ``fault_tolerance.segment_health_check_dir`` in the YAML file given with
-   ``--ft-cfg-path``. As in NVRx, the ``fault_tolerance`` section may sit at any depth:
-   the first non-empty ``fault_tolerance`` value found depth-first (through mappings and
-   lists, in file order) is the section;
-3. the environment variable ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` (empty counts as unset).
+1. the command-line flag: ``--ft-segment-health-check-dir`` for ``nvrx-seghealth run``,
+   ``--dir`` for the operator commands;
+2. ``fault_tolerance.segment_health_check_dir`` in the ``--ft-cfg-path`` YAML file, whose
+   section may sit at any depth, as in NVRx (:func:`_find_section`);
+3. ``NVRX_SEGMENT_HEALTH_CHECK_DIR``, where empty counts as unset.
 
-None of them: the check is disabled. The winning value must be an absolute path. A flag
-or YAML value that is empty or not a string, a YAML file that cannot be read or parsed,
-a path that is not a regular file (a FIFO is refused without being opened for good: that
-would wait for a writer), a file whose top level is not a mapping (a list, a string: the
-wrong file), a ``fault_tolerance`` section that is not a mapping, or a field in it that looks like
-``segment_health_check_dir`` but is not (``segment_health_chek_dir``) is a
-:class:`ConfigurationError` naming the setting and the fix; so is a file that cannot be
-walked (nested too deeply). A document that refers to itself through an anchor
-(``a: &x [*x]``) is walked once per node. The YAML file is always read when given, even
-when the flag wins, so a broken file is never silently ignored.
+None of them: the check is off. The rules:
 
-The watch interval (``nvrx-seghealth run`` only) has no environment variable: the flag
-``--ft-segment-health-check-watch-interval SECONDS`` beats
-``fault_tolerance.segment_health_check_watch_interval`` in the same section; neither: ``0``
-(no watch). Each is validated where it enters, by
-:func:`~.durations.validate_seconds` with :data:`~.durations.WATCH_INTERVAL` (the YAML
-field even when the flag wins), and a field that looks like it but is not
-(``watch_interval``) is refused as for the directory. A positive interval without any
-directory is a :class:`ConfigurationError`: it would do nothing.
+- The winning value must be an absolute path.
+- The YAML file is always read when given, so a broken file is never silently ignored.
+- A bad value, file or section, and a field that looks like ours but is not, raise
+  :class:`ConfigurationError` naming the setting and the fix.
+- The watch interval has a flag and a YAML field, no environment variable; the flag wins.
+- Each interval is validated where it enters (:func:`~.durations.validate_seconds`).
+- A positive watch interval without any directory is refused: it would do nothing.
 """
 
 from __future__ import annotations

@@ -1,43 +1,21 @@
 """Configuration of the registered backend, from ``--rdzv-conf`` and the environment.
 
-Keys read from the rendezvous configuration (``--rdzv-conf k=v,...``), all removed
-before the rest is handed to the inner backend:
+The keys, their ranges and defaults are in docs/reference/backend.md:
+``segment_health_check_dir``, ``segment_health_check_stat_timeout``,
+``segment_health_check_handoff_timeout``, ``segment_health_check_watch_interval`` and
+``inner_backend``. The rules:
 
-========================================  ========================================  ==========
-key                                       meaning                                   default
-========================================  ========================================  ==========
-``segment_health_check_dir``              absolute decision directory               see below
-``segment_health_check_stat_timeout``     seconds one artifact ``stat`` may take,    10
-                                          in [0.1, 600]
-``segment_health_check_handoff_timeout``  seconds a sibling waits for process 0's    stat bound
-                                          verdict, in [0, 3600]; ``0`` turns the    + 20
-                                          hand-off off
-``segment_health_check_watch_interval``   seconds between process 0's looks at its  0 (off)
-                                          decision file while the workers run, in
-                                          [0.5, 3600]; ``0`` turns the watch off
-``inner_backend``                         the rendezvous that does the work         ``c10d``
-========================================  ========================================  ==========
-
-A key that looks like one of these but is not is refused with the closest valid key:
-passed on, the inner backend would ignore it and the check would be off (or differently
-bound) without a word. Keys are compared without regard to case or to ``-`` against
-``_``; a key looks like ours when it is a close misspelling of one, contains
-``segment_health``, or is the composition API's name for one (``stat_timeout``,
-``handoff_timeout``, ``watch_interval``).
-
-Without ``segment_health_check_dir`` the environment variable
-``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used (empty counts as unset); with neither, the
-check is disabled and the backend is a pure pass-through. Every value is validated
-here, once, before any rendezvous starts (the timeouts even when the check is off), and
-a bad one raises :class:`ConfigurationError` naming the key and the fix; the layers
-below take the :class:`~.check_settings.CheckSettings` as it is.
-
-A ``segment_health_check_*`` key without any directory is refused as well, naming the
-keys and the usual cause: an ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` that srun did not export to
-the launchers. The keys say the check was wanted, and it would be off. ``nvrx-seghealth
-run`` refuses a watch interval without a directory the same way: a setting that would
-do nothing stops every launcher before any rendezvous, where one WARNING among thousands
-of launchers' logs would go unread while the marked units train.
+- Every key of ours is removed before the rest reaches the inner backend.
+- Without ``segment_health_check_dir``, ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` is used; an empty
+  value counts as unset.
+- With no directory at all, the check is off and the backend passes everything through.
+- Every value is validated here, once, before any rendezvous; the layers below trust the
+  :class:`~.check_settings.CheckSettings` they get.
+- A bad value raises :class:`ConfigurationError` naming the key and the fix.
+- A key that looks like ours but is not is refused with the closest valid key. Passed on,
+  the inner backend would ignore it, and the check would be off without a word.
+- A ``segment_health_check_*`` key without any directory is refused too. The usual cause is
+  ``NVRX_SEGMENT_HEALTH_CHECK_DIR`` not exported by srun.
 """
 
 from __future__ import annotations
