@@ -16,6 +16,11 @@ torch's ``EtcdStore`` ("before") and the backend's store (:class:`OneKeyEtcdStor
   bytes and the writes among them (the watch's looks, and process 0's looks for its
   siblings' verdict requests every 0.2 s). Every request of each launcher's etcd client
   is recorded (:class:`harness.etcd.Traffic`).
+
+What it takes from the launcher is named in each module's ``__all__``: the watch's key and
+look interval (``watch.EXCLUDED_KEY``, ``LOOK_INTERVAL``), process 0's responder interval
+(``process_zero.RESPONDER_INTERVAL``), and the inner rendezvous creators the backend uses
+(``backend.INNER_BACKEND_CREATORS``, then torch's ``create_handler`` as the backend calls it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import cast
 
+from harness.common import slurm_env
 from harness.etcd import (
     STORE,
     EtcdServer,
@@ -166,7 +172,7 @@ def _trained_round(
     from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
     from nvrx_seghealth import SegmentHealthRendezvousHandler
-    from nvrx_seghealth._launcher import backend
+    from nvrx_seghealth._launcher.backend import INNER_BACKEND_CREATORS
 
     run = f"bench-{name}-{uuid.uuid4().hex[:8]}"
     launchers = TASKS * NODES  # a world that can lose one task
@@ -177,18 +183,13 @@ def _trained_round(
     with tempfile.TemporaryDirectory() as directory:
         for task in range(TASKS):
             for procid in range(NODES):
-                if name == "now":  # as the backend builds it
-                    inner, store = backend._create_inner(params)
+                if name == "now":  # the backend's etcd-v2 backend and store
+                    etcd_backend, store = INNER_BACKEND_CREATORS["etcd-v2"](params)
                 else:  # torch's etcd-v2 backend and store as they come
                     etcd_backend, store = create_backend(params)
-                    inner = create_handler(store, etcd_backend, params)
+                inner = create_handler(store, etcd_backend, params)
                 traffic.append(Traffic(cast(EtcdStore, store).client))
-                env = {
-                    "SLURM_ARRAY_JOB_ID": "900",
-                    "SLURM_ARRAY_TASK_ID": str(task),
-                    "SLURM_JOB_ID": str(1000 + task),
-                    "SLURM_PROCID": str(procid),
-                }
+                env = slurm_env(task, procid, array_job=900, job=1000 + task)
                 handlers.append(
                     SegmentHealthRendezvousHandler(
                         inner, store=store, directory=directory, environ=env, watch_interval=60
