@@ -14,7 +14,8 @@ import pytest
 from harness.docs import ROOT
 from harness.telemetry import captured
 from nvrx_seghealth import AllocationUnit, Decision, ExclusionReason, Outcome
-from nvrx_seghealth._launcher import events, watch
+from nvrx_seghealth._errors import Exclusion, When
+from nvrx_seghealth._launcher import events
 from nvrx_seghealth._launcher.events import (
     DecisionRecorder,
     EventName,
@@ -65,7 +66,9 @@ def _recorded() -> dict[str, set[str]]:
         recorder.verdict_waited("healthy", 1, 0.5)
         recorder.verdict_waited(None, 2, 30.0)  # no verdict: a fail-open
         recorder.world_restart(True, 1.5)
-        recorder.excluded(ExclusionReason.DECISION_FILE, path=path, size=3)
+        recorder.excluded(
+            Exclusion(ExclusionReason.DECISION_FILE, When.AFTER_JOINING, "x", path=path, size=3)
+        )
     found: dict[str, set[str]] = {}
     for event in telemetry.ours():
         fields = set(parse_fields(event.message)) - {"job_id", "task_id"}
@@ -88,7 +91,7 @@ def test_trigger_when_and_reasons_are_the_code_s():
     triggers = {events.ATTEMPT, events.REQUEST, events.JOINED, events.WATCH}
     assert set(_CODE.findall(sentence)) - {"trigger"} == triggers
     excluded = _decisions()[EventName.EXCLUDED.value][1]
-    when = {watch.DURING_TRAINING, watch.AFTER_JOINING, watch.BEFORE_JOINING}
+    when = {member.token for member in When}
     assert when <= set(_CODE.findall(excluded))
     assert {reason.value for reason in ExclusionReason} <= set(_CODE.findall(excluded))
     fail_open = _decisions()[EventName.FAIL_OPEN.value][1]
