@@ -15,7 +15,7 @@ import time
 from nvrx_seghealth._launcher.handoff import EVERY_REQUEST, Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
-from .common import AT_ONCE_BOUND
+from .waits import AT_ONCE_BOUND
 
 __all__ = ["HandoffTests", "handoff"]
 

@@ -2,10 +2,10 @@
 with its own TCPStore client, wrapped by the package's handler, joining from its own
 thread; the agent's monitor loop over a handler (:class:`Monitor`); and a launcher's
 coordinator built alone (:func:`coordinator`), or read from its handler
-(:func:`coordinator_of`).
+(:func:`coordinator_of`); a store that counts its calls (:class:`CountingStore`).
 
-Used by the launcher's and the demo's unit tests (``tests/launcher/``, ``tests/demo/``)
-and by the etcd tests (``integration/etcd/``).
+Used by the launcher's and the demo's unit tests (``tests/launcher/``, ``tests/demo/``),
+the etcd tests (``integration/etcd/``) and the store's benchmark (``bench/store_scale.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -34,15 +35,21 @@ from nvrx_seghealth._launcher.roles import coordinator_for
 from nvrx_seghealth._settings.check_settings import check_settings
 from nvrx_seghealth._settings.durations import DEFAULT_STAT_TIMEOUT
 
-from .common import AT_ONCE_BOUND, slurm_env
+from .slurmenv import slurm_env
+from .waits import AT_ONCE_BOUND
 
 if TYPE_CHECKING:
     import pytest
+
+    _StandIn = Store  # what type checkers see: a CountingStore stands in for a Store
+else:
+    _StandIn = object  # a pybind Store's own methods would hide __getattr__
 
 __all__ = [
     "ARRAY",
     "RUN",
     "WATCH",
+    "CountingStore",
     "Join",
     "Monitor",
     "coordinator",
@@ -67,6 +74,24 @@ RUN = "run-1"
 ARRAY = 1000
 #: Seconds between process 0's looks in the watch's tests: the shortest there is.
 WATCH = 0.5
+
+
+class CountingStore(_StandIn):
+    """Forwards to a real store and counts the calls by method (``calls``); it goes
+    wherever a torch ``Store`` goes."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.store, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            return method(*args, **kwargs)
+
+        return counted
 
 
 def tcp_client(master: TCPStore) -> TCPStore:
@@ -145,7 +170,7 @@ def watched(
     **env: Any,
 ) -> SegmentHealthRendezvousHandler:
     """A launcher of array task ``task`` with the watch on (``watch_interval``); ``env``
-    goes to :func:`~harness.common.slurm_env`."""
+    goes to :func:`~harness.slurmenv.slurm_env`."""
     store = tcp_client(master)
     return SegmentHealthRendezvousHandler(
         dynamic_handler(store, *nodes),

@@ -1,4 +1,4 @@
-"""The internal test-and-demo harness: a whole Slurm job array on one machine.
+"""The demo: a whole Slurm job array on one machine, as ``nvrx-seghealth demo`` runs it.
 
 Not API: this package serves the ``nvrx-seghealth demo`` command, the integration
 scenarios and the benchmarks of this repository, and may change without notice.
@@ -21,6 +21,8 @@ Quick use::
 The report reads a launcher's end from its log's stable tokens (:mod:`.logtokens`), never
 its wording. torch's private rendezvous state is read in one place, :mod:`.rendezvous_state`.
 :mod:`.comparison` sets two runs of one job side by side (``demo --compare``, ``demo --watch``).
+Faults recorded with the job (:meth:`SimulatedJob.record_fault`) come back with its result.
+The tests inject them from outside the wheel (:mod:`harness.jobs.faults`).
 """
 
 from __future__ import annotations

@@ -6,22 +6,16 @@ the marked units and starts the launchers; leaving it stops every process it sta
 whatever happened. The job advances only while the caller waits in
 :meth:`SimulatedJob.wait_until` or :meth:`SimulatedJob.wait` (a single thread polls:
 held-back launchers start, srun steps end, progress is logged), and every wait is bounded.
-Faults are injected through :meth:`SimulatedJob.kill_worker`,
-:meth:`SimulatedJob.kill_agent` and :meth:`SimulatedJob.mark_while_training` (a decision
-written while the job trains), which record each one (:class:`.outcome.FaultEvent`)
-for the recovery time (:meth:`.outcome.JobResult.recovery`).
-
-One module of about 430 lines, over the package's 400: :class:`SimulatedJob` is one
-context manager whose start, faults, waits and stop share the job's processes, and is
-read whole here.
+A decision written while the job trains (:meth:`SimulatedJob.mark_while_training`) is
+recorded as a fault (:meth:`SimulatedJob.record_fault`, :class:`.outcome.FaultEvent`) for
+the recovery time (:meth:`.outcome.JobResult.recovery`); the tests' other faults record
+themselves the same way.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -36,7 +30,7 @@ from .paths import RunPaths
 from .ports import unclaimed_port
 from .processes import kill_if_running, stop_all
 from .records import WorkerRecord, read_records
-from .rendezvous_state import etcd_rendezvous, read_store
+from .rendezvous_state import etcd_rendezvous
 from .slurm import allocation_unit
 from .spec import JobSpec
 from .srun import KILL_WAIT, Step
@@ -185,66 +179,6 @@ class SimulatedJob:
         self.faults.append(event)
         log.info("fault: %s (round %s)", what, "none yet" if in_round is None else in_round)
         return event
-
-    def kill_worker(self, record: WorkerRecord) -> FaultEvent:
-        """SIGKILL one worker process (a worker failure, as torchrun sees it); record it.
-
-        Raises:
-            ValueError: the worker's launcher is not running (its PID may be stale).
-        """
-        if not self.launchers[record.launcher].running:
-            raise ValueError(f"{record.launcher} is not running; not killing pid {record.pid}")
-        event = self.record_fault(
-            f"SIGKILL worker pid {record.pid} of {record.launcher}", record.round
-        )
-        os.kill(record.pid, signal.SIGKILL)
-        return event
-
-    def kill_agent(self, label: str) -> FaultEvent:
-        """SIGKILL launcher ``label``'s torchrun agent alone (the agent dies); record it.
-
-        Its workers are left to the emulated srun: with ``--kill-on-bad-exit=1`` the
-        agent's death ends its unit's step, and the leftovers of the step go with it.
-
-        Raises:
-            ValueError: the launcher is not running.
-        """
-        launcher = self.launchers[label]
-        if not launcher.running or launcher.pid is None:
-            raise ValueError(f"{label} is not running; not killing its agent")
-        rounds = [w.round for w in self.workers() if w.round is not None]
-        event = self.record_fault(
-            f"SIGKILL agent pid {launcher.pid} of {label}", max(rounds, default=None)
-        )
-        os.kill(launcher.pid, signal.SIGKILL)
-        return event
-
-    def rendezvous_lists(self) -> dict[str, frozenset[str] | None]:
-        """The launchers the c10d rendezvous lists now, by list, read from the live store.
-
-        Keys: ``participants`` (of the current round), ``waiting`` (torch's wait list:
-        nodes that make the running world restart) and ``spares`` (torch's redundancy
-        list: nodes beyond ``--nnodes``' maximum, waiting without making anyone restart).
-        Nodes are matched to launchers by their agent's PID, as torch names them. A list
-        is ``None`` when it is unknown: no node has joined yet, or torch's state could not
-        be read (:mod:`.rendezvous_state`).
-
-        Raises:
-            ValueError: the harness does not host the store (etcd, or a launcher does).
-        """
-        if not self.spec.harness_hosts_store:
-            raise ValueError("the rendezvous state is only read from the harness's store")
-        state = read_store(self.store.client(), self.run_id)
-        by_pid = {launcher.pid: label for label, launcher in self.launchers.items()}
-
-        def labels(pids: tuple[int, ...] | None) -> frozenset[str] | None:
-            return None if pids is None else frozenset(by_pid[p] for p in pids if p in by_pid)
-
-        return {
-            "participants": labels(state.participants),
-            "waiting": labels(state.waiting),
-            "spares": labels(state.spares),
-        }
 
     def markers(self) -> ReplacementGroupMarkers:
         """The job's replacement-group markers, read through the live store.

@@ -8,11 +8,11 @@ finds each and checks its version. The v2 API is on unless asked off (``v2=False
 etcd 3.6 has it); a start checks that the member serves v2 exactly when asked. Readiness
 and leadership are asked through the v3 JSON gateway, which every release serves.
 A member may serve its clients over TLS only, asking each for a certificate
-(``tls=``, material from :mod:`harness.tls`); :func:`enable_auth` turns on etcd's
+(``tls=``, material from :mod:`harness.services.tls`); :func:`enable_auth` turns on etcd's
 user/password authentication with a user confined to one key prefix.
 
 Used by the etcd tests (``integration/etcd/``, their fixtures in
-:mod:`harness.fixtures`) and benchmark row 4. Each member has a private data directory
+:mod:`harness.session.fixtures`) and benchmark row 4. Each member has a private data directory
 and free ports, and is stopped by its PID.
 """
 
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .common import free_port
+from harness.ports import free_port
+
 from .tls import TlsMaterial
 
 if TYPE_CHECKING:

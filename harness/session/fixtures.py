@@ -6,7 +6,7 @@ registers this module (``pytest_plugins``).
 A real etcd server (Debian's etcd-server, v2 API enabled) on 127.0.0.1, for the tests
 marked ``etcd`` and the etcd cells of the configuration matrix: the session-scoped
 ``etcd_server`` fixture starts one etcd with a private data directory and free ports
-(:func:`harness.etcd.running_etcd`), waits until it answers, and stops it by PID at the
+(:func:`harness.services.etcd.running_etcd`), waits until it answers, and stops it by PID at the
 end; ``module_etcd_server`` starts one for a single test module; ``etcd_cluster`` starts
 three members for a single test, which may kill the leader. Debian's ``etcd-server``
 is installed only when ``CI=true`` or ``NVRX_SEGHEALTH_ETCD_INSTALL=1``; otherwise,
@@ -15,7 +15,7 @@ broken etcd fails the tests. The Python client comes with the package's ``etcd``
 (``pip install -e '.[etcd]'``).
 
 For the etcd-v3 tests, the v2 API off and each test run once per etcd release
-(:data:`harness.etcd.ETCD_RELEASES`, ids ``etcd3.4`` and ``etcd3.5``): ``etcd_v3_server``
+(:data:`harness.services.etcd.ETCD_RELEASES`, ids ``etcd3.4`` and ``etcd3.5``): ``etcd_v3_server``
 (one per release for the session), ``etcd_v3_cluster`` (three members of one test),
 ``etcd_v3_tls_server`` (https only, a client certificate required; one per release for
 the session) and ``etcd_v3_auth`` (authentication on, one member of one test).
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from .etcd import (
+from harness.services.etcd import (
     DEFAULT_RELEASE,
     ETCD_RELEASES,
     EtcdAuth,
@@ -47,7 +47,7 @@ from .etcd import (
     running_etcd,
     running_etcd_cluster,
 )
-from .tls import TlsMaterial, make_tls
+from harness.services.tls import TlsMaterial, make_tls
 
 if TYPE_CHECKING:
     from torch.distributed import TCPStore

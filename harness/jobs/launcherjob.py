@@ -28,7 +28,7 @@ import pytest
 
 import nvrx_seghealth
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "train.py"
 ARRAY_JOB = "1000"
 TASKS = (0, 1, 2)

@@ -4,7 +4,7 @@
 
 The cluster itself is started by the ``slurm_cluster`` fixture
 (``integration/slurm/conftest.py``); the example job script run through it is
-:mod:`harness.slurmjob`.
+:mod:`harness.jobs.slurmjob`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from .commands import COMMAND
-from .common import wait_until
+from harness.commands import COMMAND
+from harness.waits import wait_until
 
 __all__ = [
     "FINISHED_STATES",
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: The program of the producer's Slurm trigger: it wakes a running ``publish-drained``.
-PROGRAM = Path(__file__).resolve().parents[1] / "examples" / "publish-drained-now.sh"
+PROGRAM = Path(__file__).resolve().parents[2] / "examples" / "publish-drained-now.sh"
 
 #: Job states after which ``scontrol show job`` no longer changes.
 FINISHED_STATES = frozenset(

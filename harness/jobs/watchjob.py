@@ -1,13 +1,13 @@
 """A job of real torchrun agents in which a decision is written while the world trains.
 
-Array job :data:`~harness.launcherjob.ARRAY_JOB` has three units (array tasks 0, 1, 2, one
+Array job :data:`~harness.jobs.launcherjob.ARRAY_JOB` has three units (array tasks 0, 1, 2, one
 launcher each) for a world of three (``--nnodes=3:3``) and a spare, task :data:`SPARE`,
 started once the first world formed (so it waits beside it, in torch's redundancy list).
 The launchers meet through an ``nvrx-seghealth store-host`` on 127.0.0.1
-(``is_host=false``) and run :mod:`harness.watch_train` (a gloo collective every step).
+(``is_host=false``) and run :mod:`harness.programs.watch_train` (a gloo collective every step).
 Unit :data:`LAGGED`'s agent looks at its workers only every :data:`LAG_MONITOR_INTERVAL`
 seconds (``--monitor-interval``): it learns of anything late, as an agent on a busy node
-does. Once the spare is up, unit :data:`~harness.launcherjob.MARKED` is marked (a
+does. Once the spare is up, unit :data:`~harness.jobs.launcherjob.MARKED` is marked (a
 producer's ``publish_decision``); with :attr:`Variant.stall`, its worker first stops calling the
 collective, so every peer blocks in it until the gloo timeout. A variant may change the
 shape (:attr:`Variant.units`, :attr:`Variant.spare`, :attr:`Variant.lagged`) and run some
@@ -15,11 +15,11 @@ tasks without the watch (:attr:`Variant.unwatched`).
 
 The job then runs until a world without the marked unit formed or :attr:`Variant.window`
 seconds passed since the mark, whichever is first; then its workers are told to stop
-(:mod:`harness.watch_train`'s stop file) and the launchers get :attr:`Variant.end_timeout`
+(:mod:`harness.programs.watch_train`'s stop file) and the launchers get :attr:`Variant.end_timeout`
 seconds to end before the rest is stopped. :class:`Outcome` holds what every launcher
 printed and how it ended. Used by ``integration/watch/`` and ``bench/watch.py``.
 
-:func:`run_join_job` runs the other job: unit :data:`~harness.launcherjob.MARKED` joins
+:func:`run_join_job` runs the other job: unit :data:`~harness.jobs.launcherjob.MARKED` joins
 first and waits in the rendezvous for the next unit; it is marked there, then unit 0
 starts, and the round of the two forms at once. The marked unit's process 0 looks again
 right after joining and leaves; unit 0 must go on without it.
@@ -37,10 +37,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.ports import free_port
+from harness.programs import WATCH_TRAIN
 from nvrx_seghealth._demo.rendezvous_state import read_endpoint
 from nvrx_seghealth._logfmt import parse_fields
 
-from .common import free_port
 from .launcherjob import (
     JOB_TIMEOUT,
     MARKED,
@@ -64,7 +65,6 @@ __all__ = [
     "run_join_job",
 ]
 
-TRAIN = Path(__file__).with_name("watch_train.py")
 #: The units of the first world, and the spare task.
 UNITS = (0, 1, 2)
 SPARE = 3
@@ -244,7 +244,7 @@ def _torchrun(variant: Variant, endpoint: str, decisions: Path, task: int) -> li
     ]
     if task == variant.lagged:
         argv.append(f"--monitor-interval={LAG_MONITOR_INTERVAL:g}")
-    return [*argv, str(TRAIN)]
+    return [*argv, str(WATCH_TRAIN)]
 
 
 def _read(log: Path) -> str:
@@ -366,10 +366,10 @@ def run_job(variant: Variant, workdir: Path) -> Outcome:
 
 
 def run_join_job(variant: Variant, workdir: Path) -> Outcome:
-    """Run the job in which unit :data:`~harness.launcherjob.MARKED` is marked while it
+    """Run the job in which unit :data:`~harness.jobs.launcherjob.MARKED` is marked while it
     waits in the rendezvous (the module documentation) once in ``workdir``.
 
-    ``variant`` has the units ``0`` and :data:`~harness.launcherjob.MARKED` and no spare
+    ``variant`` has the units ``0`` and :data:`~harness.jobs.launcherjob.MARKED` and no spare
     (:attr:`Variant.spare` names no task that starts); its :attr:`Variant.last_call` must
     outlast unit 0's start. The job runs until a world formed or every launcher ended,
     :attr:`Variant.window` seconds at most after the mark."""

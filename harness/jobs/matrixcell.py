@@ -16,15 +16,15 @@ from typing import TypeVar
 
 import pytest
 
+from harness.session.once import once_per_session
+from harness.session.summary import MATRIX
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._demo.outcome import FaultEvent, Round
 from nvrx_seghealth._errors import ExclusionReason
 
 from .configurations import REACH_TIMEOUT, Configuration, rank_zero_unit
-from .shared import once_per_session
 from .simjob import run_job
-from .summary import MATRIX
 
 __all__ = [
     "MARGIN",
@@ -44,8 +44,8 @@ T = TypeVar("T")
 #: The world's units, and the spare.
 WORLD = (0, 1)
 SPARE = 2
-#: Seconds a cell may take beyond plain c10d's (as :data:`harness.sigterm.MARGIN`: a loaded 2-core
-#: machine stalls a launcher's start-up or a store connect by several seconds).
+#: Seconds a cell may take beyond plain c10d's (as :data:`harness.jobs.sigterm.MARGIN`: a
+#: loaded 2-core machine stalls a launcher's start-up or a store connect by several seconds).
 MARGIN = 10.0
 #: And in proportion: c10d's job runs right after the cell's, but other test workers'
 #: whole jobs start and end beside both, so the two meet different loads. The test
@@ -102,13 +102,13 @@ class Cell:
         self, name: str, spec: JobSpec, act: Callable[[SimulatedJob], bool | None]
     ) -> JobResult:
         """Run ``spec`` in its own folder ``name`` and ``act`` on it
-        (:func:`harness.simjob.run_job`)."""
+        (:func:`harness.jobs.simjob.run_job`)."""
         return run_job(self.request, self.workdir / name, spec, act)
 
     def c10d_once(self, kind: str, spec: JobSpec, run: Callable[[], T]) -> T:
         """Plain c10d's run of ``spec`` (a :func:`plain_c10d` job) in scenario ``kind``:
         ``run()`` by the first cell of the session that needs it, shared with every other
-        (:func:`harness.shared.once_per_session`). c10d's job does not depend on where a
+        (:func:`harness.session.once.once_per_session`). c10d's job does not depend on where a
         cell's store lives or on its watch, so ten runs answer every cell; each runs in
         the same session, under the suite's load, as the cells it answers."""
         shared = once_per_session(self.request, f"c10d|{kind}|{spec!r}", run)

@@ -1,21 +1,35 @@
 """Simulated whole jobs (:mod:`nvrx_seghealth._demo`) as the scenarios of ``integration/``
 run them: the bound of one job, a job run clear of torch's port race, torch's log lines
-around a rendezvous, a job's report, and what an excluded unit's launchers must show."""
+around a rendezvous, a job's report, and what an excluded unit's launchers must show.
+
+The faults a test injects into a running job live here, not in the demo: a worker or an
+agent killed by SIGKILL (:func:`kill_worker`, :func:`kill_agent`), each recorded with the
+job (:meth:`~nvrx_seghealth._demo.SimulatedJob.record_fault`) for the recovery time."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter, render_report
+from harness.session.summary import SIMULATED_JOB
+from nvrx_seghealth._demo import (
+    JobResult,
+    JobSpec,
+    SimulatedJob,
+    StartAfter,
+    WorkerRecord,
+    render_report,
+)
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
+from nvrx_seghealth._demo.outcome import FaultEvent
 from nvrx_seghealth._errors import ExclusionReason
 
 from .portrace import clear_of_port_race
-from .summary import SIMULATED_JOB
 
 #: Bound for one simulated job. A healthy 6-launcher job takes 20-30 s on 2 busy cores;
 #: the slowest scenario (the race, with a restart) about 60 s.
@@ -41,6 +55,40 @@ def siblings_after_process_zero(unit: int, nodes_per_task: int = 2) -> dict[str,
     }
 
 
+def kill_worker(job: SimulatedJob, record: WorkerRecord) -> FaultEvent:
+    """SIGKILL one worker process of ``job`` (a worker failure, as torchrun sees it);
+    record it.
+
+    Raises:
+        ValueError: the worker's launcher is not running (its PID may be stale).
+    """
+    if not job.launchers[record.launcher].running:
+        raise ValueError(f"{record.launcher} is not running; not killing pid {record.pid}")
+    event = job.record_fault(f"SIGKILL worker pid {record.pid} of {record.launcher}", record.round)
+    os.kill(record.pid, signal.SIGKILL)
+    return event
+
+
+def kill_agent(job: SimulatedJob, label: str) -> FaultEvent:
+    """SIGKILL launcher ``label``'s torchrun agent alone (the agent dies); record it.
+
+    Its workers are left to the emulated srun: with ``--kill-on-bad-exit=1`` the agent's
+    death ends its unit's step, and the leftovers of the step go with it.
+
+    Raises:
+        ValueError: the launcher is not running.
+    """
+    launcher = job.launchers[label]
+    if not launcher.running or launcher.pid is None:
+        raise ValueError(f"{label} is not running; not killing its agent")
+    rounds = [w.round for w in job.workers() if w.round is not None]
+    event = job.record_fault(
+        f"SIGKILL agent pid {launcher.pid} of {label}", max(rounds, default=None)
+    )
+    os.kill(launcher.pid, signal.SIGKILL)
+    return event
+
+
 def report(request: pytest.FixtureRequest, name: str, result: JobResult) -> JobResult:
     """Print ``result``'s report (shown when the test fails) and keep it for the summary."""
     print(f"--- {name}: {result.summary()}\n{render_report(result)}")
@@ -59,7 +107,7 @@ def run_job(
     """Run ``spec`` in the new folder ``folder`` and ``act`` on it; then wait for its end,
     or stop it at once when ``act`` returns ``True`` (what it waited for never came).
     A job that torch's port race struck runs once more
-    (:func:`harness.portrace.clear_of_port_race`): ``act`` is then called again, and what
+    (:func:`~harness.jobs.portrace.clear_of_port_race`): ``act`` is then called again, and what
     it recorded last is what counts. The job is reported (:func:`report`) as
     ``folder``'s name."""
 

@@ -1,7 +1,7 @@
 """The etcd-v3 rendezvous of one launcher, built as torchrun builds it: :func:`v3_launcher`.
 
 Used by the etcd-v3 tests (``integration/etcd/test_v3_*.py``) and benchmarks, against a
-real etcd (:mod:`harness.etcd`).
+real etcd (:mod:`harness.services.etcd`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 torch's agent picks a free port for its workers' bootstrap store and closes it; the rank-0
 worker binds it after importing torch, seconds later on a busy node, and any socket of the
-machine may take it in between (:data:`harness.common.PORT_TAKEN`). Plain c10d is exposed
+machine may take it in between (:data:`harness.ports.PORT_TAKEN`). Plain c10d is exposed
 whenever its launchers set ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, as the simulated jobs
 do by default (``JobSpec.disable_shared_store``). segment-health is not: the launcher
 holding rank 0 serves its workers' store on a port it holds
@@ -23,8 +23,8 @@ from typing import TypeVar
 
 import pytest
 
-from .common import PORT_TAKEN
-from .summary import PORT_RACE
+from harness.ports import PORT_TAKEN
+from harness.session.summary import PORT_RACE
 
 __all__ = ["clear_of_port_race", "port_race_in"]
 

@@ -33,6 +33,9 @@ from nvrx_seghealth._demo.job import SimulatedJob
 from nvrx_seghealth._demo.outcome import JobResult, Round
 from nvrx_seghealth._demo.spec import JobSpec, StartAfter
 
+from . import configurations
+from .simjob import kill_agent, kill_worker
+
 __all__ = [
     "COMPUTE_SECONDS",
     "FAULTS",
@@ -222,15 +225,15 @@ def _kill_worker(job: SimulatedJob, world: Round, label: str) -> None:
     records = [w for w in world.workers if w.launcher == label]
     if not records:
         raise FaultNotInjected(f"{label} has no worker in round {world.number}")
-    job.kill_worker(records[0])
+    kill_worker(job, records[0])
 
 
 def _spares_waiting(job: SimulatedJob, labels: Iterable[str], deadline: float) -> None:
     wanted = frozenset(labels)
 
     def waiting() -> bool:
-        spares = job.rendezvous_lists()["spares"]
-        return spares is not None and wanted <= spares
+        found = configurations.spares(job)
+        return found is not None and wanted <= found
 
     _await(
         job,
@@ -262,7 +265,7 @@ def _agent_killed(
     def inject(job: SimulatedJob, deadline: float) -> None:
         world = _world_after(job, None, deadline)
         _spares_waiting(job, spares, deadline)
-        job.kill_agent(label)
+        kill_agent(job, label)
         if then_worker_of is not None:
             _kill_worker(job, _world_after(job, world.number, deadline), then_worker_of)
 

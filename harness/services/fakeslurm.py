@@ -14,11 +14,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from harness.commands import nvrx_seghealth
 from nvrx_seghealth._producer.debounce import NodeRecord
 from nvrx_seghealth._producer.publisher import producer_tag
 from nvrx_seghealth._producer.state import ProducerState
-
-from .commands import nvrx_seghealth
 
 __all__ = [
     "ALL_FINE",

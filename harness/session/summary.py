@@ -5,8 +5,9 @@ of its test item (``request.node.user_properties``): :data:`SIMULATED_JOB` (each
 job: its duration, rounds and final world), :data:`MATRIX` (each configuration-matrix
 cell beside plain c10d), :data:`SIGTERM_EXIT` (each launcher told to stop, beside
 c10d's) and :data:`PORT_RACE` (each job run once more after torch's port race,
-``harness.portrace``). Reports carry user properties from pytest-xdist's workers to the controller, so
-:func:`pytest_terminal_summary` lists them whether or not the tests ran in workers.
+:mod:`harness.jobs.portrace`). Reports carry user properties from pytest-xdist's workers
+to the controller, so :func:`pytest_terminal_summary` lists them whether or not the tests
+ran in workers.
 Registered by the root ``conftest.py``.
 """
 

@@ -1,7 +1,7 @@
 """A real hung, or slow, filesystem (FUSE) and bounded runs beside it, for the tests marked
 ``hungmount`` (their fixtures: ``integration/hungmount/conftest.py``).
 
-:func:`hung_mount` mounts :mod:`harness.hungfs` (``getattr`` answers for the root and
+:func:`hung_mount` mounts :mod:`harness.programs.hungfs` (``getattr`` answers for the root and
 never for anything below it) in a child process, so that ``os.stat(mount)`` returns and
 ``os.stat(mount / name)`` blocks in the kernel, as on a hung Lustre or NFS client: no
 signal makes it return. :func:`slow_mount` mounts it over a backing folder instead: each
@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.programs import HUNGFS
+
 __all__ = [
     "LISTED",
     "RELEASE_TIMEOUT",
@@ -43,7 +45,6 @@ __all__ = [
 ]
 
 IN_CI = os.environ.get("CI") == "true"
-HUNGFS = Path(__file__).with_name("hungfs.py")
 #: The file beside a slow mount's backing folder that makes its requests hang.
 HANG_SWITCH = "hang"
 CONNECTIONS = Path("/sys/fs/fuse/connections")
@@ -94,7 +95,7 @@ def _ensure_fusectl() -> None:
 
 
 class HungMount:
-    """A mounted :mod:`harness.hungfs`: its mount point and its FUSE connection.
+    """A mounted :mod:`harness.programs.hungfs`: its mount point and its FUSE connection.
 
     Attributes:
         path: the mount point; it answers ``stat``, every name below it hangs (a slow
@@ -149,7 +150,7 @@ def _stop(server: subprocess.Popen[bytes], mount: HungMount | None, mountpoint: 
 def slow_mount(tmp_path: Path, delay: float) -> Iterator[HungMount]:
     """:func:`hung_mount` over the backing folder ``tmp_path / "backing"``: each request
     below the root answers ``delay`` seconds after it arrived, with the backing folder's
-    state then (:mod:`harness.hungfs`, ``--delay``)."""
+    state then (:mod:`harness.programs.hungfs`, ``--delay``)."""
     backing = tmp_path / "backing"
     backing.mkdir()
     switch = tmp_path / HANG_SWITCH
@@ -159,9 +160,9 @@ def slow_mount(tmp_path: Path, delay: float) -> Iterator[HungMount]:
 
 
 def hung_mount(tmp_path: Path, *options: str, backing: Path | None = None) -> Iterator[HungMount]:
-    """Mount :mod:`harness.hungfs` (with ``options``) in ``tmp_path`` for one test, and yield
-    it; at the end abort its connection, kill its server and unmount it. ``backing``:
-    the folder the options name, for :func:`slow_mount`."""
+    """Mount :mod:`harness.programs.hungfs` (with ``options``) in ``tmp_path`` for one test,
+    and yield it; at the end abort its connection, kill its server and unmount it.
+    ``backing``: the folder the options name, for :func:`slow_mount`."""
     missing = _missing_requirement()
     if missing:
         _unavailable(missing)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from harness.session.summary import SIGTERM_EXIT
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob
 from nvrx_seghealth._demo.outcome import LauncherOutcome
 from nvrx_seghealth._launcher import exiting
@@ -35,7 +36,6 @@ from nvrx_seghealth._launcher.events import EventName
 
 from .portrace import clear_of_port_race
 from .simjob import JOINING, report
-from .summary import SIGTERM_EXIT
 
 __all__ = [
     "BOTH",

@@ -31,17 +31,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from harness.commands import nvrx_seghealth
+from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._demo.records import LAUNCHER_ENV, WorkerRecord, read_records
 from nvrx_seghealth._demo.store_host import StoreHost
 from nvrx_seghealth._settings.rdzv_conf import WATCH_INTERVAL_KEY
 
-from .commands import nvrx_seghealth
-from .telemetry import exclusion_tokens
-
 if TYPE_CHECKING:
-    from .slurm import Job, SlurmCluster
+    from harness.services.slurm import Job, SlurmCluster
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "segment-health-array.sbatch"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "segment-health-array.sbatch"
 
 #: The training each launcher runs (arguments of the example script; torchrun's ``-m``).
 WORKER_MODULE = "nvrx_seghealth._demo.worker"
