@@ -9,7 +9,7 @@ it is put in; a module may add more marks of its own.
 Tests that share something machine-wide (the private Slurm cluster on its fixed ports,
 the count of ``./dev loaded-test``'s CPU hogs) are marked ``serial``: ``./dev`` runs
 them in one process of their own, beside ``pytest-xdist`` workers that run everything else.
-The whole jobs run first, spread over those workers (:func:`harness.schedule.heavy_first`),
+The whole jobs run first, spread over those workers (:func:`harness.session.schedule.heavy_first`),
 so that the run ends on short tests.
 """
 
@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.schedule import heavy_first
+from harness.session.schedule import heavy_first
 
 ROOT = Path(__file__).resolve().parent
 
 #: Fixtures that tests of more than one folder use (the etcd servers), from the harness.
-pytest_plugins = ["harness.fixtures", "harness.summary"]
+pytest_plugins = ["harness.session.fixtures", "harness.session.summary"]
 
 #: Path prefix (relative to the repository, ``/``-separated) -> marks. Every prefix that
 #: matches a test's file applies.

@@ -17,8 +17,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from harness.benchcli import ROW_KEYS, build_parser
-from harness.measure import Row, table
+from harness.bench.benchcli import ROW_KEYS, build_parser
+from harness.bench.measure import Row, table
 
 from . import (
     bad_task,
@@ -38,7 +38,7 @@ from . import (
     watch,
 )
 
-#: Each row of :data:`~harness.benchcli.ROW_KEYS`, in order, and what measures it.
+#: Each row of :data:`~harness.bench.benchcli.ROW_KEYS`, in order, and what measures it.
 ROWS: dict[str, Callable[[bool], list[Row]]] = dict(
     zip(
         ROW_KEYS,

@@ -28,7 +28,7 @@ ratio of job times would mostly measure the start-up both variants share.
 
 from __future__ import annotations
 
-from harness.measure import Row, interleaved_samples, median_or_none
+from harness.bench.measure import Row, interleaved_samples, median_or_none
 from nvrx_seghealth._demo import JobSpec, StartAfter
 from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 

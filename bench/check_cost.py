@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from harness.measure import Row, interleaved, per_call
+from harness.bench.measure import Row, interleaved, per_call
 from nvrx_seghealth import SegmentHealthCheck, publish_decision
 
 #: Microseconds one check may cost.

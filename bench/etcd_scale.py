@@ -2,7 +2,7 @@
 
 torch's store directory (``/torch/elastic/store``) keeps every key of every run that
 used the etcd, and torch's ``EtcdStore`` reads all of it for one ``check`` or ``get``.
-Measured side by side in one run, against one etcd (:func:`harness.etcd.running_etcd`),
+Measured side by side in one run, against one etcd (:func:`harness.services.etcd.running_etcd`),
 torch's ``EtcdStore`` ("before") and the backend's store (:class:`OneKeyEtcdStore`,
 "now"):
 
@@ -15,7 +15,7 @@ torch's ``EtcdStore`` ("before") and the backend's store (:class:`OneKeyEtcdStor
   of old keys: per launcher per second, the requests to the store directory, their
   bytes and the writes among them (the watch's looks, and process 0's looks for its
   siblings' verdict requests every 0.2 s). Every request of each launcher's etcd client
-  is recorded (:class:`harness.etcd.Traffic`).
+  is recorded (:class:`harness.services.etcd.Traffic`).
 
 What it takes from the launcher is named in each module's ``__all__``: the watch's key and
 look interval (``watch.EXCLUDED_KEY``, ``LOOK_INTERVAL``), process 0's responder interval
@@ -33,8 +33,8 @@ import uuid
 from collections.abc import Callable
 from typing import cast
 
-from harness.common import slurm_env
-from harness.etcd import (
+from harness.bench.measure import Row, interleaved_samples
+from harness.services.etcd import (
     STORE,
     EtcdServer,
     EtcdUnavailable,
@@ -43,7 +43,7 @@ from harness.etcd import (
     plant_old_keys,
     running_etcd,
 )
-from harness.measure import Row, interleaved_samples
+from harness.slurmenv import slurm_env
 
 #: Old keys in the store directory for the look's cost (planted in turn).
 SIZES = (0, 1000, 5000)

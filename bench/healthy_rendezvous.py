@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 from nvrx_seghealth._demo import JobSpec
 
 from .simjobs import JobFacts, first_world_started, run_job

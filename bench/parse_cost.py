@@ -19,7 +19,7 @@ from __future__ import annotations
 import tempfile
 import time
 
-from harness.measure import Row, interleaved
+from harness.bench.measure import Row, interleaved
 from nvrx_seghealth._decision.unit import SlurmId, validate_id
 from nvrx_seghealth._producer.debounce import DEFAULT_PASSES, Debouncer
 from nvrx_seghealth._producer.publisher import DrainedPublisher

@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.common import PORT_TAKEN, free_port
-from harness.launcherjob import launcher_env, slurm_task, store_host
-from harness.measure import Row, interleaved_samples
+from harness.bench.measure import Row, interleaved_samples
+from harness.jobs.launcherjob import launcher_env, slurm_task, store_host
+from harness.ports import PORT_TAKEN, free_port
 
 WORKER = Path(__file__).with_name("port_race_worker.py")
 #: Rounds recorded per job, by ``--quick``; ``--port-race-rounds`` sets its own.

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.measure import Row, median_or_none, ratio_or_none, table
+from harness.bench.measure import Row, median_or_none, ratio_or_none, table
 
 ROOT = Path(__file__).resolve().parents[1]
 SLURM = ROOT / "integration" / "slurm"

@@ -1,11 +1,11 @@
 """Row 7: recovery from each ordinary failure, segment-health (nothing marked) vs c10d,
 with the watch off and on.
 
-For every fault of the matrix (``harness.faults.FAULTS``, the same faults
+For every fault of the matrix (``harness.jobs.faults.FAULTS``, the same faults
 ``integration/test_fault_matrix.py`` runs), the same job runs once per entry of
-``harness.faults.RUNS``: on plain ``c10d``, on ``segment-health`` with the check on and no
+``harness.jobs.faults.RUNS``: on plain ``c10d``, on ``segment-health`` with the check on and no
 decision file, and on ``segment-health`` with the watch on too
-(``harness.faults.WATCH_SECONDS``). Measured: the recovery time as the harness defines it
+(``harness.jobs.faults.WATCH_SECONDS``). Measured: the recovery time as the harness defines it
 (:meth:`nvrx_seghealth._demo.JobResult.recovery`): from the moment the harness injected
 the fault until every worker of the next world had joined its process group. Each job is
 stopped as soon as that is known. Medians of interleaved repetitions; two rows per fault,
@@ -19,8 +19,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from harness.faults import FAULTS, RUNS, WATCH_SECONDS, Fault, FaultNotInjected, run_fault
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.jobs.faults import FAULTS, RUNS, WATCH_SECONDS, Fault, FaultNotInjected, run_fault
 
 REPETITIONS = {True: 1, False: 3}
 TARGET = 1.10

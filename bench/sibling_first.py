@@ -20,7 +20,7 @@ workers' records.
 
 from __future__ import annotations
 
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 from nvrx_seghealth._demo import JobSpec, StartAfter
 
 from .bad_task import JOINING

@@ -1,6 +1,6 @@
 """Row 12: a launcher told to stop while it trains exits as fast as plain c10d's.
 
-The job is ``harness.sigterm.job_spec``'s: one array task of two real ``torchrun``
+The job is ``harness.jobs.sigterm.job_spec``'s: one array task of two real ``torchrun``
 launchers, the store outside the unit, rounds that would train for 100 s. Once both
 launchers' workers train, SIGTERM goes to process 0's process group (as ``slurmstepd``
 signals a step's tasks), on plain ``c10d``, on ``segment-health`` and on
@@ -20,8 +20,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
-from harness.sigterm import (
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.jobs.sigterm import (
     BOTH,
     C10D_PATIENCE,
     PROCESS_ZERO,

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 
-from harness.measure import Row, interleaved
+from harness.bench.measure import Row, interleaved
 
 
 def _timed(command: list[str], env: dict[str, str] | None = None) -> float:

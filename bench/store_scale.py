@@ -31,8 +31,9 @@ import tempfile
 import threading
 import time
 
-from harness.common import CountingStore, slurm_env
-from harness.measure import Row
+from harness.bench.measure import Row
+from harness.rendezvous import CountingStore
+from harness.slurmenv import slurm_env
 
 from . import etcd_scale
 

@@ -21,9 +21,9 @@ import zlib
 
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _RendezvousState
 
-from harness.etcd import EtcdServer, running_etcd
-from harness.etcd_v3 import raw_put, v3_launcher
-from harness.measure import Row
+from harness.bench.measure import Row
+from harness.services.etcd import EtcdServer, running_etcd
+from harness.services.etcd_v3 import raw_put, v3_launcher
 from nvrx_seghealth._launcher.etcd_v3.backend import FORMAT
 
 #: torch's default ``keep_alive_interval``: each launcher rewrites the state this often.

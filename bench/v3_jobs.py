@@ -25,10 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.common import free_port
-from harness.etcd import running_etcd
-from harness.launcherjob import launcher_env, store_host
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.jobs.launcherjob import launcher_env, store_host
+from harness.ports import free_port
+from harness.services.etcd import running_etcd
 
 WORKER = Path(__file__).with_name("v3_jobs_worker.py")
 BACKENDS = ("c10d", "etcd-v3", "etcd-v2")

@@ -31,10 +31,10 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     RendezvousTimeout,
 )
 
-from harness.etcd import EtcdServer, running_etcd
-from harness.etcd_v3 import v3_launcher, v3_params
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
 from harness.rendezvous import Join
+from harness.services.etcd import EtcdServer, running_etcd
+from harness.services.etcd_v3 import v3_launcher, v3_params
 
 #: The backends compared, the first against the second.
 BACKENDS = ("etcd-v3", "etcd-v2")

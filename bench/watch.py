@@ -1,6 +1,6 @@
 """Rows 10 and 11: a decision written while the job trains, with the watch and without.
 
-The job is ``harness/watchjob.py``'s: real torchrun agents, three units of one
+The job is ``harness/jobs/watchjob.py``'s: real torchrun agents, three units of one
 launcher for a world of three, a spare waiting beside it, unit 2's agent looking at its
 workers only every 3 s (``--monitor-interval``, an agent that learns late), and unit 1
 marked once the world trains. Measured: seconds from the mark until every rank of the
@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from harness.measure import Row, interleaved_samples, median_or_none, ratio_or_none
-from harness.watchjob import Outcome, Variant, run_job
+from harness.bench.measure import Row, interleaved_samples, median_or_none, ratio_or_none
+from harness.jobs.watchjob import Outcome, Variant, run_job
 
 #: The watch interval of the "on" variants (seconds).
 W = 5.0

@@ -1,6 +1,6 @@
 """Every configuration the docs offer, each scenario a whole job, beside plain c10d.
 
-Configurations (``harness.configurations.CONFIGURATIONS``): the store outside every unit
+Configurations (``harness.jobs.configurations.CONFIGURATIONS``): the store outside every unit
 (c10d with a store host, ``is_host=false``) or in etcd (``inner_backend=etcd-v2``, or
 ``inner_backend=etcd-v3`` on an etcd without the v2 API), the watch off or on (a look every second), one or two launchers per unit; and c10d with the
 store in a launcher (``is_host=true``, one launcher per unit), which the docs offer with
@@ -28,7 +28,7 @@ during-training            watch on: a unit marked while the     none: c10d neve
 sigterm                    store host and etcd: SIGTERM to       the same SIGTERM at the same
                            task0.proc0 where it waits: the       point of the same job (c10d:
                            hand-off (two launchers per unit,     in the restart or training),
-                           watch off), the stat (one, watch      ``harness.sigterm.assert_``
+                           watch off), the stat (one, watch      ``harness.jobs.sigterm.assert_``
                            off), the watch's barrier (watch on)  ``exits_as_with_c10d``
 =========================  ====================================  ============================
 
@@ -43,7 +43,7 @@ in a world of the unit that stays and the spare (at a restart and during trainin
 the very next round after the world it acted on); where c10d has an answer and reaches
 that outcome too (its own unit holding rank 0 may be another), it needed at least as many
 rounds, and the cell took at most 1.5 times c10d's seconds plus
-``harness.matrixcell.MARGIN`` (10 s). c10d's job does not depend on where a cell's store
+``harness.jobs.matrixcell.MARGIN`` (10 s). c10d's job does not depend on where a cell's store
 lives or on its watch: each distinct c10d job runs once per session, right after the first
 cell that needs it (SIGTERM: right before), under the suite's load, and every other cell
 with the same job takes that run (``Cell.c10d_once``): ten c10d jobs answer them all. In the
@@ -71,8 +71,7 @@ from collections.abc import Callable
 
 import pytest
 
-from harness.common import PORT_TAKEN
-from harness.configurations import (
+from harness.jobs.configurations import (
     CONFIGURATIONS,
     ETCD,
     ETCD_V3,
@@ -89,7 +88,7 @@ from harness.configurations import (
     wait_for_spares,
     wait_for_world,
 )
-from harness.matrixcell import (
+from harness.jobs.matrixcell import (
     MARGIN,
     SPARE,
     Acted,
@@ -100,7 +99,7 @@ from harness.matrixcell import (
     spare_labels,
     victim_of,
 )
-from harness.sigterm import (
+from harness.jobs.sigterm import (
     LONG_BOUND,
     assert_exits_as_with_c10d,
     compare_terminations,
@@ -108,7 +107,8 @@ from harness.sigterm import (
     wait_for_joinings,
     wait_for_round,
 )
-from harness.simjob import JOB_TIMEOUT, JOINING
+from harness.jobs.simjob import JOB_TIMEOUT, JOINING, kill_agent, kill_worker
+from harness.ports import PORT_TAKEN
 from nvrx_seghealth._demo import JobResult, JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.worker import BROKEN_HOW_ENV, BROKEN_TASKS_ENV
 from nvrx_seghealth._settings.rdzv_conf import HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
@@ -197,7 +197,7 @@ def at_restart(cell: Cell, rank_zero: bool) -> None:
             if patience is None:
                 job.publish_decision(victim)
             worker = next(w for w in first.workers if w.launcher == f"task{survivor}.proc0")
-            fault = job.kill_worker(worker)
+            fault = kill_worker(job, worker)
             acted.append(Acted(first.number, victim, survivor, fault))
             if patience is None:
                 return False
@@ -208,7 +208,7 @@ def at_restart(cell: Cell, rank_zero: bool) -> None:
                 label = job.spec.label(victim, 0)
                 if world is not None and victim in world.units and not failed:
                     failed.append(label)
-                    job.kill_agent(label)
+                    kill_agent(job, label)
                 return job.ended or healthy_world_after(job.result(), fault.at, victim) is not None
 
             with contextlib.suppress(TimeoutError):  # c10d may re-form on and on
@@ -258,7 +258,7 @@ def during_training(cell: Cell, rank_zero: bool) -> None:
         acted.append(Acted(first.number, victim, survivor, fault))
 
     result = cell.run("segment-health", spec, act)
-    done = acted[-1]  # the run that counted (harness.matrixcell.Cell.run)
+    done = acted[-1]  # the run that counted (harness.jobs.matrixcell.Cell.run)
     assert_excluded_and_reformed(
         result, done.victim, done.survivor, after_joining=True, after=done.first
     )
@@ -324,7 +324,7 @@ def _handoff(configuration: Configuration) -> Point:
 
     def reach(job: SimulatedJob) -> None:
         wait_for_round(job, 0, ("task0.proc0", sibling))
-        job.kill_agent("task0.proc0")
+        kill_agent(job, "task0.proc0")
         wait_for_joinings(job, sibling, 2)
         if job.spec.backend == "segment-health":
             job.wait_until(lambda: handoff_request_pending(job, 0), 30, "a pending request")
@@ -344,7 +344,7 @@ def _stat(configuration: Configuration) -> Point:
         if job.spec.backend == "segment-health":
             stop_stat_helper(job, label)
         (worker,) = [w for w in job.workers() if w.launcher == label]
-        job.kill_worker(worker)
+        kill_worker(job, worker)
         wait_for_joinings(job, label, 2)
 
     return {"nodes_per_task": 1}, {STAT_TIMEOUT_KEY: str(LONG_BOUND)}, label, reach

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from harness.simjob import JOB_TIMEOUT, report
+from harness.jobs.simjob import JOB_TIMEOUT, report
 from nvrx_seghealth._decision.artifact import artifact_path
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 

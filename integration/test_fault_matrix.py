@@ -1,6 +1,6 @@
 """Do no harm: every ordinary failure recovers through segment-health as through c10d.
 
-Each fault of the matrix (``harness.faults``) runs once per entry of ``harness.faults.RUNS``
+Each fault of the matrix (``harness.jobs.faults``) runs once per entry of ``harness.jobs.faults.RUNS``
 with the same job: on plain ``c10d``, on ``segment-health`` with the check on and nothing
 marked, and on ``segment-health`` with the watch on too (a short interval, so process 0
 looks at its absent decision file many times in every world). Each must recover through
@@ -10,7 +10,7 @@ collective could fail on the lost rank) and end as ``c10d`` does: the same launc
 nothing restarts nobody, so no extra round), the job completes. Recovery times are
 printed with their ratios to c10d, not asserted: this machine is noisy, and the
 benchmark (``bench/recovery.py``) reports medians. A run that torch's port race struck (an
-extra worker failure, on any backend) runs once more (``harness.portrace``).
+extra worker failure, on any backend) runs once more (``harness.jobs.portrace``).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from functools import partial
 
 import pytest
 
-from harness.faults import FAULTS, RUNS, Fault, outcome, run_fault
-from harness.portrace import clear_of_port_race
-from harness.simjob import report
+from harness.jobs.faults import FAULTS, RUNS, Fault, outcome, run_fault
+from harness.jobs.portrace import clear_of_port_race
+from harness.jobs.simjob import report
 
 REFERENCE = "c10d"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.simjob import (
+from harness.jobs.simjob import (
     assert_excluded_by_decision,
     assert_refused_by_marker,
     report,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from harness.simjob import JOINED, JOINING, assert_excluded_by_decision
+from harness.jobs.simjob import JOINED, JOINING, assert_excluded_by_decision
 from nvrx_seghealth._demo import JobSpec, StartAfter
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason

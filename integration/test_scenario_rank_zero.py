@@ -26,8 +26,7 @@ from pathlib import Path
 import pytest
 
 import nvrx_seghealth
-from harness.common import PORT_TAKEN, free_port
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     ARRAY_JOB,
     JOB_TIMEOUT,
     TASKS,
@@ -36,6 +35,7 @@ from harness.launcherjob import (
     store_host,
     worker_lines,
 )
+from harness.ports import PORT_TAKEN, free_port
 
 SLOW_TRAIN = Path(__file__).parent / "launchers" / "slow_train.py"
 #: torch's agent logs this for each worker that failed.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.simjob import JOB_TIMEOUT, run_job
+from harness.jobs.simjob import JOB_TIMEOUT, kill_worker, run_job
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._errors import ExclusionReason
@@ -27,7 +27,7 @@ def test_decision_is_consumed_at_the_next_rendezvous(request, tmp_path) -> None:
         )
         job.publish_decision(2)  # DRAIN does not evict the running task...
         victim = next(w for w in job.workers() if w.launcher == "task0.proc0")
-        job.kill_worker(victim)  # ...until a failure elsewhere restarts the job
+        kill_worker(job, victim)  # ...until a failure elsewhere restarts the job
 
     result = run_job(request, tmp_path / "job", spec, act)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.simjob import (
+from harness.jobs.simjob import (
     assert_excluded_by_decision,
     assert_refused_by_marker,
     siblings_after_process_zero,

@@ -3,9 +3,9 @@
 torch's agent installs its signal handler once it has started workers; from then on
 SIGTERM raises ``SignalException`` wherever the agent's main thread is, also inside the
 wrapper's own work around a restart's ``next_rendezvous()``. Each scenario runs one job
-twice (``harness.sigterm.compare_terminations``): on plain ``c10d`` and on ``segment-health``,
+twice (``harness.jobs.sigterm.compare_terminations``): on plain ``c10d`` and on ``segment-health``,
 with the store outside every unit, SIGTERM to one launcher at the same point. The
-wrapped launcher must leave as the c10d one does (``harness.sigterm.assert_exits_as_with_c10d``);
+wrapped launcher must leave as the c10d one does (``harness.jobs.sigterm.assert_exits_as_with_c10d``);
 both exit times are printed side by side. The hung-mount case (process 0's stat) is in
 ``hungmount/test_signal_during_stat.py``; a sibling waiting in the hand-off for a dead
 process 0, process 0 in a stat that does not answer and a launcher in the watch's
@@ -15,7 +15,7 @@ barrier are the ``sigterm`` cells of the configuration matrix
 
 from __future__ import annotations
 
-from harness.sigterm import (
+from harness.jobs.sigterm import (
     BOTH,
     PROCESS_ZERO,
     assert_exits_as_with_c10d,

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND, free_port, wait_until
-from harness.launcherjob import launcher_env, slurm_task
+from harness.jobs.launcherjob import launcher_env, slurm_task
+from harness.ports import free_port
+from harness.waits import AT_ONCE_BOUND, wait_until
 
-WORKER = Path(__file__).resolve().parents[1] / "harness" / "watch_train.py"
+WORKER = Path(__file__).resolve().parents[1] / "harness" / "programs" / "watch_train.py"
 #: Seconds the launchers have to end once the store is gone: torch's agent looks at the
 #: rendezvous every ``--monitor-interval`` (0.1 s); 2-4 s measured on 2 busy cores.
 END_BOUND = 120.0

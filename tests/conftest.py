@@ -1,5 +1,5 @@
 """A unit test's setting of the shared agent store stays in it (the fixtures that tests of
-more than one folder share, ``tcp_store`` among them: :mod:`harness.fixtures`)."""
+more than one folder share, ``tcp_store`` among them: :mod:`harness.session.fixtures`)."""
 
 from __future__ import annotations
 

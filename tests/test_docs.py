@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.benchcli import build_parser as bench_parser
+from harness.bench.benchcli import build_parser as bench_parser
 from harness.docs import (
     PAGES,
     ROOT,
@@ -257,7 +257,7 @@ def test_cluster_recipe_submits_the_tested_job_script(block):
     script = (ROOT / submit[1]).read_text()
     variable = export[1].split("=", 1)[0]
     assert f"${{{variable}" in script  # the setting the page exports is the script's
-    e2e = (ROOT / "harness" / "slurmjob.py").read_text()
+    e2e = (ROOT / "harness" / "jobs" / "slurmjob.py").read_text()
     assert '"examples" / "segment-health-array.sbatch"' in e2e  # submitted on real Slurm
 
 

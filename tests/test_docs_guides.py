@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.benchcli import ROW_KEYS
-from harness.benchcli import build_parser as bench_parser
+from harness.bench.benchcli import ROW_KEYS
+from harness.bench.benchcli import build_parser as bench_parser
 from harness.commands import clean_environment
-from harness.common import wait_until
 from harness.docs import ROOT, commands, examples_under, section
+from harness.waits import wait_until
 from nvrx_seghealth._commands import build_parser
 
 SIZING, SERVICES = "docs/sizing.md", "docs/services.md"

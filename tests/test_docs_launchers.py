@@ -13,8 +13,8 @@ import shlex
 
 import pytest
 
-from harness.common import free_port
 from harness.docs import ROOT, commands, examples_under, without_srun
+from harness.ports import free_port
 from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._settings.launcher_options import resolve_directory
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings

@@ -24,7 +24,6 @@ import zipfile
 from pathlib import Path
 
 from harness.commands import clean_environment
-from harness.common import free_port
 from harness.docs import (
     ROOT,
     ci_commands,
@@ -32,6 +31,7 @@ from harness.docs import (
     examples_under,
     without_srun,
 )
+from harness.ports import free_port
 from harness.rendezvous import coordinator_of
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._commands import build_parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.measure import (
+from harness.bench.measure import (
     Row,
     interleaved,
     interleaved_samples,

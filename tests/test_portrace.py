@@ -1,4 +1,4 @@
-"""``harness.portrace``: a whole job that torch's port race struck runs once more, visibly."""
+"""``harness.jobs.portrace``: a whole job that torch's port race struck runs once more, visibly."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import PORT_TAKEN
-from harness.portrace import clear_of_port_race, port_race_in
-from harness.summary import PORT_RACE
+from harness.jobs.portrace import clear_of_port_race, port_race_in
+from harness.ports import PORT_TAKEN
+from harness.session.summary import PORT_RACE
 
 RACE = (
     "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "

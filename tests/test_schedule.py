@@ -1,4 +1,4 @@
-"""The suite's order (``harness.schedule``), checked against pytest-xdist's own scheduler."""
+"""The suite's order (``harness.session.schedule``), checked against pytest-xdist's own scheduler."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from xdist.scheduler import WorkStealingScheduling
 
-from harness.schedule import heavy_first, worksteal_shares
+from harness.session.schedule import heavy_first, worksteal_shares
 
 pytest_plugins = ("pytester",)
 

@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from harness.common import free_port
 from harness.docs import commands, examples_under
-from harness.etcd_v3 import raw_v3, v3_launcher
+from harness.ports import free_port
+from harness.services.etcd_v3 import raw_v3, v3_launcher
 
 pytestmark = pytest.mark.etcd
 

@@ -13,8 +13,8 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
-from harness.common import slurm_env
 from harness.rendezvous import coordinator_of, join_all
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,

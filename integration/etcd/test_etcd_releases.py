@@ -1,4 +1,4 @@
-"""The etcd the etcd-v3 tests stand on (``harness/etcd.py``): each release the tests run
+"""The etcd the etcd-v3 tests stand on (``harness/services/etcd.py``): each release the tests run
 starts and says which it is, its v2 API is off when asked, a cluster of three elects one
 leader, a TLS member speaks https to a client with a certificate only, and with
 authentication on a wrong password and a key outside the user's prefix are refused.
@@ -16,8 +16,8 @@ import urllib.request
 
 import pytest
 
-from harness.etcd import ETCD_RELEASES, Release, authenticate
-from harness.fixtures import RELEASE_IDS, started_etcd
+from harness.services.etcd import ETCD_RELEASES, Release, authenticate
+from harness.session.fixtures import RELEASE_IDS, started_etcd
 
 pytestmark = pytest.mark.etcd
 

@@ -12,8 +12,8 @@ import uuid
 
 import pytest
 
-from harness.etcd import etcd_store
 from harness.handoff import HandoffTests
+from harness.services.etcd import etcd_store
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
 pytestmark = pytest.mark.etcd

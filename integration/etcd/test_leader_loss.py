@@ -19,7 +19,7 @@ from collections.abc import Callable
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from harness.common import AT_ONCE_BOUND, wait_until
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth._launcher import backend
 from nvrx_seghealth._logfmt import parse_fields
 

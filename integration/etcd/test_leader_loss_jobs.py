@@ -15,7 +15,7 @@ etcd-v2 takes one member: the one that dies). The worker is ``leader_loss_worker
   exit barrier, the leader is killed and task 2's worker released: its agent's ``add``
   to the barrier meets the election.
 - *first-member-mark*: ``--nnodes=2:3``, the watch on; once the world of three trains, the
-  member named first is killed, then task 1 is marked (:func:`harness.launcherjob.mark_task`):
+  member named first is killed, then task 1 is marked (:func:`harness.jobs.launcherjob.mark_task`):
   the world re-forms as tasks 0 and 2, which complete.
 - *cluster-down*: once the world trains, every member is stopped (SIGSTOP) for
   :data:`DOWN` seconds, then resumed; training then completes in the same world.
@@ -49,9 +49,9 @@ from typing import Any
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND, wait_until
-from harness.etcd import EtcdCluster
-from harness.launcherjob import MARKED, launcher_env, mark_task, slurm_task
+from harness.jobs.launcherjob import MARKED, launcher_env, mark_task, slurm_task
+from harness.services.etcd import EtcdCluster
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth._demo.store_host import StoreHost
 
 pytestmark = pytest.mark.etcd

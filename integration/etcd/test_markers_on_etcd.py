@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from harness.etcd import STORE, etcd_store
 from harness.rendezvous import publish_concurrently
+from harness.services.etcd import STORE, etcd_store
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 
 pytestmark = pytest.mark.etcd

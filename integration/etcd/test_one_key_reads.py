@@ -18,9 +18,10 @@ from typing import cast
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-from harness.common import slurm_env, wait_until
-from harness.etcd import STORE, Traffic, plant_old_keys
 from harness.rendezvous import coordinator_of, excluded, join_all
+from harness.services.etcd import STORE, Traffic, plant_old_keys
+from harness.slurmenv import slurm_env
+from harness.waits import wait_until
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._launcher import backend, watch
 from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from harness.simjob import (
+from harness.jobs.simjob import (
     JOB_TIMEOUT,
     JOINED,
     assert_excluded_by_decision,

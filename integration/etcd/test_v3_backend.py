@@ -11,7 +11,7 @@ from unittest import mock
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousStateError
 
-from harness.etcd_v3 import raw_get, raw_put, v3_launcher
+from harness.services.etcd_v3 import raw_get, raw_put, v3_launcher
 from nvrx_seghealth._launcher.etcd_v3.backend import FORMAT
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 

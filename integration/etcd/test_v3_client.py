@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND, free_port
-from harness.etcd import START_TIMEOUT, EtcdCluster, EtcdServer
+from harness.ports import free_port
+from harness.services.etcd import START_TIMEOUT, EtcdCluster, EtcdServer
+from harness.waits import AT_ONCE_BOUND
 from nvrx_seghealth._launcher.etcd_v3.client import (
     Credentials,
     Endpoint,

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.common import free_port, slurm_env
+from harness.ports import free_port
+from harness.slurmenv import slurm_env
 
 pytestmark = pytest.mark.etcd
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from torch.distributed import DistStoreError, PrefixStore
 
-from harness.etcd_v3 import raw_get, raw_v3, v3_launcher
+from harness.services.etcd_v3 import raw_get, raw_v3, v3_launcher
 from nvrx_seghealth._launcher.etcd_v3.client import EtcdClient, EtcdUnavailable
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 from nvrx_seghealth._launcher.etcd_v3.store import MAX_OPS

@@ -1,7 +1,7 @@
 """The fixtures of the tests marked ``hungmount``: a real hung FUSE mount per test
-(:func:`harness.fuse.hung_mount`: a ``stat`` of the mount point answers, one of any name
+(:func:`harness.services.fuse.hung_mount`: a ``stat`` of the mount point answers, one of any name
 below it blocks in the kernel, as on a hung Lustre or NFS client), or a slow one
-(:func:`harness.fuse.slow_mount`: each request answers late, until the test makes it
+(:func:`harness.services.fuse.slow_mount`: each request answers late, until the test makes it
 hang). Teardown always aborts the mount's own FUSE connection, which releases whatever
 a test left stuck.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import fuse
-from harness.fuse import HungMount
+from harness.services import fuse
+from harness.services.fuse import HungMount
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def hung_mount(tmp_path: Path) -> Iterator[HungMount]:
 
 @pytest.fixture
 def hung_listing(tmp_path: Path) -> Iterator[HungMount]:
-    """Like ``hung_mount``, but the root lists :data:`~harness.fuse.LISTED` decision files
+    """Like ``hung_mount``, but the root lists :data:`~harness.services.fuse.LISTED` decision files
     of job 42, whose stats hang: a directory that lists but whose files do not answer."""
     yield from fuse.hung_mount(tmp_path, "--listing", str(fuse.LISTED))
 

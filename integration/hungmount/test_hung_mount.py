@@ -26,13 +26,13 @@ from typing import IO, TYPE_CHECKING
 
 import pytest
 
-from harness.common import free_port
-from harness.fuse import RELEASE_TIMEOUT, kill_session, pipe_holders, run_bounded
+from harness.ports import free_port
+from harness.services.fuse import RELEASE_TIMEOUT, kill_session, pipe_holders, run_bounded
 from nvrx_seghealth._decision.artifact import DEFAULT_STAT_TIMEOUT
 from nvrx_seghealth._settings.check_settings import DIRECTORY_ENV
 
 if TYPE_CHECKING:
-    from harness.fuse import HungMount
+    from harness.services.fuse import HungMount
 
 pytestmark = pytest.mark.hungmount
 

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND, wait_until
-from harness.fakeslurm import FakeSlurm
-from harness.fuse import LISTED, kill_session, pipe_holders, run_bounded
+from harness.services.fakeslurm import FakeSlurm
+from harness.services.fuse import LISTED, kill_session, pipe_holders, run_bounded
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth._decision.helperprocess import STUCK_TAG
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from harness.fuse import HungMount
+    from harness.services.fuse import HungMount
 
 pytestmark = pytest.mark.hungmount
 

@@ -1,5 +1,5 @@
 """Process 0's stat before joining has a bound of its own, on a real slow and a real
-hanging FUSE mount (:func:`harness.fuse.slow_mount`), with the watch on: the agent
+hanging FUSE mount (:func:`harness.services.fuse.slow_mount`), with the watch on: the agent
 restarts the launcher while a look of the watch is in its stat.
 
 An in-process launcher alone in a world of one (:mod:`harness.rendezvous`): a real
@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from harness.common import wait_until
-from harness.fuse import HungMount
 from harness.rendezvous import ARRAY, Join, watched
-from harness.stathelpers import helper_pids
+from harness.services.fuse import HungMount
+from harness.services.stathelpers import helper_pids
 from harness.telemetry import captured
+from harness.waits import wait_until
 from nvrx_seghealth._errors import ExclusionReason, UnhealthyNodeException
 
 #: Seconds each request to the slow mount takes: a missing file's stat takes one, a

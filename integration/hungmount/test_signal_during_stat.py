@@ -5,7 +5,7 @@ The stat blocks on a real hung FUSE mount (the ``hung_mount`` fixture) with a bo
 directory while round 0 forms (process 0's first stat answers at once), then to the hung
 mount, and process 0's worker is killed, so that the restart's stat, made once torch's
 signal handler is installed, is the one that hangs. The same job runs on plain c10d
-(``harness.sigterm.compare_terminations``), where the signal lands in the restart.
+(``harness.jobs.sigterm.compare_terminations``), where the signal lands in the restart.
 
 The hand-off is off: with it, a sibling's request could have process 0's responder
 thread make the hung stat first, and the main thread would then wait for the lock
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.sigterm import (
+from harness.jobs.sigterm import (
     BOTH,
     LONG_BOUND,
     PROCESS_ZERO,
@@ -30,11 +30,12 @@ from harness.sigterm import (
     wait_for_joinings,
     wait_for_round,
 )
+from harness.jobs.simjob import kill_worker
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 from nvrx_seghealth._settings.rdzv_conf import DIRECTORY_KEY, HANDOFF_TIMEOUT_KEY, STAT_TIMEOUT_KEY
 
 if TYPE_CHECKING:
-    from harness.fuse import HungMount
+    from harness.services.fuse import HungMount
 
 pytestmark = pytest.mark.hungmount
 
@@ -68,7 +69,7 @@ def test_sigterm_to_process_zero_while_its_stat_hangs(
         wait_for_round(job, 0, BOTH)
         _point(links[job.spec.backend], hung_mount.path)
         (worker,) = [w for w in job.workers() if w.launcher == PROCESS_ZERO]
-        job.kill_worker(worker)
+        kill_worker(job, worker)
         wait_for_joinings(job, PROCESS_ZERO, 2)
 
     runs = compare_terminations(request, tmp_path, spec_for, PROCESS_ZERO, reach)

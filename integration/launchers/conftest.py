@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launcherjob import mark_task
+from harness.jobs.launcherjob import mark_task
 
 
 @pytest.fixture

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.common import free_port
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     MARKED,
     TASKS,
     TRAIN,
@@ -26,6 +25,7 @@ from harness.launcherjob import (
     slurm_task,
     store_host,
 )
+from harness.ports import free_port
 
 #: Not ``localhost``: accelerate would take the store for a port in use and refuse to start.
 STORE_ADDRESS = "127.0.0.2"

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import PORT_TAKEN, free_port
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     Launch,
     launcher_env,
     run_together,
@@ -27,6 +26,7 @@ from harness.launcherjob import (
     store_host,
     worker_lines,
 )
+from harness.ports import PORT_TAKEN, free_port
 
 FAIL_ONCE = Path(__file__).with_name("fail_once.py")
 #: torch's agent logs this for each worker that failed (exit 1, or -6 when a worker's

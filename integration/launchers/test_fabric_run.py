@@ -11,8 +11,7 @@ launchers.
 
 from __future__ import annotations
 
-from harness.common import free_port
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     MARKED,
     TASKS,
     TRAIN,
@@ -24,6 +23,7 @@ from harness.launcherjob import (
     slurm_task,
     store_host,
 )
+from harness.ports import free_port
 
 FABRIC_RUN = [
     "fabric",

@@ -17,8 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from harness.common import free_port
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     JOB_TIMEOUT,
     MARKED,
     launcher_env,
@@ -26,6 +25,7 @@ from harness.launcherjob import (
     store_host,
     worker_lines,
 )
+from harness.ports import free_port
 
 SLOW_TRAIN = Path(__file__).with_name("slow_train.py")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     JOB_TIMEOUT,
     MARKED,
     TRAIN,

@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from harness.common import free_port
-from harness.launcherjob import (
+from harness.jobs.launcherjob import (
     ARRAY_JOB,
     JOB_TIMEOUT,
     MARKED,
@@ -29,6 +28,7 @@ from harness.launcherjob import (
     require_launcher,
     store_host,
 )
+from harness.ports import free_port
 
 
 def test_torchx_dist_ddp_keeps_the_marked_replica_out(tmp_path, decisions) -> None:

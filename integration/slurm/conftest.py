@@ -21,7 +21,7 @@ from typing import NoReturn
 
 import pytest
 
-from harness.slurm import SlurmCluster
+from harness.services.slurm import SlurmCluster
 
 HERE = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI") == "true"

@@ -15,7 +15,7 @@ import pytest
 from nvrx_seghealth import AllocationUnit, artifact_path
 
 if TYPE_CHECKING:
-    from harness.slurm import SlurmCluster
+    from harness.services.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(90)]
 

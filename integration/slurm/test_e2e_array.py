@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.slurmjob import (
+from harness.jobs.slurmjob import (
     Training,
     array_task_exit_reported,
     exclusion_line,
@@ -27,7 +27,7 @@ from harness.slurmjob import (
 )
 
 if TYPE_CHECKING:
-    from harness.slurm import Job, SlurmCluster
+    from harness.services.slurm import Job, SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.slurm import node_state
-from harness.slurmjob import (
+from harness.jobs.slurmjob import (
     array_task_exit_reported,
     exclusion_line,
     formed_world,
@@ -26,10 +25,11 @@ from harness.slurmjob import (
     task_of,
     training,
 )
+from harness.services.slurm import node_state
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from harness.slurm import SlurmCluster
+    from harness.services.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(240)]
 

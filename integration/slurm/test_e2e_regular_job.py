@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.slurmjob import (
+from harness.jobs.slurmjob import (
     JOIN_TIMEOUT,
     exclusion_line,
     install_line,
@@ -25,7 +25,7 @@ from harness.slurmjob import (
 )
 
 if TYPE_CHECKING:
-    from harness.slurm import SlurmCluster
+    from harness.services.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(180)]
 

@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from harness.common import PORT_TAKEN
-from harness.slurm import PROGRAM, drained, running_nodes, running_producer, trigger
-from harness.slurmjob import (
+from harness.jobs.slurmjob import (
     array_task_exit_reported,
     exclusion_line,
     formed_world,
     task_of,
     training,
 )
+from harness.ports import PORT_TAKEN
+from harness.services.slurm import PROGRAM, drained, running_nodes, running_producer, trigger
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from harness.slurm import SlurmCluster
+    from harness.services.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

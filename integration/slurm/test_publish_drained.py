@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.common import wait_until
-from harness.slurm import node_state, running_nodes
+from harness.services.slurm import node_state, running_nodes
+from harness.waits import wait_until
 from nvrx_seghealth._producer.hostlist import expand
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from harness.slurm import SlurmCluster
+    from harness.services.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(120)]
 

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from harness.commands import COMMAND
-from harness.common import wait_until
-from harness.slurm import PROGRAM, drained, running_producer, trigger
+from harness.services.slurm import PROGRAM, drained, running_producer, trigger
+from harness.waits import wait_until
 from nvrx_seghealth._producer.publisher import producer_tag
 
 if TYPE_CHECKING:
-    from harness.slurm import SlurmCluster
+    from harness.services.slurm import SlurmCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 

@@ -1,6 +1,6 @@
 """A unit marked while it waits in the rendezvous, the watch off, with real torchrun agents.
 
-The job of :func:`harness.watchjob.run_join_job`: ``--nnodes=1:2 --max-restarts=0``, the
+The job of :func:`harness.jobs.watchjob.run_join_job`: ``--nnodes=1:2 --max-restarts=0``, the
 watch off. Unit 1 joins first and waits for another unit (a long ``last_call_timeout``);
 it is marked there, then unit 0 joins, and the round of the two forms at once. Unit 1's
 process 0 looks again right after joining and leaves before its workers start.
@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from harness.watchjob import MARKED, Variant, run_join_job
+from harness.jobs.watchjob import MARKED, Variant, run_join_job
 from nvrx_seghealth import ExclusionReason
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._logfmt import parse_fields

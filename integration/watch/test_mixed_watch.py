@@ -1,4 +1,4 @@
-"""A launcher without the watch in a watched world, with real torchrun agents (:mod:`harness.watchjob`).
+"""A launcher without the watch in a watched world, with real torchrun agents (:mod:`harness.jobs.watchjob`).
 
 The review's job (finding 3): an ``nvrx-seghealth store-host``, ``--nnodes=2:2
 --max-restarts=0``; task 0 runs with ``segment_health_check_watch_interval=0``, task 1 and
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from harness.watchjob import MARKED, Variant, run_job
+from harness.jobs.watchjob import MARKED, Variant, run_job
 from nvrx_seghealth import ExclusionReason
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 from nvrx_seghealth._logfmt import parse_fields

@@ -1,4 +1,4 @@
-"""A decision written while the world trains, with real torchrun agents (:mod:`harness.watchjob`).
+"""A decision written while the world trains, with real torchrun agents (:mod:`harness.jobs.watchjob`).
 
 Three units train in one world, a spare waits beside it, and unit 1 is marked while its
 worker trains; unit 2's agent looks at its workers only every 3 s (it learns late).
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.watchjob import MARKED, SPARE, UNITS, Outcome, Variant, run_job
+from harness.jobs.watchjob import MARKED, SPARE, UNITS, Outcome, Variant, run_job
 from nvrx_seghealth import ExclusionReason
 from nvrx_seghealth._demo.logtokens import Exclusion, exclusion
 

@@ -2,7 +2,7 @@
 
 ``nvrx-seghealth demo --compare`` sets the job ungated (plain c10d) against gated
 (segment-health), both runs the same :class:`.spec.JobSpec` except the backend (as the
-fault matrix runs one spec on several backends, :mod:`harness.faults`);
+fault matrix runs one spec on several backends, :mod:`harness.jobs.faults`);
 ``nvrx-seghealth demo --watch`` sets a decision written while the job trains against
 the same job with the watch on. Every number comes from the runs' records: the rounds
 from the workers' records (:attr:`.outcome.JobResult.round_count`), the time to a

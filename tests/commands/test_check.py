@@ -9,7 +9,7 @@ import re
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import publish_decision
 
 

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 
 STEP = {"SLURM_STEP_TASKS_PER_NODE": "1(x2)"}
 

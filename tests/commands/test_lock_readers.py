@@ -2,12 +2,12 @@
 
 Real accounts: the directory is root's, mode 0755 (``docs/cluster.md``: "only the producer
 writes"), and user ``nobody`` can read it. ``nobody`` opens the lock read-only and
-``flock`` s it (``harness.pidfiles.lock_held``), as the review's attack did. A lock this
+``flock`` s it (``harness.services.pidfiles.lock_held``), as the review's attack did. A lock this
 release creates is 0600: ``nobody`` cannot open it, and ``mark``, ``clear`` and a producer
 pass land. A lock an earlier release made 0644, held by ``nobody``, is refused with who can
 open it and the fix, the producer's pass fails (``--once`` exits 1, ``status`` says
 ``failing``), and the next write once it is free replaces it by one ``nobody`` cannot open.
-Slurm is the fake of ``harness/fakeslurm.py``.
+Slurm is the fake of ``harness/services/fakeslurm.py``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import as_nobody, public_copy, require_root
 from harness.commands import nvrx_seghealth
-from harness.fakeslurm import TASK1_DRAINED, FakeSlurm
-from harness.pidfiles import lock_held
+from harness.services.accounts import as_nobody, public_copy, require_root
+from harness.services.fakeslurm import TASK1_DRAINED, FakeSlurm
+from harness.services.pidfiles import lock_held
 from nvrx_seghealth._decision.files import LOCK_NAME
 
 #: Lock wait of the commands below: half of it (1 s), so a held lock fails fast.

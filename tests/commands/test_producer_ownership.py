@@ -10,7 +10,7 @@ publisher's test, ``tests/producer/test_publisher.py``):
 * an audit log that user ``nobody`` created, or a second name of another file, is
   refused: the producer does not start.
 
-Slurm is the fake of ``harness/fakeslurm.py`` (shell scripts on PATH).
+Slurm is the fake of ``harness/services/fakeslurm.py`` (shell scripts on PATH).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import NOBODY, SETPRIV_NOBODY, as_nobody, public_copy, require_root
-from harness.fakeslurm import ALL_FINE, NODES, FakeSlurm, dump, planted
+from harness.services.accounts import NOBODY, SETPRIV_NOBODY, as_nobody, public_copy, require_root
+from harness.services.fakeslurm import ALL_FINE, NODES, FakeSlurm, dump, planted
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """``nvrx-seghealth publish-drained`` without a cluster: the command's passes against a fake Slurm.
 
-The fake Slurm (``harness/fakeslurm.py``) is a directory of small shell scripts named
+The fake Slurm (``harness/services/fakeslurm.py``) is a directory of small shell scripts named
 ``sinfo`` and ``squeue`` put first on PATH: they print canned answers, fail, or hang in a
 real ``sleep``. That is the only way to make Slurm misbehave on demand; the real-cluster
 behaviour (drain, a stopped slurmd, two producers) is covered by
@@ -19,8 +19,8 @@ import time
 import pytest
 
 from harness.commands import COMMAND, in_the_foreground, nvrx_seghealth
-from harness.common import AT_ONCE_BOUND, wait_until
-from harness.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, TASKS, FakeSlurm
+from harness.services.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, TASKS, FakeSlurm
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth._producer.publisher import producer_tag
 
 TAG = producer_tag(PRODUCER)

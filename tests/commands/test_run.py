@@ -11,7 +11,7 @@ import os
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._commands.run import (
     agent_environment,

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from harness.accounts import as_nobody, public_copy, require_root
 from harness.commands import nvrx_seghealth
-from harness.fakeslurm import dump, planted
+from harness.services.accounts import as_nobody, public_copy, require_root
+from harness.services.fakeslurm import dump, planted
 
 
 @pytest.fixture

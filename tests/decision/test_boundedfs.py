@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND
+from harness.waits import AT_ONCE_BOUND
 from nvrx_seghealth._decision import boundedfs
 from nvrx_seghealth._decision.files import Current
 from nvrx_seghealth._decision.helperprocess import HelperTimeout

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND
-from harness.stathelpers import helper_pids, only_helper
+from harness.services.stathelpers import helper_pids, only_helper
+from harness.waits import AT_ONCE_BOUND
 from nvrx_seghealth._decision.artifact import Outcome, evaluate
 from nvrx_seghealth._decision.boundedstat import prepare, stat_within
 from nvrx_seghealth._decision.helperprocess import HelperTimeout

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import NOBODY, SETPRIV_NOBODY, require_root
+from harness.services.accounts import NOBODY, SETPRIV_NOBODY, require_root
 from nvrx_seghealth._decision import files as decisionfs
 from nvrx_seghealth._decision.files import LOCK_NAME, Current
 

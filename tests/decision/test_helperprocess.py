@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import AT_ONCE_BOUND
+from harness.waits import AT_ONCE_BOUND
 from nvrx_seghealth._decision import helperprocess
 from nvrx_seghealth._decision.helperprocess import (
     STUCK_TAG,

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._decision.preflight import Finding, Level, preflight
 

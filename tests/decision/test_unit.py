@@ -1,6 +1,6 @@
 import pytest
 
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._decision.unit import AllocationUnit, InvalidIdentityError, SlurmId, validate_id
 

@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.common import wait_until
+from harness.waits import wait_until
 from nvrx_seghealth._demo.launcher import Launcher
 from nvrx_seghealth._demo.paths import RunPaths
 from nvrx_seghealth._demo.spec import JobSpec

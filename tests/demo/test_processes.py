@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from harness.commands import in_the_foreground
-from harness.common import wait_until
+from harness.waits import wait_until
 
 #: PATH entries that each cost the starting child about a millisecond: ``l`` is a
 #: symbolic link whose 4 kB target leads back to it, so each exec through it walks

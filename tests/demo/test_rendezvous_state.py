@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 from torch.distributed.elastic.rendezvous import RendezvousError
 
-from harness.common import wait_until
 from harness.rendezvous import RUN, Join, dynamic_handler, tcp_client
+from harness.waits import wait_until
 from nvrx_seghealth._demo.rendezvous_state import (
     RendezvousSnapshot,
     decode,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import slurm_env
 from harness.rendezvous import launcher
+from harness.slurmenv import slurm_env
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth import UnhealthyNodeException, publish_decision
 from nvrx_seghealth._demo import JobResult, JobSpec, WorkerRecord, render_report

@@ -19,8 +19,8 @@ import pytest
 from torch.distributed import PrefixStore, TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousStoreInfo
 
-from harness.common import slurm_env
 from harness.rendezvous import dead_store, dynamic_handler, join_all, launcher, tcp_client
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import SegmentHealthRendezvousHandler, UnhealthyNodeException, publish_decision
 from nvrx_seghealth._launcher.agentstore import (
     EXCLUSIONS,

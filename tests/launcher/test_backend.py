@@ -15,9 +15,11 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousHandlerRegistry
 
 from harness.commands import clean_environment
-from harness.common import AT_ONCE_BOUND, free_port, slurm_env, wait_until
+from harness.ports import free_port
 from harness.rendezvous import coordinator_of, excluded
+from harness.slurmenv import slurm_env
 from harness.telemetry import exclusion_tokens
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth import (
     BACKEND_NAME,
     SegmentHealthRendezvousHandler,

@@ -21,7 +21,7 @@ from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import create_
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 from torch.distributed.run import get_args_parser
 
-from harness.common import free_port
+from harness.ports import free_port
 from nvrx_seghealth import register
 from nvrx_seghealth._launcher import bypass
 from nvrx_seghealth._launcher.bypass import asked_for, standalone_asked

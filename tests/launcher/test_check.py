@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import SegmentHealthCheck, get_segment_health_check, publish_decision
 from nvrx_seghealth._decision.unit import InvalidIdentityError
 from nvrx_seghealth._errors import ConfigurationError

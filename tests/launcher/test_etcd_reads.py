@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 import torch.distributed as dist
 
-from harness.common import CountingStore, free_port
+from harness.ports import free_port
+from harness.rendezvous import CountingStore
 from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
 from nvrx_seghealth._launcher.handoff import Answer, CounterReads, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers

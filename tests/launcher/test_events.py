@@ -22,7 +22,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
     RendezvousTimeout,
 )
 
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured, routed
 from nvrx_seghealth._decision.artifact import Decision, Outcome
 from nvrx_seghealth._decision.unit import AllocationUnit

@@ -18,7 +18,6 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousClosedError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from harness.common import slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
@@ -31,7 +30,9 @@ from harness.rendezvous import (
     participants,
     tcp_client,
 )
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured
+from harness.waits import wait_until
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,

@@ -15,7 +15,8 @@ import textwrap
 
 import pytest
 
-from harness.common import free_port, slurm_env
+from harness.ports import free_port
+from harness.slurmenv import slurm_env
 from nvrx_seghealth._logfmt import parse_fields
 
 INSTALLER = "nvrx_seghealth._launcher.check"

@@ -26,7 +26,7 @@ import pytest
 import torch.distributed as dist
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from harness.common import AT_ONCE_BOUND, free_port, slurm_env, wait_until
+from harness.ports import free_port
 from harness.rendezvous import (
     ARRAY,
     RUN,
@@ -41,7 +41,9 @@ from harness.rendezvous import (
     sibling_view,
     tcp_client,
 )
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,

@@ -18,7 +18,6 @@ import threading
 
 import pytest
 
-from harness.common import slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
@@ -33,8 +32,10 @@ from harness.rendezvous import (
     tcp_client,
     watched,
 )
-from harness.stathelpers import only_helper
+from harness.services.stathelpers import only_helper
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured
+from harness.waits import wait_until
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._demo.rendezvous_state import read_store
 from nvrx_seghealth._errors import ExclusionReason, UnhealthyNodeException

@@ -11,7 +11,7 @@ import threading
 import pytest
 from torch.distributed.elastic.multiprocessing.api import SignalException
 
-from harness.common import wait_until
+from harness.waits import wait_until
 from nvrx_seghealth._errors import SegmentHealthError
 from nvrx_seghealth._launcher.retry import RetryPolicy, Unreachable
 from nvrx_seghealth._logfmt import parse_fields

@@ -15,7 +15,6 @@ import threading
 
 import pytest
 
-from harness.common import slurm_env
 from harness.rendezvous import (
     ARRAY,
     dynamic_handler,
@@ -25,6 +24,7 @@ from harness.rendezvous import (
     tcp_client,
     waiting_for_a_verdict,
 )
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import (
     SegmentHealthRendezvousHandler,
     UnhealthyNodeException,

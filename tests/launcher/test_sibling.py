@@ -15,7 +15,6 @@ from typing import cast
 import pytest
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from harness.common import AT_ONCE_BOUND, slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
@@ -31,7 +30,9 @@ from harness.rendezvous import (
     tcp_client,
     waiting_for_a_verdict,
 )
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured
+from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth import (
     ReplacementGroupMarkers,
     SegmentHealthRendezvousHandler,

@@ -20,9 +20,10 @@ from torch.distributed.elastic.multiprocessing.api import (
     _terminate_process_handler,
 )
 
-from harness.common import slurm_env, wait_until
 from harness.rendezvous import excluded, launcher, waiting_for_a_verdict
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured
+from harness.waits import wait_until
 from nvrx_seghealth import ReplacementGroupMarkers, publish_decision
 from nvrx_seghealth._decision import artifact
 from nvrx_seghealth._launcher.handoff import VerdictHandoff

@@ -15,11 +15,11 @@ from collections import Counter
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousStoreInfo
 
-from harness.common import CountingStore, slurm_env, wait_until
 from harness.rendezvous import (
     ARRAY,
     RUN,
     WATCH,
+    CountingStore,
     Join,
     Monitor,
     dynamic_handler,
@@ -30,7 +30,9 @@ from harness.rendezvous import (
     tcp_client,
     watched,
 )
+from harness.slurmenv import slurm_env
 from harness.telemetry import captured
+from harness.waits import wait_until
 from nvrx_seghealth import ReplacementGroupMarkers, SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._errors import ConfigurationError, ExclusionReason, UnhealthyNodeException
 from nvrx_seghealth._launcher import watch

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from harness.common import wait_until
 from harness.rendezvous import (
     ARRAY,
     WATCH,
@@ -27,6 +26,7 @@ from harness.rendezvous import (
     watched,
 )
 from harness.telemetry import captured
+from harness.waits import wait_until
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._demo.logtokens import exclusion
 from nvrx_seghealth._errors import ExclusionReason, UnhealthyNodeException

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import NOBODY, SETPRIV_NOBODY, require_root
-from harness.pidfiles import is_locked, lock_held, victim
+from harness.services.accounts import NOBODY, SETPRIV_NOBODY, require_root
+from harness.services.pidfiles import is_locked, lock_held, victim
 from nvrx_seghealth import ConfigurationError
 from nvrx_seghealth._producer.pidfile import PidFile
 

@@ -5,7 +5,7 @@ another account, not a process a pid of another pid namespace names, nor anythin
 through a symlink or a FIFO; and it says why, with the exit status its header documents.
 
 The producer is the real ``nvrx-seghealth publish-drained --interval 600 --pid-file``
-against the fake Slurm of ``harness/fakeslurm.py``; victims are real
+against the fake Slurm of ``harness/services/fakeslurm.py``; victims are real
 ``sleep`` processes.
 """
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.accounts import NOBODY
 from harness.commands import COMMAND
-from harness.fakeslurm import FakeSlurm
-from harness.pidfiles import is_locked, lock_held, victim
+from harness.services.accounts import NOBODY
+from harness.services.fakeslurm import FakeSlurm
+from harness.services.pidfiles import is_locked, lock_held, victim
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "publish-drained-now.sh"
 #: The script's exit statuses (its header).

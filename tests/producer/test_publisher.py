@@ -1,7 +1,7 @@
 """One pass of the producer (:class:`~nvrx_seghealth._producer.publisher.DrainedPublisher`)
 against a fake Slurm: what it writes, and what it trusts.
 
-The fake Slurm (``harness/fakeslurm.py``) is shell scripts put first on PATH; the
+The fake Slurm (``harness/services/fakeslurm.py``) is shell scripts put first on PATH; the
 decisions are real files, and an operator's ``mark`` is the real command. The command
 around the passes (its options, its output, its signals) is tested in
 ``tests/commands/test_publish_drained.py``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, FakeSlurm
+from harness.services.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, FakeSlurm
 from nvrx_seghealth._decision import artifact
 from nvrx_seghealth._decision.unit import validate_id
 from nvrx_seghealth._producer.audit import EventKind

@@ -4,7 +4,7 @@ how a block without a sleep (``--once``, the demo) is stopped (``stop_signals``)
 The schedule runs in a child program with its real signal handlers. Most signals reach a
 process's main thread while it waits, as the command's own tests
 (``tests/commands/test_publish_drained.py``) send them; here they land beside the main
-thread (:class:`harness.stopsignals.SignalledChild`), as one does that arrives just
+thread (:class:`harness.services.stopsignals.SignalledChild`), as one does that arrives just
 before the main thread blocks in its wait.
 """
 
@@ -16,8 +16,8 @@ import sys
 import time
 
 from harness.commands import in_the_foreground
-from harness.common import wait_until
-from harness.stopsignals import SignalledChild
+from harness.services.stopsignals import SignalledChild
+from harness.waits import wait_until
 
 #: One pass, then one each time SIGUSR1 asks; each pass prints why it runs.
 SLEEPER = """

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.common import wait_until
-from harness.fakeslurm import NODES, TASKS, FakeSlurm
-from harness.stopsignals import SignalledChild
+from harness.services.fakeslurm import NODES, TASKS, FakeSlurm
+from harness.services.stopsignals import SignalledChild
+from harness.waits import wait_until
 from nvrx_seghealth._decision.unit import SlurmId, validate_id
 from nvrx_seghealth._producer.slurm import (
     NodeState,

@@ -4,7 +4,7 @@
 A state file lives in a directory other accounts may write, so whatever it holds is
 input: a malformed one is an ``unreadable`` row in ``status`` (never a traceback, never
 ``NaN`` in ``--json``) and, for ``publish-drained``, one warning and a fresh start that
-publishes nothing because of it. Slurm is the fake of ``harness/fakeslurm.py``.
+publishes nothing because of it. Slurm is the fake of ``harness/services/fakeslurm.py``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import pytest
 
 from harness.commands import nvrx_seghealth
-from harness.fakeslurm import ALL_FINE, FakeSlurm, dump, planted
+from harness.services.fakeslurm import ALL_FINE, FakeSlurm, dump, planted
 from nvrx_seghealth._producer.bootclock import BootClock
 from nvrx_seghealth._producer.debounce import NodeRecord
 from nvrx_seghealth._producer.state import (

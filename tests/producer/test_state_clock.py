@@ -4,7 +4,7 @@ larger than S never clears its decisions early.
 
 The wall clock cannot be stepped safely on a shared machine, so the one the producer
 reads (``publisher._now``, ``time.time()``) is set here; the boot clock is the real one.
-Slurm is the fake of ``harness/fakeslurm.py``, unreachable (``squeue`` exits 1).
+Slurm is the fake of ``harness/services/fakeslurm.py``, unreachable (``squeue`` exits 1).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from harness.fakeslurm import PRODUCER, TASK1_DRAINED, FakeSlurm
+from harness.services.fakeslurm import PRODUCER, TASK1_DRAINED, FakeSlurm
 from nvrx_seghealth._decision.unit import validate_id
 from nvrx_seghealth._producer import publisher
 from nvrx_seghealth._producer.audit import EventKind

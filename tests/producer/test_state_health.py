@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.fakeslurm import dump, planted
+from harness.services.fakeslurm import dump, planted
 from nvrx_seghealth._producer.state import ProducerHealth, parse_state, state_file_name
 
 PATH = f"/shc/{state_file_name('t1', '500')}"

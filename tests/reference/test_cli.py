@@ -18,7 +18,7 @@ import pytest
 from harness.clireference import PAGE, TOP, blocks, page_blocks
 from harness.commands import nvrx_seghealth
 from harness.docs import ROOT, examples_under, section
-from harness.fakeslurm import FakeSlurm
+from harness.services.fakeslurm import FakeSlurm
 from nvrx_seghealth import Outcome
 from nvrx_seghealth._commands.status import NOT_LOOKED_AT, UNREAD, ProducerHealth
 from nvrx_seghealth._producer.audit import AuditEvent, EventKind

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import SegmentHealthCheck, SegmentHealthRendezvousHandler
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._settings.durations import (

@@ -8,7 +8,7 @@ import threading
 import pytest
 import yaml
 
-from harness.common import AT_ONCE_BOUND
+from harness.waits import AT_ONCE_BOUND
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._settings.durations import WATCH_INTERVAL, validate_seconds
 from nvrx_seghealth._settings.launcher_options import (
