@@ -1,6 +1,6 @@
 """The command line's reference page (docs/reference/cli.md) is the commands' own.
 
-- Every option table is the rendering of the parsers (:mod:`harness.clireference`), both
+- Every option table is the rendering of the parsers (:mod:`harness.docsite.clireference`), both
   ways: an option missing from the page, and a row naming no option, each fail by name.
 - The ``--json`` tables name the keys that ``check``, ``status`` and ``doctor`` print,
   run in a real directory with a real decision and a real producer's state file.
@@ -15,9 +15,9 @@ import re
 
 import pytest
 
-from harness.clireference import PAGE, TOP, blocks, page_blocks
 from harness.commands import nvrx_seghealth
 from harness.docs import ROOT, examples_under, section
+from harness.docsite.clireference import PAGE, TOP, blocks, page_blocks
 from harness.services.fakeslurm import FakeSlurm
 from nvrx_seghealth import Outcome
 from nvrx_seghealth._commands.status import NOT_LOOKED_AT, UNREAD, ProducerHealth
@@ -60,7 +60,7 @@ def test_every_command_has_its_generated_block():
 def test_the_option_table_is_the_parser_s(name):
     rendered = blocks()[name]
     written = page_blocks((ROOT / PAGE).read_text())[name]
-    fix = "run .venv/bin/python -m harness.clireference to render the page again"
+    fix = "run .venv/bin/python -m harness.docsite.clireference to render the page again"
     missing = _options_of(rendered) - _options_of(written)
     assert not missing, f"{name}: options of the parser missing from {PAGE}: {missing}; {fix}"
     unknown = _options_of(written) - _options_of(rendered)

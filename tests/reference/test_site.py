@@ -1,6 +1,6 @@
 """The built site fits a 1280 px window, and its root leads to the documentation.
 
-Every page is opened in headless Chromium (:mod:`harness.sitewidth`, as
+Every page is opened in headless Chromium (:mod:`harness.docsite.width`, as
 ``./dev docs --check-width`` does): no code block or table may be wider than its column.
 Chromium is Debian's ``chromium``: with ``CI=true`` or ``NVRX_SEGHEALTH_CHROMIUM_INSTALL=1``
 a missing one is installed (as root), and if it cannot be, the test fails; elsewhere the
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import sitewidth
 from harness.docs import ROOT
+from harness.docsite import width as sitewidth
 
 pytestmark = pytest.mark.integration  # builds the site and opens every page in Chromium
 

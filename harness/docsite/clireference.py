@@ -8,7 +8,7 @@ one-line summary and a row per option, with its argument, default and help.
 - ``run`` takes torchrun's options: its block lists the three it adds to torchrun's parser.
 - A block is rendered from the parsers' objects, never from the source's text.
 
-``python -m harness.clireference`` rewrites the blocks of the page; the page's test
+``python -m harness.docsite.clireference`` rewrites the blocks of the page; the page's test
 (tests/reference/test_cli.py) fails while a block differs from its rendering.
 """
 
@@ -20,14 +20,14 @@ import sys
 
 from nvrx_seghealth._commands import build_parser
 
-from .docs import ROOT
+from ..docs import ROOT
 
 __all__ = ["BEGIN", "END", "PAGE", "blocks", "page_blocks", "rewrite", "subcommands"]
 
 #: The page, relative to the repository.
 PAGE = "docs/reference/cli.md"
 #: The comment before a generated block, with the command's name.
-BEGIN = "<!-- generated from the parser by harness/clireference.py: {name} -->"
+BEGIN = "<!-- generated from the parser by harness/docsite/clireference.py: {name} -->"
 #: The comment after a generated block.
 END = "<!-- end of the generated block -->"
 #: The block of the top-level parser: the command list and ``--version``.

@@ -10,7 +10,7 @@ apply, and writes what overflows into the DOM that Chromium prints:
   scroll bar hides part of a line or of a column;
 - an element whose right edge passes the column's.
 
-``python -m harness.sitewidth build/docs`` (``./dev docs --check-width``) prints each
+``python -m harness.docsite.width build/docs`` (``./dev docs --check-width``) prints each
 overflow and exits 1, or exits 0 with the count of pages measured; exit 2 without
 Chromium. Standard library only.
 """
@@ -130,7 +130,7 @@ def measure(site: Path, program: str, page: Path) -> list[Overflow]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m harness.sitewidth SITE_DIRECTORY", file=sys.stderr)
+        print("usage: python -m harness.docsite.width SITE_DIRECTORY", file=sys.stderr)
         return 2
     program = browser()
     if program is None:
