@@ -18,11 +18,10 @@ Quick use::
         result = job.wait(timeout=120)
     print(render_report(result))
 
-The report reads a launcher's end from its log's stable tokens (:mod:`.logtokens`), never
-its wording. torch's private rendezvous state is read in one place, :mod:`.rendezvous_state`.
-:mod:`.comparison` sets two runs of one job side by side (``demo --compare``, ``demo --watch``).
-Faults recorded with the job (:meth:`SimulatedJob.record_fault`) come back with its result.
-The tests inject them from outside the wheel (:mod:`harness.jobs.faults`).
+- The report reads a launcher's end from its log's stable tokens (:mod:`.logtokens`).
+- torch's private rendezvous state is read in one place, :mod:`.rendezvous_state`.
+- :mod:`.comparison` sets two runs side by side (``demo --compare``, ``demo --watch``).
+- The tests inject faults from outside the wheel (:mod:`harness.jobs.faults`).
 """
 
 from __future__ import annotations
