@@ -17,8 +17,7 @@ as a task that went bad during training would be.
   agent that runs out of restarts shuts the rendezvous down for every node, so this
   job only completes if a round happens to form without task 1. Full runs only.
 
-In the gated run the first world waits for the spare task's start-up, which a real
-job (every task started together) would not: the gated time is an upper bound.
+The gated time is an upper bound: its first world waits for the spare's start-up.
 
 Measured: seconds from launch until the last worker of the final world finished its
 steps (a completed job), and the rendezvous rounds up to the final world, counted from

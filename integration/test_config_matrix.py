@@ -1,65 +1,23 @@
 """Every configuration the docs offer, each scenario a whole job, beside plain c10d.
 
-Configurations (``harness.jobs.configurations.CONFIGURATIONS``): the store outside every unit
-(c10d with a store host, ``is_host=false``) or in etcd (``inner_backend=etcd-v2``, or
-``inner_backend=etcd-v3`` on an etcd without the v2 API), the watch off or on (a look every second), one or two launchers per unit; and c10d with the
-store in a launcher (``is_host=true``, one launcher per unit), which the docs offer with
-a warning. No launcher is told ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE``: the backend decides.
-Three array tasks: tasks 0 and 1 form the world (``--nnodes`` = their launchers), task
-2 is the spare.
+- Configurations (``harness.jobs.configurations``): the store outside every unit (a store
+  host, etcd-v2 or etcd-v3), the watch off or on, one or two launchers per unit.
+- Three array tasks: tasks 0 and 1 form the world, task 2 is the spare.
+- Scenarios: ``before-launch`` (task 1 marked first), ``at-restart`` (a unit marked while
+  training, then a worker fails), ``during-training`` (the watch acts), ``sigterm`` (to
+  task0.proc0 where it waits). ``-rank-0`` marks the unit holding rank 0.
+- c10d beside each: the same fault, or nothing where c10d reads no decision.
 
-=========================  ====================================  ============================
-scenario                   runs in                               plain c10d beside it
-=========================  ====================================  ============================
-before-launch              every configuration: task 1 marked    task 1's nodes fail right
-                           before launch, the spare starts as    after they join (the demo's
-                           task 1 joins; the world forms without ``--compare``); time to a
-                           it at once                            healthy world
-at-restart                 watch off: a unit marked while the    the restart's world holds
-(-rank-0)                  world trains (not / the one holding   the marked unit, whose node
-                           rank 0), then the other unit's worker then fails; time from the
-                           fails: the restart refuses the marked worker's failure to a world
-                           unit and takes the spare in           without the unit
-during-training            watch on: a unit marked while the     none: c10d never reads a
-(-rank-0)                  world trains (not / the one holding   decision (the unit trains
-                           rank 0): the watch restarts the       on)
-                           world, the spare takes its place, no
-                           restart is charged
-sigterm                    store host and etcd: SIGTERM to       the same SIGTERM at the same
-                           task0.proc0 where it waits: the       point of the same job (c10d:
-                           hand-off (two launchers per unit,     in the restart or training),
-                           watch off), the stat (one, watch      ``harness.jobs.sigterm.assert_``
-                           off), the watch's barrier (watch on)  ``exits_as_with_c10d``
-=========================  ====================================  ============================
+A cell passes when its job completes in a world of the unit that stays and the spare.
+Where c10d reaches that outcome too, the cell needed no more rounds, and at most 1.5 times
+c10d's seconds plus ``harness.jobs.matrixcell.MARGIN``. Each distinct c10d job runs once
+per session (``Cell.c10d_once``). Each cell prints one ``MATRIX`` line.
 
-Not run, and why: with the watch on, a decision written during training never waits for a
-restart (the watch's own restart is the one that takes the spare in: during-training); a
-launcher hosting the store is never in the excluded unit (the store would go with it: the
-docs say so and ``etcd/test_scenario_etcd.py`` shows the whole job failing), and
-SIGTERM to one of its other launchers is the store host's case.
+Not run: with the watch on, a decision during training never waits for a restart. A
+launcher hosting the store is never in the excluded unit (``etcd/test_scenario_etcd.py``).
 
-"Same outcome or better, never slower beyond a small margin": every cell's job completes
-in a world of the unit that stays and the spare (at a restart and during training: in
-the very next round after the world it acted on); where c10d has an answer and reaches
-that outcome too (its own unit holding rank 0 may be another), it needed at least as many
-rounds, and the cell took at most 1.5 times c10d's seconds plus
-``harness.jobs.matrixcell.MARGIN`` (10 s). c10d's job does not depend on where a cell's store
-lives or on its watch: each distinct c10d job runs once per session, right after the first
-cell that needs it (SIGTERM: right before), under the suite's load, and every other cell
-with the same job takes that run (``Cell.c10d_once``): ten c10d jobs answer them all. In the
-at-restart scenarios it gets the first cell's time plus the margin and a little more to
-form its world, since torch's c10d may re-form on and on when three units' launchers
-compete for two units' places. Each cell prints one
-``MATRIX`` line: configuration, scenario, outcome, seconds, c10d's.
-
-etcd releases: every etcd-v3 cell runs on etcd 3.5.1 (``etcd_v3_server``, the v2 API off),
-and one representative cell, :data:`V3_ON_BOTH` (the watch's restart, the marked unit
-holding rank 0), on 3.4.23 too. The etcd-v2 cells run on Debian's etcd 3.4
-(``etcd_server``), with two launchers per unit only (:data:`V2_LEFT_TO_V3`): above the
-backend the check is the same on both, and the one-launcher configurations run on
-etcd-v3, the one the docs recommend. Measured beside other jobs on two cores: the
-seventeen etcd-v3 cells take 1,020 s of jobs, 6.2 min on three xdist workers; the eight
-etcd-v2 cells left out give back about half of that.
+etcd releases: etcd-v3 cells run on 3.5.1, and :data:`V3_ON_BOTH` on 3.4.23 too. The
+etcd-v2 cells run on 3.4.23 with two launchers per unit (:data:`V2_LEFT_TO_V3`).
 """
 
 from __future__ import annotations

@@ -19,10 +19,8 @@ seconds passed since the mark, whichever is first; then its workers are told to 
 seconds to end before the rest is stopped. :class:`Outcome` holds what every launcher
 printed and how it ended. Used by ``integration/watch/`` and ``bench/watch.py``.
 
-:func:`run_join_job` runs the other job: unit :data:`~harness.jobs.launcherjob.MARKED` joins
-first and waits in the rendezvous for the next unit; it is marked there, then unit 0
-starts, and the round of the two forms at once. The marked unit's process 0 looks again
-right after joining and leaves; unit 0 must go on without it.
+:func:`run_join_job` marks unit :data:`~harness.jobs.launcherjob.MARKED` while it waits in
+the rendezvous; unit 0 starts, the round forms, the marked unit leaves right after joining.
 """
 
 from __future__ import annotations

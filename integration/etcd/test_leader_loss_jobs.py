@@ -1,35 +1,21 @@
-"""Whole jobs on a three-member etcd that loses members while they run: on etcd-v3 (the
-v2 API off) and on etcd-v2, beside plain torchrun.
+"""Whole jobs on a three-member etcd that loses members while they run, beside plain torchrun.
 
-Three one-node array tasks run real ``torchrun`` through ``segment-health`` (the check on)
-over ``inner_backend=etcd-v3`` on three members without the v2 API (``etcd_v3_cluster``,
-etcd 3.4.23 and 3.5.1; ``--rdzv-endpoint`` names all three, the member that dies first)
-or over ``inner_backend=etcd-v2`` (``etcd_cluster``, Debian's 3.4 with the v2 API; torch's
-etcd-v2 takes one member: the one that dies). The worker is ``leader_loss_worker.py``.
+Three one-node array tasks run real ``torchrun`` through ``segment-health`` over
+``inner_backend=etcd-v3`` (``etcd_v3_cluster``, every member named) or ``etcd-v2``
+(``etcd_cluster``: torch's etcd-v2 takes one member, the one that dies). The phases:
 
-- *gather*: once the three launchers joined, in the rendezvous's last call
-  (``--nnodes=3:4``), the leader is killed: each one's heartbeat, written every second,
-  meets the election.
-- *train*: once every worker trains, the leader is killed; training stops 10 s later.
-- *exit-barrier*: task 2's worker exits only when told; once tasks 0 and 1 wait in the
-  exit barrier, the leader is killed and task 2's worker released: its agent's ``add``
-  to the barrier meets the election.
-- *first-member-mark*: ``--nnodes=2:3``, the watch on; once the world of three trains, the
-  member named first is killed, then task 1 is marked (:func:`harness.jobs.launcherjob.mark_task`):
-  the world re-forms as tasks 0 and 2, which complete.
-- *cluster-down*: once the world trains, every member is stopped (SIGSTOP) for
-  :data:`DOWN` seconds, then resumed; training then completes in the same world.
+- *gather*: the leader is killed in the rendezvous's last call (``--nnodes=3:4``).
+- *train*: the leader is killed once every worker trains.
+- *exit-barrier*: the leader is killed while tasks 0 and 1 wait in the exit barrier.
+- *first-member-mark*: the member named first is killed, then task 1 is marked; the world
+  re-forms as tasks 0 and 2.
+- *cluster-down*: every member is stopped (SIGSTOP) for :data:`DOWN` seconds.
 
-On etcd-v3 every launcher of a completing unit exits 0, the worlds are as said, and no
-launcher's thread died on an exception (torch's keep-alive timer would, silently); so
-does plain ``torchrun --rdzv-backend=etcd-v3`` in the phases without a mark (etcd 3.5
-only), without segment-health's own retries. What
-etcd-v2 does beside it is printed (``HA |`` lines) and asserted only where it holds
-(:data:`V2_HOLDS`). Plain torchrun beside it, its job cut at :data:`PLAIN_TIMEOUT`: on
-etcd-v2 in the first three phases (it loses the gather: every launcher exits 1, and it
-may hang in the exit barrier); on c10d in the last two, where the TCPStore's host process
-(outside every unit) is the member: it is killed, or stopped for :data:`DOWN` seconds.
-c10d has no analogue of the others: its one store host has no leader to elect.
+On etcd-v3 every launcher of a completing unit exits 0 and no launcher's thread died. So
+does plain ``torchrun --rdzv-backend=etcd-v3`` in the phases without a mark (etcd 3.5).
+etcd-v2 is printed (``HA |`` lines) and asserted only where it holds (:data:`V2_HOLDS`).
+Plain torchrun runs beside it, cut at :data:`PLAIN_TIMEOUT`: etcd-v2 in the first three
+phases, c10d in the last two (its store host is the member killed or stopped).
 """
 
 from __future__ import annotations
