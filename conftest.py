@@ -3,8 +3,8 @@
 ``./dev test`` runs the fast tier, ``-m "not integration"``: unit tests with real files,
 real torch stores and real in-process handlers, no whole job. ``./dev test-all`` (what CI
 runs) runs everything. The markers come from :data:`TIERS`, one table, so a new test
-gets its marks by the folder (or, for the few whole-job tests under ``tests/``, the file)
-it is put in; a module may add more marks of its own.
+gets its marks by the folder it is put in: a folder is a tier. A module may add marks of
+its own (``pytestmark``), never ``integration``.
 
 Tests that share something machine-wide (the private Slurm cluster on its fixed ports,
 the count of ``./dev loaded-test``'s CPU hogs) are marked ``serial``: ``./dev`` runs
@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent
 #: Fixtures that tests of more than one folder use (the etcd servers), from the harness.
 pytest_plugins = ["harness.session.fixtures", "harness.session.summary"]
 
-#: Path prefix (relative to the repository, ``/``-separated) -> marks. Every prefix that
-#: matches a test's file applies.
+#: Folder (relative to the repository, ``/``-separated, ending in ``/``) -> marks. Every
+#: folder that holds a test's file applies; a module adds a mark of its own with
+#: ``pytestmark``.
 TIERS: dict[str, tuple[str, ...]] = {
     # Whole jobs: real torchrun agents, Slurm, etcd, FUSE, other launchers.
     "integration/": ("integration", "torch"),
@@ -36,21 +37,11 @@ TIERS: dict[str, tuple[str, ...]] = {
     "integration/etcd/": ("etcd",),
     "integration/hungmount/": ("hungmount",),
     "integration/launchers/": ("launchers",),
-    # Whole jobs that live beside the unit tests they belong to.
-    "tests/test_docs_runs.py": ("integration", "torch"),
-    "tests/test_dev.py": ("integration", "serial"),
-    "tests/commands/test_demo.py": ("integration", "torch"),
-    "tests/commands/test_run.py": ("integration", "torch"),
+    "integration/dev/": ("serial",),  # counts the CPU hogs of ./dev loaded-test
     # Unit tests of what imports torch: what a second torch version must pass.
     "tests/launcher/": ("torch",),
     "tests/settings/": ("torch",),
     "tests/demo/": ("torch",),
-    "tests/commands/test_store_host.py": ("torch",),
-    "tests/commands/test_doctor.py": ("torch",),
-    "tests/test_public_api.py": ("torch",),
-    "tests/test_docs.py": ("torch",),
-    "tests/test_docs_launchers.py": ("torch",),
-    "tests/test_errors.py": ("torch",),
 }
 
 
@@ -62,6 +53,23 @@ def marks_for(path: Path) -> list[str]:
         if relative.startswith(prefix):
             marks.extend(name for name in names if name not in marks)
     return marks
+
+
+#: Names the static coverage context of the processes a test starts ([tool.coverage.run]).
+CONTEXT_ENV = "SEGHEALTH_TEST_CONTEXT"
+
+
+@pytest.fixture(autouse=True)
+def _measure_started_processes(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``--cov``, the Python processes this test starts measure themselves too (the
+    ``.pth`` file coverage installs reads ``COVERAGE_PROCESS_START``), in the test's
+    context: ``./dev`` reports each tier from the contexts of its tests."""
+    if not request.config.getoption("cov_source", default=None):
+        return
+    monkeypatch.setenv("COVERAGE_PROCESS_START", str(ROOT / "pyproject.toml"))
+    monkeypatch.setenv(CONTEXT_ENV, request.node.nodeid)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

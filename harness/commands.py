@@ -11,7 +11,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Collection, Mapping
+from pathlib import Path
 from typing import Any
+
+from harness.common import slurm_env
 
 COMMAND = [os.path.join(os.path.dirname(sys.executable), "nvrx-seghealth")]
 
@@ -61,3 +64,51 @@ def nvrx_seghealth(
         **kwargs,
         check=False,
     )
+
+
+#: The worker of :func:`run_one_node`: it touches the file it is given and says its rank.
+ONE_NODE_WORKER = (
+    "import os, pathlib, sys\npathlib.Path(sys.argv[1]).touch()\n"
+    "print('worker rank', os.environ['RANK'])\n"
+)
+
+
+def one_node_job(folder: Path) -> Path:
+    """``folder`` with :data:`ONE_NODE_WORKER` as ``worker.py`` and three empty decision
+    directories, ``flag``, ``yaml`` and ``env`` (one per way to set the directory)."""
+    (folder / "worker.py").write_text(ONE_NODE_WORKER)
+    for name in ("flag", "yaml", "env"):
+        (folder / name).mkdir()
+    return folder
+
+
+def run_one_node(
+    job: Path, *options: str, env: Mapping[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``nvrx-seghealth run OPTIONS`` of the worker of :func:`one_node_job`, as array task 2
+    of job 41 on one node; c10d hosts its store on 127.0.0.1. The worker touches
+    ``job/worker-ran`` if it runs."""
+    return nvrx_seghealth(
+        "run",
+        "--nnodes=1",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--rdzv-conf=join_timeout=30",
+        *options,
+        str(job / "worker.py"),
+        str(job / "worker-ran"),
+        env={
+            **slurm_env(task=2, array_job=41),
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+            **(env or {}),
+        },
+        timeout=timeout,
+    )
+
+
+def ft_cfg(job: Path, text: str) -> str:
+    """``text`` written to ``job/ft.yaml``, and the ``--ft-cfg-path`` option that names it."""
+    path = job / "ft.yaml"
+    path.write_text(text)
+    return f"--ft-cfg-path={path}"

@@ -3,7 +3,7 @@ the site builds strictly.
 
 The pages are README.md (the front page) and ``docs/**/*.md``. Each fenced block of a page
 is claimed (:data:`CHECKED`) by the test that runs it, or parses and validates it with the
-code that would run it (here, in ``tests/test_docs_runs.py`` and
+code that would run it (here, in ``integration/docs/test_docs_runs.py`` and
 ``tests/test_docs_launchers.py``, or where a note says), or is
 marked as not runnable here, with why (:data:`NOT_RUNNABLE`); a block neither claims fails
 :func:`test_every_example_is_claimed`, so a new example cannot go unchecked. Every
@@ -40,6 +40,8 @@ from harness.docs import (
 from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
 
+pytestmark = pytest.mark.torch  # the examples parse with torchrun and build the handler
+
 FRONT, CLUSTER, LAUNCHERS, CONTRIBUTING, RUN = (
     "README.md",
     "docs/cluster.md",
@@ -48,7 +50,7 @@ FRONT, CLUSTER, LAUNCHERS, CONTRIBUTING, RUN = (
     "docs/reference/run.md",
 )
 API = "docs/reference/python-api.md"
-RUNS, LAUNCH = "tests/test_docs_runs.py", "tests/test_docs_launchers.py"
+RUNS, LAUNCH = "integration/docs/test_docs_runs.py", "tests/test_docs_launchers.py"
 GUIDES = "tests/test_docs_guides.py"
 SIZING, SERVICES, STORE_UNIT = (
     "docs/sizing.md",
@@ -117,7 +119,11 @@ CHECKED = {
         "text",
     ): f"test_captured_outputs_are_what_the_code_prints ({RUNS})",
     (CONTRIBUTING, "Tests", "bash"): "test_test_commands_are_what_ci_runs",
-    (CONTRIBUTING, "Under load", "bash"): "test_loaded_test_command (runs: tests/test_dev.py)",
+    (
+        CONTRIBUTING,
+        "Under load",
+        "bash",
+    ): "test_loaded_test_command (runs: integration/dev/test_dev.py)",
     (CONTRIBUTING, "Benchmarks", "bash"): "test_benchmark_command_lines",
     (CONTRIBUTING, "The documentation", "bash"): "test_the_docs_command_is_what_ci_runs",
     ("docs/index.md", "nvrx-seghealth documentation", "{toctree}"): SITE,
@@ -278,7 +284,8 @@ def test_loaded_test_command():
     (example,) = examples_under(CONTRIBUTING, "Under load")
     assert [shlex.join(argv) for argv in commands(example.text)] == ["./dev loaded-test"]
     assert (
-        "test_loaded_test_runs_pytest_beside_two_hogs" in (ROOT / "tests/test_dev.py").read_text()
+        "test_loaded_test_runs_pytest_beside_two_hogs"
+        in (ROOT / "integration/dev/test_dev.py").read_text()
     )
 
 

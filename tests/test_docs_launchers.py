@@ -19,6 +19,8 @@ from nvrx_seghealth._commands import build_parser
 from nvrx_seghealth._settings.launcher_options import resolve_directory
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
+pytestmark = pytest.mark.torch  # the launch lines parse with the launchers' own parsers
+
 FRONT, CLUSTER, LAUNCHERS, RUN = (
     "README.md",
     "docs/cluster.md",

@@ -16,6 +16,8 @@ import nvrx_seghealth
 from nvrx_seghealth import ConfigurationError, ExclusionReason, UnhealthyNodeException
 from nvrx_seghealth._errors import Exclusion, SegmentHealthError, When
 
+pytestmark = pytest.mark.torch  # it imports every module, torch's included
+
 
 def exclusion() -> UnhealthyNodeException:
     return UnhealthyNodeException(

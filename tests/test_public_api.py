@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import nvrx_seghealth
+
+pytestmark = pytest.mark.torch  # the API loads torch on first use of a launcher name
 
 API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "python-api.md"
 

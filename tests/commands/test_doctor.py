@@ -16,6 +16,8 @@ import pytest
 from harness.commands import nvrx_seghealth
 from harness.slurmenv import slurm_env
 
+pytestmark = pytest.mark.torch  # doctor reads the launch shape through torchrun
+
 STEP = {"SLURM_STEP_TASKS_PER_NODE": "1(x2)"}
 
 

@@ -1,7 +1,9 @@
-"""``nvrx-seghealth run``: torchrun with ``--ft-segment-health-check-dir``,
-``--ft-segment-health-check-watch-interval`` and ``--ft-cfg-path``.
+"""``nvrx-seghealth run`` before any agent starts: what it refuses (exit 2, one line), its
+help, and how it rewrites torchrun's command line and hands the watch interval on.
 
-Launches are real torchrun agents through the command, rendezvous on 127.0.0.1.
+The command runs as a user runs it, in a new process, and stops before a rendezvous; the
+rewriting runs in process on torchrun's real parser. Real launches:
+``integration/commands/test_run.py``.
 """
 
 from __future__ import annotations
@@ -10,8 +12,7 @@ import os
 
 import pytest
 
-from harness.commands import nvrx_seghealth
-from harness.slurmenv import slurm_env
+from harness.commands import ft_cfg, nvrx_seghealth, one_node_job, run_one_node
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._commands.run import (
     agent_environment,
@@ -28,93 +29,13 @@ from nvrx_seghealth._settings.launcher_options import (
 )
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
-INSTALLED = "Segment health check installed directory={} job_id=41 task_id=2"
-EXCLUDED = "UnhealthyNodeException: allocation unit job_id=41 task_id=2 is excluded"
-WORKER = (
-    "import os, pathlib, sys\npathlib.Path(sys.argv[1]).touch()\n"
-    "print('worker rank', os.environ['RANK'])\n"
-)
+pytestmark = pytest.mark.torch  # the rewriting reads torchrun's parser and config
 
 
 @pytest.fixture
 def job(tmp_path):
     """A worker script, and three decision directories (flag, yaml, env)."""
-    (tmp_path / "worker.py").write_text(WORKER)
-    for name in ("flag", "yaml", "env"):
-        (tmp_path / name).mkdir()
-    return tmp_path
-
-
-def launch(job, *options, env=None, timeout=120):
-    """``nvrx-seghealth run`` of the worker on one node; c10d hosts its store on 127.0.0.1."""
-    return nvrx_seghealth(
-        "run",
-        "--nnodes=1",
-        "--nproc-per-node=1",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0",
-        "--rdzv-conf=join_timeout=30",
-        *options,
-        str(job / "worker.py"),
-        str(job / "worker-ran"),
-        env={
-            **slurm_env(task=2, array_job=41),
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            **(env or {}),
-        },
-        timeout=timeout,
-    )
-
-
-def ft_yaml(job, text):
-    path = job / "ft.yaml"
-    path.write_text(text)
-    return f"--ft-cfg-path={path}"
-
-
-def nested_yaml(job):
-    """An NVRx-style file: the fault_tolerance section nested below other settings."""
-    return ft_yaml(
-        job,
-        f"model:\n  layers: 2\ntrainer:\n  fault_tolerance:\n"
-        f"    rank_heartbeat_timeout: 60\n"
-        f"    segment_health_check_dir: {job / 'yaml'}\n",
-    )
-
-
-# --- real launches ----------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("winner", ["flag", "yaml", "env"])
-def test_flag_beats_yaml_beats_environment_and_each_excludes(job, winner):
-    """Each setting configures the check on its own; the higher one wins."""
-    options, env = [], {"NVRX_SEGMENT_HEALTH_CHECK_DIR": str(job / "env")}
-    if winner in ("flag", "yaml"):
-        options.append(nested_yaml(job))
-    if winner == "flag":
-        options.append(f"--ft-segment-health-check-dir={job / 'flag'}")
-    path = publish_decision(str(job / winner), "41", "2", "n7 drained\n")
-
-    done = launch(job, *options, env=env)
-    assert done.returncode not in (0, 93), done.stderr
-    assert INSTALLED.format(job / winner) in done.stderr
-    assert f"{EXCLUDED}: decision file {path} is non-empty (11 bytes)" in done.stderr
-    assert not (job / "worker-ran").exists()
-
-
-def test_a_healthy_unit_trains(job):
-    done = launch(job, f"--ft-segment-health-check-dir={job / 'flag'}")
-    assert done.returncode == 0, done.stderr
-    assert INSTALLED.format(job / "flag") in done.stderr
-    assert "worker rank 0" in done.stdout
-
-
-def test_without_any_setting_it_is_plain_torchrun(job):
-    publish_decision(str(job / "flag"), "41", "2", "would exclude if it were configured\n")
-    done = launch(job)
-    assert done.returncode == 0, done.stderr
-    assert "Segment health check" not in done.stderr
-    assert "worker rank 0" in done.stdout
+    return one_node_job(tmp_path)
 
 
 # --- configuration errors: exit 2, nothing starts ----------------------------------------
@@ -170,24 +91,24 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
     elif case == "empty flag":
         options = ["--ft-segment-health-check-dir="]
     elif case == "relative yaml":
-        options = [ft_yaml(job, "fault_tolerance:\n  segment_health_check_dir: shc\n")]
+        options = [ft_cfg(job, "fault_tolerance:\n  segment_health_check_dir: shc\n")]
     elif case == "number in yaml":
-        options = [ft_yaml(job, "fault_tolerance:\n  segment_health_check_dir: 42\n")]
+        options = [ft_cfg(job, "fault_tolerance:\n  segment_health_check_dir: 42\n")]
     elif case == "list in yaml":
-        options = [ft_yaml(job, "fault_tolerance:\n  segment_health_check_dir: [/a]\n")]
+        options = [ft_cfg(job, "fault_tolerance:\n  segment_health_check_dir: [/a]\n")]
     elif case == "section not a mapping":
-        options = [ft_yaml(job, "fault_tolerance: /shared/shc\n")]
+        options = [ft_cfg(job, "fault_tolerance: /shared/shc\n")]
     elif case == "broken yaml":  # also refused when the flag would win
-        options = [ft_yaml(job, "fault_tolerance: [\n"), flag]
+        options = [ft_cfg(job, "fault_tolerance: [\n"), flag]
     elif case == "missing yaml":
         options = [f"--ft-cfg-path={cfg}"]
     elif case == "fifo":
         os.mkfifo(cfg)
         options = [f"--ft-cfg-path={cfg}"]
     elif case == "list file":
-        options = [ft_yaml(job, "- a\n")]
+        options = [ft_cfg(job, "- a\n")]
     elif case == "string file":
-        options = [ft_yaml(job, "a" * 3_000_000 + "\n")]
+        options = [ft_cfg(job, "a" * 3_000_000 + "\n")]
     elif case == "relative env":
         env = {"NVRX_SEGMENT_HEALTH_CHECK_DIR": "shc"}
     elif case == "comma":
@@ -199,7 +120,7 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
     # torch's own import warnings (e.g. "Failed to initialize NumPy" without numpy) are not
     # the command's output.
     env = {**(env or {}), "PYTHONWARNINGS": "ignore::UserWarning"}
-    done = launch(job, *options, env=env, timeout=60)
+    done = run_one_node(job, *options, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("nvrx-seghealth run: error: ")
     assert message.format(cfg=cfg) in done.stderr
@@ -208,29 +129,12 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
     assert done.stdout == "" and not (job / "worker-ran").exists()
 
 
-def test_a_configuration_error_inside_torchrun_is_torchruns_failure_not_a_usage_error(job):
-    """A hand-made backend configuration is the backend's to refuse, inside torchrun's
-    agent: the command exits as torchrun does (1, the error's last line only), not with
-    exit 2."""
-    done = launch(
-        job,
-        "--rdzv-backend=segment-health",
-        "--rdzv-conf=segment_health_check_dir=shc",
-        env={"PYTHONWARNINGS": "ignore::UserWarning"},
-    )
-    assert done.returncode == 1, done.stderr
-    assert not done.stderr.startswith("nvrx-seghealth run: error: ")
-    assert "Traceback (most recent call last)" not in done.stderr
-    assert "ConfigurationError: rdzv-conf segment_health_check_dir" in done.stderr
-    assert not (job / "worker-ran").exists()
-
-
 @pytest.mark.parametrize("given", ["flag", "environment"])
 def test_standalone_with_a_hand_made_backend_is_refused_before_anything_starts(job, given):
     """torch would replace the backend with c10d: the check would be off, and the marked
     unit would train."""
     publish_decision(str(job / "flag"), "41", "2", "drained")
-    done = launch(
+    done = run_one_node(
         job,
         *(["--standalone"] if given == "flag" else []),
         "--rdzv-backend=segment-health",
@@ -488,54 +392,12 @@ def test_watch_interval_errors_exit_2_before_anything_starts(job, case, setting)
         cfg.write_text("fault_tolerance:\n  watch_interval: 5\n")
     elif case == "hand-made backend":
         env["NVRX_SEGMENT_HEALTH_CHECK_DIR"] = str(job / "env")
-    done = launch(job, *options, env=env)
+    done = run_one_node(job, *options, env=env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("nvrx-seghealth run: error: ")
     assert setting.format(cfg=cfg) in done.stderr
     assert len(done.stderr.splitlines()) == 1
     assert done.stdout == "" and not (job / "worker-ran").exists()
-
-
-#: A worker that publishes its own unit's decision once it trains, then trains on.
-MARKS_ITSELF = (
-    "import pathlib, sys, time\nfrom nvrx_seghealth import publish_decision\n"
-    "publish_decision(sys.argv[1], '41', '2', 'drained during training\\n')\n"
-    "time.sleep(600)\npathlib.Path(sys.argv[2]).touch()\n"
-)
-
-
-@pytest.mark.parametrize("given", ["flag", "yaml"])
-def test_a_decision_written_while_the_workers_run_excludes_the_unit(job, given):
-    """The setting reaches a real launcher: its watch acts on a decision during training."""
-    (job / "marks_itself.py").write_text(MARKS_ITSELF)
-    if given == "flag":
-        options = [f"--ft-segment-health-check-dir={job / 'flag'}", f"{WATCH_INTERVAL_FLAG}=0.5"]
-    else:
-        options = [
-            ft_yaml(
-                job,
-                f"fault_tolerance:\n  segment_health_check_dir: {job / 'flag'}\n"
-                f"  {WATCH_KEY}: 0.5\n",
-            )
-        ]
-    done = nvrx_seghealth(
-        "run",
-        "--nnodes=1",
-        "--nproc-per-node=1",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0",
-        "--rdzv-conf=join_timeout=30",
-        *options,
-        str(job / "marks_itself.py"),
-        str(job / "flag"),
-        str(job / "worker-finished"),
-        env={**slurm_env(task=2, array_job=41), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
-        timeout=180,
-    )
-    assert done.returncode == 1, done.stderr
-    assert "reason=decision-file after_joining=true job_id=41 task_id=2" in done.stderr
-    assert EXCLUDED in done.stderr
-    assert not (job / "worker-finished").exists()
 
 
 @pytest.mark.parametrize(
@@ -547,7 +409,7 @@ def test_a_decision_written_while_the_workers_run_excludes_the_unit(job, given):
 )
 def test_a_refused_command_line_with_the_backend_asked_for_says_nothing_of_a_fallback(job, options):
     """Nothing was launched: the exit has no ``check=off`` line (no run trained)."""
-    done = launch(job, *options, env={"PYTHONWARNINGS": "ignore::UserWarning"})
+    done = run_one_node(job, *options, env={"PYTHONWARNINGS": "ignore::UserWarning"})
     assert done.returncode == 2, done.stderr
     assert "cause=launcher-fallback" not in done.stderr
     assert not (job / "worker-ran").exists()

@@ -45,7 +45,7 @@ FRONT, START, CLUSTER, WATCH = (
 )
 API, EVENTS = "docs/reference/python-api.md", "docs/reference/events.md"
 
-#: Demo command lines that tests/commands/test_demo.py runs (there with a log folder).
+#: Demo command lines that integration/commands/test_demo.py runs (there with a log folder).
 DEMO_RUNS = {
     (): 'nvrx_seghealth("demo", "--keep-logs"',
     ("--compare",): 'nvrx_seghealth("demo", "--compare", "--keep-logs"',
@@ -55,7 +55,7 @@ DEMO_RUNS = {
 
 def test_the_two_commands_and_the_demo(tmp_path):
     """The front page's two commands and the getting-started page's: each demo shape parses,
-    the ones tests/commands/test_demo.py runs are named there, and any other runs here."""
+    the ones integration/commands/test_demo.py runs are named there, and any other runs here."""
     front = [argv for e in examples_under(FRONT, "Try it") for argv in commands(e.text)]
     assert [argv[:2] for argv in front] == [["./dev", "demo"], ["./dev", "test"]]
     lines = [argv for e in examples_under(START, "The demo") for argv in commands(e.text)]
@@ -67,7 +67,7 @@ def test_the_two_commands_and_the_demo(tmp_path):
         ["./dev", "demo"],
     ]
     assert "./dev test-all" in ci_commands()  # CI runs every tier
-    demo_tests = (ROOT / "tests" / "commands" / "test_demo.py").read_text()
+    demo_tests = (ROOT / "integration" / "commands" / "test_demo.py").read_text()
     ran = 0
     for argv in lines:
         if argv[1] != "demo":
