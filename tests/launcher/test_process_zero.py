@@ -296,6 +296,7 @@ def test_a_dead_store_is_asked_less_and_less_often_between_rounds(make_coordinat
     finally:
         server.kill()
         server.wait()
+        server.stdout.close()
     dead = len(looks)
     time.sleep(12 * RESPONDER_INTERVAL)  # 2.4 s: 12 looks without the back-off
     failed = looks[dead - 1 :]
