@@ -281,6 +281,23 @@ def test_a_watch_interval_travels_to_the_backend_as_its_rdzv_conf_key():
     assert check is not None and (check.directory, check.watch_interval) == ("/shc", 5.0)
 
 
+@pytest.mark.parametrize("winner", ["flag", "yaml", "env"])
+def test_the_flag_beats_the_file_beats_the_environment(tmp_path, winner):
+    """Each setting gives the backend its directory on its own; the higher one wins."""
+    argv = []
+    if winner in ("flag", "yaml"):
+        cfg = tmp_path / "ft.yaml"
+        cfg.write_text("trainer:\n  fault_tolerance:\n    segment_health_check_dir: /yaml\n")
+        argv.append(f"--ft-cfg-path={cfg}")
+    if winner == "flag":
+        argv.append("--ft-segment-health-check-dir=/flag")
+    args = launched_as(
+        "--rdzv-endpoint=h:1", *argv, environ={"NVRX_SEGMENT_HEALTH_CHECK_DIR": "/env"}
+    )
+    check = backend_settings(args).check
+    assert check is not None and check.directory == f"/{winner}"
+
+
 @pytest.mark.parametrize(
     "option",
     [
