@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 
 COMMAND = [os.path.join(os.path.dirname(sys.executable), "nvrx-seghealth")]
 

@@ -10,8 +10,8 @@ from coverage import CoverageData
 
 from conftest import ROOT, TIERS, marks_for
 from harness.docs import section
-from harness.summary import OUTCOMES, closing_line
-from harness.tiercoverage import redundant, tiers
+from harness.session.summary import OUTCOMES, closing_line
+from harness.session.tiercoverage import redundant, tiers
 
 SCENARIOS = section("docs/contributing.md", "Whole-job scenarios")
 

@@ -11,7 +11,7 @@ workers. Registered by the root ``conftest.py``.
 
 ``./dev`` runs a suite in two parts (xdist workers, and the ``serial`` tests beside them):
 each part writes its counts to the file that :data:`COUNTS_ENV` names, and
-``python -m harness.summary`` reads them and prints the run's one closing line
+``python -m harness.session.summary`` reads them and prints the run's one closing line
 (:func:`closing_line`).
 """
 
@@ -101,7 +101,7 @@ def closing_line(label: str, parts: dict[str, dict[str, int]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m harness.summary LABEL NAME=COUNTS.json...``: print :func:`closing_line`;
+    """``python -m harness.session.summary LABEL NAME=COUNTS.json...``: print :func:`closing_line`;
     a part whose file is missing (its pytest did not finish) fails the run."""
     label, *given = argv
     parts = {}

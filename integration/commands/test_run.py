@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from harness.commands import ft_cfg, nvrx_seghealth, one_node_job, run_one_node
-from harness.common import slurm_env
+from harness.slurmenv import slurm_env
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._settings.launcher_options import WATCH_INTERVAL_FLAG
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from harness.commands import COMMAND, clean_environment, nvrx_seghealth
-from harness.common import free_port
 
 pytestmark = pytest.mark.torch  # the command serves a torch TCPStore
 

@@ -20,8 +20,6 @@ import pytest
 from harness.docs import ROOT
 from harness.docsite import width as sitewidth
 
-pytestmark = pytest.mark.integration  # builds the site and opens every page in Chromium
-
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_CHROMIUM_INSTALL") == "1"
 

@@ -5,8 +5,8 @@
 processes it starts: ``conftest.py``), so a context's first folder is its tier. Lines run
 at import, before any test, have the empty context and count for every tier.
 
-``python -m harness.tiercoverage tiers DATA`` prints the tiers whose tests ran;
-``python -m harness.tiercoverage redundant DATA`` prints the whole-job tests (under
+``python -m harness.session.tiercoverage tiers DATA`` prints the tiers whose tests ran;
+``python -m harness.session.tiercoverage redundant DATA`` prints the whole-job tests (under
 ``integration/``) each of whose covered lines a unit test (under ``tests/``) covers too:
 each is either a scenario's proof that a unit test cannot give, or should move down.
 """
