@@ -21,19 +21,10 @@ from harness.docs import ROOT
 from harness.docsite import width as sitewidth
 
 IN_CI = os.environ.get("CI") == "true"
-INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_CHROMIUM_INSTALL") == "1"
 
 
 def _chromium() -> str:
     program = sitewidth.browser()
-    if program is None and INSTALL:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (
-            ["apt-get", "update", "-q"],
-            ["apt-get", "install", "-y", "-q", "chromium"],
-        ):
-            subprocess.run(command, env=env, capture_output=True, timeout=900, check=False)
-        program = sitewidth.browser()
     if program is None:
         reason = "no Chromium (apt-get install chromium; then ./dev docs --check-width)"
         if IN_CI:
