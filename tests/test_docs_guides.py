@@ -129,14 +129,17 @@ def test_sizing_submission_runs_the_job_script(tmp_path: Path) -> None:
 
 def test_sizing_checkpoint_is_the_tested_example() -> None:
     """The fragment is a run of ``examples/train_checkpointed.py``'s lines, the loop that
-    ``test_the_checkpoint_example`` (tests/test_docs_runs.py) stops by SIGTERM and resumes."""
+    ``test_the_checkpoint_example`` (integration/docs/test_docs_runs.py) stops by SIGTERM and resumes."""
     (example,) = examples_under(SIZING, "Your training script", "python")
     fragment = [line.strip() for line in example.text.splitlines() if line.strip()]
     source = (ROOT / "examples" / "train_checkpointed.py").read_text().splitlines()
     lines = [line.strip() for line in source if line.strip()]
     start = lines.index(fragment[0])
     assert lines[start : start + len(fragment)] == fragment
-    assert "test_the_checkpoint_example" in (ROOT / "tests" / "test_docs_runs.py").read_text()
+    assert (
+        "test_the_checkpoint_example"
+        in (ROOT / "integration" / "docs" / "test_docs_runs.py").read_text()
+    )
 
 
 def _unit_file() -> configparser.ConfigParser:
