@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigurationError
-from .arguments import add_command
+from .arguments import add_command, option
 from .output import EXIT_OK, usage_error
 
 __all__ = ["DEFAULT_PORT", "register", "store_host_command"]
@@ -45,37 +45,32 @@ DEFAULT_PORT = 29400
 _PORT_FILE_MAX = 16
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``store-host`` subcommand."""
-    parser = add_command(
-        subparsers,
-        NAME,
-        "serve the rendezvous store (a TCPStore) on a host outside every allocation unit",
-        """
-        Serve torch's TCPStore for the c10d rendezvous until SIGINT or SIGTERM. Run it
-        where no allocation unit runs, so that excluding a unit can never take the store
-        down, and start every launcher with --rdzv-endpoint=HOST:PORT (this host) and
-        --rdzv-conf is_host=false. Give every run a new --rdzv-id: a finished run
-        leaves its rendezvous closed in the store.
-        """,
-        """
-        nvrx-seghealth store-host --host 0.0.0.0 --port 29400   # on a service node
-        nvrx-seghealth store-host --host 127.0.0.1              # to try it on one machine
-        nvrx-seghealth store-host --port 0 --port-file store.port   # any free port
-        """,
-    )
-    parser.add_argument(
+SUMMARY = "serve the rendezvous store (a TCPStore) on a host outside every allocation unit"
+DESCRIPTION = """
+    Serve torch's TCPStore for the c10d rendezvous until SIGINT or SIGTERM. Run it
+    where no allocation unit runs, so that excluding a unit can never take the store
+    down, and start every launcher with --rdzv-endpoint=HOST:PORT (this host) and
+    --rdzv-conf is_host=false. Give every run a new --rdzv-id: a finished run
+    leaves its rendezvous closed in the store.
+    """
+EXAMPLES = """
+    nvrx-seghealth store-host --host 0.0.0.0 --port 29400   # on a service node
+    nvrx-seghealth store-host --host 127.0.0.1              # to try it on one machine
+    nvrx-seghealth store-host --port 0 --port-file store.port   # any free port
+    """
+OPTIONS = (
+    option(
         "--host",
         default="0.0.0.0",
         help="address to listen on (default: 0.0.0.0, every interface)",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--port",
         type=int,
         default=DEFAULT_PORT,
         help=f"port (default: {DEFAULT_PORT}); 0 takes any free port, see --port-file",
-    )
-    parser.add_argument(
+    ),
+    option(
         "--port-file",
         type=Path,
         metavar="FILE",
@@ -84,16 +79,21 @@ def register(subparsers: Any) -> None:
             " new, empty or an earlier port file, anything else is refused; it is never"
             " deleted"
         ),
-    )
-    parser.add_argument(
+    ),
+    option(
         "--stop-on-stdin-eof",
         action="store_true",
         help=(
             "stop also when stdin reaches its end, for a parent that holds a pipe to it:"
             " the store ends when that parent does"
         ),
-    )
-    parser.set_defaults(func=store_host_command)
+    ),
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``store-host`` subcommand."""
+    add_command(subparsers, NAME, SUMMARY, DESCRIPTION, EXAMPLES, OPTIONS, store_host_command)
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -128,6 +128,11 @@ def _port_file_problem(path: Path) -> str | None:
         return f"--port-file {path}: {error.strerror or error}"
     if not stat.S_ISREG(mode):
         return f"--port-file {path} exists and is not a regular file; give a new path"
+    return _content_problem(path)
+
+
+def _content_problem(path: Path) -> str | None:
+    """Why the regular file ``path`` must not be replaced: it holds more than a port."""
     try:
         with path.open("rb") as existing:
             head = existing.read(_PORT_FILE_MAX + 1)
@@ -188,6 +193,11 @@ def store_host_command(args: argparse.Namespace) -> int:
             f"cannot listen on {args.host}:{args.port}: {error.strerror or error}"
             " (another store on this port? choose another with --port)",
         )
+    return _serve(args, listener)
+
+
+def _serve(args: argparse.Namespace, listener: socket.socket) -> int:
+    """Serve a TCPStore on the bound ``listener`` until a stop; the command's exit code."""
     port = int(listener.getsockname()[1])
     stop = {signal.SIGINT, signal.SIGTERM}
     # Before torch starts a thread: a stop that comes early waits for sigwait, and no
