@@ -30,6 +30,8 @@ FRONT, CLUSTER, LAUNCHERS, RUN = (
 #: The decision directory of the launch lines: the root plus the array job id, as the
 #: example job script reads it (the shell expands the variable).
 DIRECTORY = "/shared/job/segment-health-check/$SLURM_ARRAY_JOB_ID"
+#: The directory of run.md's YAML example, a file written for array job 123.
+YAML_DIRECTORY = "/shared/job/segment-health-check/123"
 
 
 def _torchrun_config(argv: list[str]):
@@ -91,7 +93,8 @@ def test_launcher_command_lines(tmp_path, monkeypatch):
         assert argv[:2] == ["nvrx-seghealth", "run"]
         args = launch_parser().parse_args(argv[2:])
         setting = resolve_directory(args.ft_segment_health_check_dir, args.ft_cfg_path)
-        assert setting is not None and setting.directory == "/shared/job/segment-health-check"
+        expected = DIRECTORY if args.ft_segment_health_check_dir else YAML_DIRECTORY
+        assert setting is not None and setting.directory == expected
         select_segment_health(args, setting)
         assert args.rdzv_backend == "segment-health"
         from torch.distributed.run import config_from_args

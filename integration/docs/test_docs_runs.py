@@ -216,8 +216,8 @@ def test_events_launcher_script(tmp_path, tcp_store):
     (decisions / f"{ARTIFACT_PREFIX}.123.7").write_text("node17: ECC errors\n")
     options = [
         arg.replace("store-host:29400", f"127.0.0.1:{tcp_store.port}")
+        .replace("/shared/job/segment-health-check/$SLURM_ARRAY_JOB_ID", str(decisions))
         .replace('"$SLURM_ARRAY_JOB_ID"', "events-1")
-        .replace("/shared/job/segment-health-check", str(decisions))
         .replace("--nnodes=2:8", "--nnodes=1")
         .replace("--nproc-per-node=8", "--nproc-per-node=1")
         for arg in line[2:]
