@@ -83,11 +83,15 @@ def one_node_job(folder: Path) -> Path:
 
 
 def run_one_node(
-    job: Path, *options: str, env: Mapping[str, str] | None = None, timeout: float = 120
+    job: Path,
+    *options: str,
+    program: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """``nvrx-seghealth run OPTIONS`` of the worker of :func:`one_node_job`, as array task 2
     of job 41 on one node; c10d hosts its store on 127.0.0.1. The worker touches
-    ``job/worker-ran`` if it runs."""
+    ``job/worker-ran`` if it runs. ``program`` (a script and its arguments) replaces it."""
     return nvrx_seghealth(
         "run",
         "--nnodes=1",
@@ -96,8 +100,7 @@ def run_one_node(
         "--rdzv-endpoint=127.0.0.1:0",
         "--rdzv-conf=join_timeout=30",
         *options,
-        str(job / "worker.py"),
-        str(job / "worker-ran"),
+        *(program or (str(job / "worker.py"), str(job / "worker-ran"))),
         env={
             **slurm_env(task=2, array_job=41),
             "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",

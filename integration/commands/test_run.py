@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.commands import ft_cfg, nvrx_seghealth, one_node_job, run_one_node
-from harness.slurmenv import slurm_env
+from harness.commands import ft_cfg, one_node_job, run_one_node
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._settings.launcher_options import WATCH_INTERVAL_FLAG
@@ -107,20 +106,8 @@ def test_a_decision_written_while_the_workers_run_excludes_the_unit(job, given):
                 f"  {WATCH_KEY}: 0.5\n",
             )
         ]
-    done = nvrx_seghealth(
-        "run",
-        "--nnodes=1",
-        "--nproc-per-node=1",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0",
-        "--rdzv-conf=join_timeout=30",
-        *options,
-        str(job / "marks_itself.py"),
-        str(job / "flag"),
-        str(job / "worker-finished"),
-        env={**slurm_env(task=2, array_job=41), "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
-        timeout=180,
-    )
+    script = (str(job / "marks_itself.py"), str(job / "flag"), str(job / "worker-finished"))
+    done = run_one_node(job, *options, program=script, timeout=180)
     assert done.returncode == 1, done.stderr
     assert "reason=decision-file after_joining=true job_id=41 task_id=2" in done.stderr
     assert "UnhealthyNodeException" in done.stderr  # torch's traceback names the type
