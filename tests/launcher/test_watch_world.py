@@ -104,10 +104,14 @@ def test_a_member_that_tells_nothing_has_no_watch(tcp_store, shc, caplog, monkey
     waited :data:`~nvrx_seghealth._launcher.watch.MEMBERS_TIMEOUT` for it."""
     monkeypatch.setattr(watch, "MEMBERS_TIMEOUT", 1.0)
     caplog.set_level(logging.INFO, logger="nvrx_seghealth")
-    plain = dynamic_handler(tcp_client(tcp_store), 2, 2)
+    # Built first, this launcher holds rank 0 (torch ranks nodes in the order this process
+    # made them) and serves the workers' store; under a plain rank 0 it would wait out
+    # the store's 30 s timeout for a port nobody publishes, then fail open.
     one = watched(tcp_store, shc, 1, nodes=(2, 2))
+    plain = dynamic_handler(tcp_client(tcp_store), 2, 2)
     first = join_all([plain, one])
     assert [j.error for j in first] == [None, None]
+    assert first[1].result.rank == 0
     monitors = [Monitor(plain), Monitor(one)]
     publish_decision(shc, str(ARRAY), "1", "drained during training")
     wait_until(lambda: monitors[1].restarted or mixed_world_warnings(caplog), timeout=60)
