@@ -1,7 +1,7 @@
-"""Every configuration the docs offer, each scenario a whole job, beside plain c10d.
+"""Every configuration the docs offer, in whole jobs beside plain c10d: a pairwise design.
 
-- Configurations (``harness.jobs.configurations``): the store outside every unit (a store
-  host, etcd-v2 or etcd-v3), the watch off or on, one or two launchers per unit.
+- Configurations (``harness.jobs.configurations``): where the store lives (a store host,
+  etcd-v2, etcd-v3, in a launcher), the watch off or on, one or two launchers per unit.
 - Three array tasks: tasks 0 and 1 form the world, task 2 is the spare.
 - Scenarios: ``before-launch`` (task 1 marked first), ``at-restart`` (a unit marked while
   training, then a worker fails), ``during-training`` (the watch acts), ``sigterm`` (to
@@ -16,8 +16,11 @@ per session (``Cell.c10d_once``). Each cell prints one ``MATRIX`` line.
 Not run: with the watch on, a decision during training never waits for a restart. A
 launcher hosting the store is never in the excluded unit (``etcd/test_scenario_etcd.py``).
 
-etcd releases: etcd-v3 cells run on 3.5.1, and :data:`V3_ON_BOTH` on 3.4.23 too. The
-etcd-v2 cells run on 3.4.23 with two launchers per unit (:data:`V2_LEFT_TO_V3`).
+The cells are a pairwise design (``harness.jobs.pairwise``): every store runs every
+scenario once, and each pair of two settings' values runs together in some cell.
+
+etcd releases: etcd-v3 cells run on 3.5.1, and ``V3_ON_BOTH`` on 3.4.23 too. The etcd-v2
+cells run on 3.4.23 with two launchers per unit.
 """
 
 from __future__ import annotations
@@ -30,11 +33,9 @@ from collections.abc import Callable
 import pytest
 
 from harness.jobs.configurations import (
-    CONFIGURATIONS,
     ETCD,
     ETCD_V3,
     HOST,
-    IN_LAUNCHER,
     REACH_TIMEOUT,
     Configuration,
     arrived,
@@ -57,6 +58,7 @@ from harness.jobs.matrixcell import (
     spare_labels,
     victim_of,
 )
+from harness.jobs.pairwise import PAIRWISE, V3_ON_BOTH, by_name, sigterm_point
 from harness.jobs.sigterm import (
     LONG_BOUND,
     assert_exits_as_with_c10d,
@@ -237,10 +239,7 @@ Point = tuple[dict[str, object], dict[str, str], str, Callable[[SimulatedJob], N
 
 def sigterm(cell: Cell) -> None:
     configuration = cell.configuration
-    if configuration.watch:
-        wait = "barrier"
-    else:
-        wait = "hand-off" if configuration.launchers == 2 else "stat"
+    wait = sigterm_point(configuration)
     shape, conf, label, reach = _SIGTERM_POINTS[wait](configuration)
 
     def spec_for(backend: str) -> JobSpec:
@@ -349,45 +348,26 @@ SCENARIOS: dict[str, Callable[[Cell], None]] = {
 }
 
 
-def _scenarios(configuration: Configuration) -> list[str]:
-    """The scenarios ``configuration`` runs (the module documentation says why not the
-    others)."""
-    training = ("during-training", "during-training-rank-0")
-    restart = ("at-restart", "at-restart-rank-0")
-    names = ["before-launch", *(training if configuration.watch else restart)]
-    if configuration.placement != IN_LAUNCHER:
-        names.append("sigterm")
-    return names
-
-
-#: The etcd-v2 configurations whose cells run on etcd-v3 alone (the module documentation).
-V2_LEFT_TO_V3 = ("etcd-v2/no-watch/1-per-unit", "etcd-v2/watch/1-per-unit")
-#: The etcd-v3 cell that runs on etcd 3.4 as well as 3.5 (the module documentation).
-V3_ON_BOTH = ("etcd-v3/watch/2-per-unit", "during-training-rank-0")
-
-
-def _cell(configuration: Configuration, scenario: str, release: str | None = None):
+def _cell(config: Configuration, scenario: str, release: str | None = None):
     """One cell's parameters: its configuration, scenario and (etcd-v3) etcd release."""
-    name = f"{configuration.name.replace('/', ',')}:{scenario}"
-    marks = [pytest.mark.etcd] if configuration.placement in (ETCD, ETCD_V3) else []
+    name = f"{config.name.replace('/', ',')}:{scenario}"
+    marks = [pytest.mark.etcd] if config.placement in (ETCD, ETCD_V3) else []
     if release is None:
-        return pytest.param(configuration, scenario, id=name, marks=marks)
-    return pytest.param(configuration, scenario, release, id=f"{name}:etcd{release}", marks=marks)
+        return pytest.param(config, scenario, id=name, marks=marks)
+    return pytest.param(config, scenario, release, id=f"{name}:etcd{release}", marks=marks)
 
 
 CELLS = [
-    _cell(configuration, scenario)
-    for configuration in CONFIGURATIONS
-    if configuration.placement != ETCD_V3 and configuration.name not in V2_LEFT_TO_V3
-    for scenario in _scenarios(configuration)
+    _cell(by_name(name), scenario)
+    for name, scenario in PAIRWISE
+    if by_name(name).placement != ETCD_V3
 ]
 V3_CELLS = [
-    _cell(configuration, scenario, release)
-    for configuration in CONFIGURATIONS
-    if configuration.placement == ETCD_V3
-    for scenario in _scenarios(configuration)
+    _cell(by_name(name), scenario, release)
+    for name, scenario in PAIRWISE
+    if by_name(name).placement == ETCD_V3
     for release in ("3.5", "3.4")
-    if release == "3.5" or (configuration.name, scenario) == V3_ON_BOTH
+    if release == "3.5" or (name, scenario) == V3_ON_BOTH
 ]
 
 
