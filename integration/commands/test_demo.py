@@ -1,6 +1,6 @@
-"""``nvrx-seghealth demo`` as whole jobs: ``--compare`` shows what the gate saves, the
-watch takes a unit out, a stop signal stops the whole simulated job. Its refusals:
-``tests/commands/test_demo.py``."""
+"""``nvrx-seghealth demo`` as whole jobs: a run's folder is refused to the next run,
+``--compare`` shows what the gate saves, the watch takes a unit out, a stop signal stops
+the whole simulated job. Its refusals before any job: ``tests/commands/test_demo.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,17 @@ from pathlib import Path
 import pytest
 
 from harness.commands import COMMAND, clean_environment, in_the_foreground, nvrx_seghealth
+
+
+def test_the_demo_twice_into_one_folder_refuses_the_second_run(tmp_path):
+    folder = tmp_path / "logs"
+    first = nvrx_seghealth("demo", "--keep-logs", str(folder), timeout=240)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = sorted(p.relative_to(folder) for p in folder.rglob("*"))
+    second = nvrx_seghealth("demo", "--keep-logs", str(folder), timeout=60)
+    assert second.returncode == 2 and "--keep-logs" in second.stderr
+    assert "Outcome" not in second.stdout  # no report from the first run's files
+    assert sorted(p.relative_to(folder) for p in folder.rglob("*")) == before  # untouched
 
 
 def test_compare_shows_what_the_gate_saves(tmp_path):
