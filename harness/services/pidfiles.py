@@ -37,15 +37,14 @@ def lock_held(path: Path, *, nobody: bool = False) -> Iterator[str]:
     command = [os.path.realpath(sys.executable), "-I", "-c", _HOLD, str(path)]
     if nobody:
         command = [*SETPRIV_NOBODY, *command]
-    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout is not None
-        outcome = holder.stdout.readline().strip()
-        assert outcome == "locked" or (nobody and outcome.startswith("E")), outcome
-        yield outcome
-    finally:
-        holder.kill()
-        holder.wait()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as holder:
+        try:
+            assert holder.stdout is not None
+            outcome = holder.stdout.readline().strip()
+            assert outcome == "locked" or (nobody and outcome.startswith("E")), outcome
+            yield outcome
+        finally:
+            holder.kill()  # the with closes its stdout and waits for it
 
 
 @contextlib.contextmanager
