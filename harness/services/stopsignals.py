@@ -40,12 +40,15 @@ class SignalledChild:
             [sys.executable, "-c", _ELSEWHERE + code], stdout=subprocess.PIPE, text=True
         )
         self._lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
+        """Queue the child's lines; close its stdout at end of file (the reader owns it)."""
         assert self.process.stdout is not None  # a pipe
-        for line in self.process.stdout:
-            self._lines.put(line.rstrip("\n"))
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self._lines.put(line.rstrip("\n"))
 
     def __enter__(self) -> SignalledChild:
         return self
@@ -53,6 +56,7 @@ class SignalledChild:
     def __exit__(self, *_exc: object) -> None:
         self.process.kill()
         self.process.wait()
+        self._reader.join(60)  # its end of file, unless a grandchild still holds the pipe
 
     def next_line(self, timeout: float = 60) -> str:
         """The next line the child prints; fails the test after ``timeout`` seconds."""
