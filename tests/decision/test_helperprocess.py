@@ -12,6 +12,7 @@ import textwrap
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,23 @@ B = f"b-{uuid.uuid4().hex}"
 
 
 @pytest.fixture
-def client() -> HelperClient:
-    return HelperClient("echo", ["-c", ECHO], TAG)
+def client() -> Iterator[HelperClient]:
+    made = HelperClient("echo", ["-c", ECHO], TAG)
+    yield made
+    close(made)
+
+
+def close(client: HelperClient) -> None:
+    """Close the idle helper of a client a test made, and wait for it to exit.
+
+    The package's clients live as long as their process; a test's ends with the test.
+    Abandoned helpers are the package's to reap (``helperprocess._stuck``).
+    """
+    with client._lock:
+        helper, client._helper = client._helper, None
+    if helper is not None:
+        helper.close()
+        helper.process.wait(30)  # it exits at the end of its stdin
 
 
 def wait_until(predicate, timeout=10.0):
@@ -201,11 +217,15 @@ def test_the_start_up_of_a_helper_is_not_part_of_a_calls_bound():
     first one, and those after an abandoned call (which start a new helper)."""
     slow = HelperClient("echo", ["-c", "import time; time.sleep(0.5)" + ECHO], TAG)
     key = f"slow-{uuid.uuid4()}"
-    assert [slow.call(key, b"%d\n" % n, 0.05) for n in range(3)] == [b"0", b"1", b"2"]
-    with pytest.raises(HelperTimeout):
-        slow.call(key, b"sleep 2\n", 0.05)
-    other = f"other-{uuid.uuid4()}"
-    assert [slow.call(other, b"%d\n" % n, 0.05) for n in range(6)] == [b"%d" % n for n in range(6)]
+    try:
+        assert [slow.call(key, b"%d\n" % n, 0.05) for n in range(3)] == [b"0", b"1", b"2"]
+        with pytest.raises(HelperTimeout):
+            slow.call(key, b"sleep 2\n", 0.05)
+        other = f"other-{uuid.uuid4()}"
+        replies = [slow.call(other, b"%d\n" % n, 0.05) for n in range(6)]
+        assert replies == [b"%d" % n for n in range(6)]
+    finally:
+        close(slow)
 
 
 def test_start_makes_the_helper_ready_ahead_of_the_first_call(client):
