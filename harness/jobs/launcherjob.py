@@ -103,30 +103,29 @@ class StoreHost:
 @contextlib.contextmanager
 def store_host(host: str, port: int) -> Iterator[StoreHost]:
     """``nvrx-seghealth store-host --host HOST --port PORT`` until the block ends (SIGTERM)."""
-    server = subprocess.Popen(
+    with subprocess.Popen(
         ["nvrx-seghealth", "store-host", "--host", host, "--port", str(port)],
         env=launcher_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        assert server.stdout is not None
-        ready = server.stdout.readline()  # printed once the port is bound
-        if f"{host}:{port}" not in ready:
-            server.kill()
-            _, errors = server.communicate(timeout=30)
-            raise RuntimeError(f"store-host on {host}:{port} did not start: {ready}{errors}")
-        yield StoreHost(host, port)
-    finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
+    ) as server:  # its end closes the pipes and waits
+        try:
+            assert server.stdout is not None
+            ready = server.stdout.readline()  # printed once the port is bound
+            if f"{host}:{port}" not in ready:
                 server.kill()
-                server.wait()
+                _, errors = server.communicate(timeout=30)
+                raise RuntimeError(f"store-host on {host}:{port} did not start: {ready}{errors}")
+            yield StoreHost(host, port)
+        finally:
+            if server.poll() is None:
+                server.send_signal(signal.SIGTERM)
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
 
 
 @dataclass(frozen=True)
