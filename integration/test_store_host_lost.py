@@ -107,7 +107,7 @@ def test_every_launcher_exits_1_when_the_store_host_dies(tmp_path, stop) -> None
             process.wait()
         if server.poll() is None:
             server.kill()
-            server.wait()
+        server.communicate()  # closes its stdout
     outputs = {task: output(task) for task in launchers}
     tails = {task: text[-3000:] for task, text in outputs.items()}
     assert {t: p.returncode for t, p in launchers.items()} == {0: 1, 2: 1, 3: 1}, tails
