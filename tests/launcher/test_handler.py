@@ -46,7 +46,9 @@ pytestmark = pytest.mark.usefixtures("release_handlers")
 
 def test_shutdown_after_exclusion_leaves_the_rendezvous_open(tcp_store, shc):
     publish_decision(shc, str(ARRAY), "1", "bad")
-    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 1, 3) for t in (0, 1, 2)]
+    # At least two nodes: a world waits for both healthy units, however late one of
+    # them arrives on a busy machine (with one, the first could form a world alone).
+    handlers = [launcher(tcp_store, shc, slurm_env(task=t), 2, 3) for t in (0, 1, 2)]
     first = join_all(handlers)
     excluded = handlers[1]
     assert isinstance(first[1].error, UnhealthyNodeException)
