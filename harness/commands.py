@@ -82,6 +82,29 @@ def one_node_job(folder: Path) -> Path:
     return folder
 
 
+def one_node_command(job: Path, *options: str, program: tuple[str, ...] = ()) -> list[str]:
+    """The arguments of ``nvrx-seghealth`` in :func:`run_one_node`."""
+    return [
+        "run",
+        "--nnodes=1",
+        "--nproc-per-node=1",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        "--rdzv-conf=join_timeout=30",
+        *options,
+        *(program or (str(job / "worker.py"), str(job / "worker-ran"))),
+    ]
+
+
+def one_node_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables :func:`run_one_node` sets: array task 2 of job 41, then ``env``."""
+    return {
+        **slurm_env(task=2, array_job=41),
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        **(env or {}),
+    }
+
+
 def run_one_node(
     job: Path,
     *options: str,
@@ -93,19 +116,8 @@ def run_one_node(
     of job 41 on one node; c10d hosts its store on 127.0.0.1. The worker touches
     ``job/worker-ran`` if it runs. ``program`` (a script and its arguments) replaces it."""
     return nvrx_seghealth(
-        "run",
-        "--nnodes=1",
-        "--nproc-per-node=1",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0",
-        "--rdzv-conf=join_timeout=30",
-        *options,
-        *(program or (str(job / "worker.py"), str(job / "worker-ran"))),
-        env={
-            **slurm_env(task=2, array_job=41),
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-            **(env or {}),
-        },
+        *one_node_command(job, *options, program=program),
+        env=one_node_environment(env),
         timeout=timeout,
     )
 

@@ -1,8 +1,8 @@
 """``nvrx-seghealth run`` before any agent starts: what it refuses (exit 2, one line), its
 help, and how it rewrites torchrun's command line and hands the watch interval on.
 
-The command runs as a user runs it, in a new process, and stops before a rendezvous; the
-rewriting runs in process on torchrun's real parser. Real launches:
+The command runs as a user runs it, in a new process, and stops before a rendezvous; its
+configuration errors and the rewriting run in process, on torchrun's real parser. Real launches:
 ``integration/commands/test_run.py``.
 """
 
@@ -12,8 +12,16 @@ import os
 
 import pytest
 
-from harness.commands import ft_cfg, nvrx_seghealth, one_node_job, run_one_node
+from harness.commands import (
+    ft_cfg,
+    nvrx_seghealth,
+    one_node_command,
+    one_node_environment,
+    one_node_job,
+    run_one_node,
+)
 from nvrx_seghealth import publish_decision
+from nvrx_seghealth._commands import main
 from nvrx_seghealth._commands.run import (
     agent_environment,
     launch_parser,
@@ -82,7 +90,7 @@ def job(tmp_path):
         ("configured twice", "already configure it: give --rdzv-backend the inner rendezvous"),
     ],
 )
-def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
+def test_configuration_errors_exit_2_before_anything_starts(job, case, message, monkeypatch, capfd):
     cfg = job / "ft.yaml"
     flag = f"--ft-segment-health-check-dir={job / 'flag'}"
     options, env = [], {}
@@ -117,14 +125,41 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message):
         options = ["--rdzv-backend=static", "--nnodes=2", flag]
     elif case == "configured twice":
         options = [f"--rdzv-conf=segment_health_check_dir={job / 'env'}", flag]
-    # torch's own import warnings (e.g. "Failed to initialize NumPy" without numpy) are not
-    # the command's output.
-    env = {**(env or {}), "PYTHONWARNINGS": "ignore::UserWarning"}
-    done = run_one_node(job, *options, env=env, timeout=60)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("nvrx-seghealth run: error: ")
-    assert message.format(cfg=cfg) in done.stderr
+    code, out, err = _run_in_process(job, options, env, monkeypatch, capfd)
+    assert code == 2, err
+    assert err.startswith("nvrx-seghealth run: error: ")
+    assert message.format(cfg=cfg) in err
     # One line, no traceback, no launcher log: no agent started, so no rendezvous was joined.
+    assert len(err.splitlines()) == 1
+    assert out == "" and not (job / "worker-ran").exists()
+
+
+def _run_in_process(job, options, env, monkeypatch, capfd) -> tuple[int, str, str]:
+    """``nvrx-seghealth run`` of :func:`~harness.commands.run_one_node`, in this process:
+    its exit code, stdout and stderr. Only for command lines it refuses before torchrun."""
+    for name in list(os.environ):
+        if name.startswith(("SLURM_", "NVRX_")):
+            monkeypatch.delenv(name)
+    for name, value in one_node_environment(env).items():
+        monkeypatch.setenv(name, value)
+    capfd.readouterr()
+    code: int | str | None
+    try:
+        code = main(one_node_command(job, *options))
+    except SystemExit as exit_:  # argparse's own usage errors
+        code = exit_.code
+    out, err = capfd.readouterr()
+    return int(code or 0), out, err
+
+
+def test_a_configuration_error_as_a_user_meets_it_is_one_line_and_exit_2(job):
+    """The refusal from a new process, as a user runs the command."""
+    # torch's own import warnings (e.g. "Failed to initialize NumPy" without numpy) are
+    # not the command's output.
+    env = {"PYTHONWARNINGS": "ignore::UserWarning"}
+    done = run_one_node(job, "--ft-segment-health-check-dir=shc", env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("nvrx-seghealth run: error: --ft-segment-health-check-dir")
     assert len(done.stderr.splitlines()) == 1
     assert done.stdout == "" and not (job / "worker-ran").exists()
 
