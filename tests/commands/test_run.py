@@ -422,10 +422,12 @@ def test_a_watch_with_a_backend_that_cannot_carry_the_check_is_refused():
         ("hand-made backend", WATCH_INTERVAL_FLAG),
     ],
 )
-def test_watch_interval_errors_exit_2_before_anything_starts(job, case, setting):
+def test_watch_interval_errors_exit_2_before_anything_starts(
+    job, case, setting, monkeypatch, capfd
+):
     cfg = job / "ft.yaml"
     flag = f"--ft-segment-health-check-dir={job / 'flag'}"
-    env = {"PYTHONWARNINGS": "ignore::UserWarning"}
+    env: dict[str, str] = {}
     options = {
         "negative flag": [flag, f"{WATCH_INTERVAL_FLAG}=-1"],
         "flag above the maximum": [flag, f"{WATCH_INTERVAL_FLAG}=3601"],
@@ -444,12 +446,12 @@ def test_watch_interval_errors_exit_2_before_anything_starts(job, case, setting)
         cfg.write_text("fault_tolerance:\n  watch_interval: 5\n")
     elif case == "hand-made backend":
         env["NVRX_SEGMENT_HEALTH_CHECK_DIR"] = str(job / "env")
-    done = run_one_node(job, *options, env=env)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("nvrx-seghealth run: error: ")
-    assert setting.format(cfg=cfg) in done.stderr
-    assert len(done.stderr.splitlines()) == 1
-    assert done.stdout == "" and not (job / "worker-ran").exists()
+    code, out, err = _run_in_process(job, options, env, monkeypatch, capfd)
+    assert code == 2, err
+    assert err.startswith("nvrx-seghealth run: error: ")
+    assert setting.format(cfg=cfg) in err
+    assert len(err.splitlines()) == 1
+    assert out == "" and not (job / "worker-ran").exists()
 
 
 @pytest.mark.parametrize(
