@@ -252,7 +252,7 @@ def test_interval_runs_passes_until_sigterm(slurm):
         ]
         assert len(passes) >= 2  # the first pass publishes (2 lines), then a quiet pass
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=AT_ONCE_BOUND) == 0
     finally:
         process.kill()
         process.communicate()
@@ -357,7 +357,7 @@ def test_sigusr1_runs_a_pass_at_once_while_sleeping_found_by_the_pid_file(slurm)
         _next_pass(process)  # the sleep of 600 s ended at once
         assert slurm.calls("squeue") == 2
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=AT_ONCE_BOUND) == 0
     finally:
         process.kill()
         process.communicate()
@@ -378,7 +378,7 @@ def test_sigusr1_during_a_pass_runs_one_more_pass_however_many_arrive(slurm):
         _next_pass(process)  # the second pass ends
         _next_pass(process)  # the one pass the three signals asked for
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=AT_ONCE_BOUND) == 0
     finally:
         process.kill()
         process.communicate()
@@ -394,7 +394,7 @@ def test_sigterm_stops_a_pass_that_sigusr1_started(slurm):
         process.send_signal(signal.SIGUSR1)
         wait_until(started.exists, timeout=60)
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=AT_ONCE_BOUND) == 0
     finally:
         process.kill()
         _out, err = process.communicate()
@@ -413,7 +413,7 @@ def test_a_running_producer_keeps_its_pid_file_and_a_second_one_is_refused(slurm
         assert pid_file.read_text() == f"{process.pid}\n"
         assert slurm.calls("squeue") == 1  # the refused one ran no pass
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=AT_ONCE_BOUND) == 0
     finally:
         process.kill()
         process.communicate()
@@ -446,7 +446,7 @@ def test_a_killed_producers_file_is_taken_over_though_its_pid_runs_another_progr
             _next_pass(second)
             assert pid_file.read_text() == f"{second.pid}\n"
             second.send_signal(signal.SIGTERM)
-            assert second.wait(timeout=15) == 0
+            assert second.wait(timeout=AT_ONCE_BOUND) == 0
         finally:
             second.kill()
             second.communicate()
@@ -468,7 +468,7 @@ def test_a_pid_file_removed_while_running_is_reported_once(slurm):
             process.send_signal(signal.SIGUSR1)
             _next_pass(process)
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=15) == 0
+        assert process.wait(timeout=AT_ONCE_BOUND) == 0
     finally:
         process.kill()
         _out, err = process.communicate()
