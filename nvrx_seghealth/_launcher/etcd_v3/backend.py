@@ -62,6 +62,10 @@ class EtcdV3Backend(RendezvousBackend):
         """See base class."""
         return BACKEND_NAME
 
+    def close(self) -> None:
+        """Close the launcher's etcd client, which its store shares (torch never does)."""
+        self._client.close()
+
     def get_state(self) -> tuple[bytes, Token] | None:
         """See base class."""
         with _as_connection_error():

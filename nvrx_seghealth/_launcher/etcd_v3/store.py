@@ -95,6 +95,10 @@ class EtcdV3Store(Store):
         timeout = self.timeout  # type: ignore[attr-defined]  # (not in torch's stub)
         return EtcdV3Store(self._client, self._policy, self._keys, self._lease, timeout)
 
+    def close(self) -> None:
+        """Close the launcher's etcd client, which its backend and clones share."""
+        self._client.close()
+
     def has_extended_api(self) -> bool:
         """``append``, ``multi_get`` and ``multi_set`` are the store's own."""
         return True
