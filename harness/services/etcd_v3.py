@@ -9,13 +9,15 @@ from __future__ import annotations
 import base64
 import json
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nvrx_seghealth._launcher.etcd_v3.backend import EtcdV3Backend
     from nvrx_seghealth._launcher.etcd_v3.store import EtcdV3Store
 
-__all__ = ["raw_get", "raw_put", "raw_v3", "v3_launcher", "v3_params"]
+__all__ = ["open_v3_launcher", "raw_get", "raw_put", "raw_v3", "v3_launcher", "v3_params"]
 
 
 def v3_params(endpoint: str, run_id: str, min_nodes: int = 1, max_nodes: int = 1, **conf: Any):
@@ -30,6 +32,18 @@ def v3_launcher(endpoint: str, run_id: str, **conf: Any) -> tuple[EtcdV3Backend,
     from nvrx_seghealth._launcher.etcd_v3 import create_backend
 
     return create_backend(v3_params(endpoint, run_id, **conf))
+
+
+@contextmanager
+def open_v3_launcher(
+    endpoint: str, run_id: str, **conf: Any
+) -> Iterator[tuple[EtcdV3Backend, EtcdV3Store]]:
+    """:func:`v3_launcher` for the length of a block, whose end closes its etcd client."""
+    backend, store = v3_launcher(endpoint, run_id, **conf)
+    try:
+        yield backend, store
+    finally:
+        backend.close()
 
 
 def raw_v3(endpoint: str, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 
 from harness.docs import commands, examples_under
 from harness.ports import free_port
-from harness.services.etcd_v3 import raw_v3, v3_launcher
+from harness.services.etcd_v3 import open_v3_launcher, raw_v3
 
 pytestmark = pytest.mark.etcd
 
@@ -78,8 +78,8 @@ def test_the_documented_etcd_command_starts_a_cluster_for_etcd_v3(tmp_path):
                 time.sleep(0.3)
         with pytest.raises(urllib.error.HTTPError):  # the v2 API is off
             urllib.request.urlopen(f"http://{endpoints[0]}/v2/keys", timeout=10)
-        backend, _ = v3_launcher(",".join(endpoints), f"docs-{uuid.uuid4().hex[:8]}")
-        assert backend.set_state(b"state") is not None
+        with open_v3_launcher(",".join(endpoints), f"docs-{uuid.uuid4().hex[:8]}") as (backend, _):
+            assert backend.set_state(b"state") is not None
     finally:
         for member in members:
             member.kill()

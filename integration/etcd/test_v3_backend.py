@@ -11,8 +11,9 @@ from unittest import mock
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousStateError
 
-from harness.services.etcd_v3 import raw_get, raw_put, v3_launcher
+from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, v3_launcher
 from nvrx_seghealth._launcher.etcd_v3.backend import FORMAT
+from nvrx_seghealth._launcher.etcd_v3.client import EtcdError
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 
 pytestmark = pytest.mark.etcd
@@ -25,7 +26,8 @@ def run() -> str:
 
 @pytest.fixture
 def backend(etcd_v3_server, run):
-    return v3_launcher(etcd_v3_server.endpoint, run)[0]
+    with open_v3_launcher(etcd_v3_server.endpoint, run) as (backend, _):
+        yield backend
 
 
 def test_get_state_is_none_before_any_state(backend):
@@ -77,12 +79,16 @@ def test_set_state_with_a_token_and_no_state_returns_none(backend):
 
 
 def test_two_launchers_racing_from_one_token_write_once(etcd_v3_server, run):
-    first: Any = v3_launcher(etcd_v3_server.endpoint, run)[0]
-    second = v3_launcher(etcd_v3_server.endpoint, run)[0]
-    _, token, _ = first.set_state(b"base")
-    _, won, has_set = first.set_state(b"by first", token)
-    assert has_set is True
-    assert second.set_state(b"by second", token) == (b"by first", won, False)
+    with (
+        open_v3_launcher(etcd_v3_server.endpoint, run) as one,
+        open_v3_launcher(etcd_v3_server.endpoint, run) as two,
+    ):
+        first: Any = one[0]
+        second = two[0]
+        _, token, _ = first.set_state(b"base")
+        _, won, has_set = first.set_state(b"by first", token)
+        assert has_set is True
+        assert second.set_state(b"by second", token) == (b"by first", won, False)
 
 
 def test_the_state_is_stored_compressed_behind_a_format_byte(etcd_v3_server, backend, run):
@@ -102,9 +108,21 @@ def test_a_value_not_in_the_format_is_a_state_error(etcd_v3_server, backend, run
 
 
 def test_runs_whose_ids_nest_keep_apart(etcd_v3_server, run):
-    outer, _ = v3_launcher(etcd_v3_server.endpoint, run)
-    inner, _ = v3_launcher(etcd_v3_server.endpoint, f"{run}/state")
-    outer.set_state(b"outer")
-    assert inner.get_state() is None
-    inner.set_state(b"inner")
-    assert outer.get_state() == (b"outer", mock.ANY)
+    with (
+        open_v3_launcher(etcd_v3_server.endpoint, run) as (outer, _),
+        open_v3_launcher(etcd_v3_server.endpoint, f"{run}/state") as (inner, _),
+    ):
+        outer.set_state(b"outer")
+        assert inner.get_state() is None
+        inner.set_state(b"inner")
+        assert outer.get_state() == (b"outer", mock.ANY)
+
+
+@pytest.mark.parametrize("closed", [0, 1], ids=["backend", "store"])
+def test_closing_the_backend_or_the_store_closes_their_shared_client(etcd_v3_server, run, closed):
+    launcher = v3_launcher(etcd_v3_server.endpoint, run)
+    backend = launcher[0]
+    backend.set_state(b"state")
+    launcher[closed].close()
+    with pytest.raises(EtcdError, match="the etcd client is closed"):
+        backend.get_state()

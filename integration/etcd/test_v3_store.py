@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from torch.distributed import DistStoreError, PrefixStore
 
-from harness.services.etcd_v3 import raw_get, raw_v3, v3_launcher
+from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_v3
 from nvrx_seghealth._launcher.etcd_v3.client import EtcdClient, EtcdUnavailable
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 from nvrx_seghealth._launcher.etcd_v3.store import MAX_OPS
@@ -29,7 +29,8 @@ def run() -> str:
 
 @pytest.fixture
 def store(etcd_v3_server, run):
-    return v3_launcher(etcd_v3_server.endpoint, run)[1]
+    with open_v3_launcher(etcd_v3_server.endpoint, run) as (_, store):
+        yield store
 
 
 def _calls(store) -> list:
@@ -156,18 +157,18 @@ def test_an_add_whose_answer_was_lost_counts_once(etcd_v3_server, store, run):
 def test_an_add_whose_answer_was_lost_while_another_launcher_added_counts_once(
     etcd_v3_server, store, run
 ):
-    _, other = v3_launcher(etcd_v3_server.endpoint, run)
-    store.add("n", 1)
-    client = lose_the_next_answer(store, lambda: other.add("n", 10))
-    assert store.add("n", 1) == 2
-    assert client.meanwhile is None
+    with open_v3_launcher(etcd_v3_server.endpoint, run) as (_, other):
+        store.add("n", 1)
+        client = lose_the_next_answer(store, lambda: other.add("n", 10))
+        assert store.add("n", 1) == 2
+        assert client.meanwhile is None
     assert raw_get(etcd_v3_server.endpoint, RunKeys(run).store("n")) == b"12"
 
 
 def test_a_finished_runs_keys_go_with_its_lease(etcd_v3_server, run):
-    backend, store = v3_launcher(etcd_v3_server.endpoint, run, lease_ttl=3)
-    backend.set_state(b"state")
-    store.set("key", b"value")
+    with open_v3_launcher(etcd_v3_server.endpoint, run, lease_ttl=3) as (backend, store):
+        backend.set_state(b"state")
+        store.set("key", b"value")
     keys = RunKeys(run)
     assert raw_get(etcd_v3_server.endpoint, keys.state) is not None
     deadline = time.monotonic() + 60
@@ -179,12 +180,13 @@ def test_a_finished_runs_keys_go_with_its_lease(etcd_v3_server, run):
 
 
 def test_a_run_keeps_its_lease_alive_while_it_writes(etcd_v3_server, run):
-    backend: Any = v3_launcher(etcd_v3_server.endpoint, run, lease_ttl=3)[0]
-    _, token, _ = backend.set_state(b"state")
-    for _ in range(12):  # 6 s, twice the TTL: each write refreshes the lease when due
-        time.sleep(0.5)
-        _, token, _ = backend.set_state(b"state", token)
-    assert backend.get_state() == (b"state", token)
+    with open_v3_launcher(etcd_v3_server.endpoint, run, lease_ttl=3) as launcher:
+        backend: Any = launcher[0]
+        _, token, _ = backend.set_state(b"state")
+        for _ in range(12):  # 6 s, twice the TTL: each write refreshes the lease when due
+            time.sleep(0.5)
+            _, token, _ = backend.set_state(b"state", token)
+        assert backend.get_state() == (b"state", token)
 
 
 def _b64(data: bytes) -> str:
