@@ -4,7 +4,10 @@ format, and runs kept apart."""
 
 from __future__ import annotations
 
+import gc
 import uuid
+import warnings
+from datetime import timedelta
 from typing import Any
 from unittest import mock
 
@@ -12,6 +15,7 @@ import pytest
 from torch.distributed.elastic.rendezvous import RendezvousStateError
 
 from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, v3_launcher
+from nvrx_seghealth._demo.rendezvous_state import read_endpoint
 from nvrx_seghealth._launcher.etcd_v3.backend import FORMAT
 from nvrx_seghealth._launcher.etcd_v3.client import EtcdError
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
@@ -126,3 +130,12 @@ def test_closing_the_backend_or_the_store_closes_their_shared_client(etcd_v3_ser
     launcher[closed].close()
     with pytest.raises(EtcdError, match="the etcd client is closed"):
         backend.get_state()
+
+
+def test_reading_a_runs_state_closes_its_client(etcd_v3_server, run):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        snapshot = read_endpoint("etcd-v3", etcd_v3_server.endpoint, run, timedelta(seconds=30))
+        gc.collect()
+    assert snapshot.round is None
+    assert [str(w.message) for w in caught if w.category is ResourceWarning] == []

@@ -171,6 +171,10 @@ def read_endpoint(
         return read_store(TCPStore(host, int(port), is_master=False, timeout=timeout), run_id)
     if backend in ETCD_BACKENDS:
         rendezvous = etcd_rendezvous(backend, endpoint, run_id, timeout.total_seconds())[0]
-        state = rendezvous.get_state()
+        try:
+            state = rendezvous.get_state()
+        finally:
+            if backend == "etcd-v3":  # torch's etcd-v2 backend has no close
+                rendezvous.close()
         return decode(None if state is None else state[0])
     raise ValueError(f"no rendezvous state reader for backend {backend!r}")
