@@ -20,7 +20,8 @@ import dataclasses
 import datetime
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from nvrx_seghealth._demo import JobSpec, SimulatedJob, StartAfter
 from nvrx_seghealth._demo.outcome import JobResult, Round
 from nvrx_seghealth._demo.rendezvous_state import etcd_rendezvous, read_endpoint
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
+from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 from nvrx_seghealth._launcher.watch import ARRIVED_KEY
 
 from .simjob import JOINED
@@ -210,16 +212,25 @@ def healthy_world_after(result: JobResult, at: float, excluded: int) -> Round | 
     )
 
 
-def _base_store(job: SimulatedJob) -> Any:
-    """A client of the rendezvous store of ``job`` (the harness's, a launcher's or etcd)."""
+@contextmanager
+def _base_store(job: SimulatedJob) -> Iterator[Any]:
+    """A client of the rendezvous store of ``job`` (the harness's, a launcher's or etcd)
+    for the length of a block; an etcd-v3 client is closed at its end."""
     if job.spec.etcd_endpoint is not None:
-        return etcd_rendezvous(job.spec.rendezvous, job.endpoint, job.run_id)[1]
+        store = etcd_rendezvous(job.spec.rendezvous, job.endpoint, job.run_id)[1]
+        try:
+            yield store
+        finally:
+            if job.spec.rendezvous == "etcd-v3":  # torch's etcd-v2 store has no close
+                store.close()
+        return
     if job.spec.harness_hosts_store:
-        return job.store.client()
+        yield job.store.client()
+        return
     from torch.distributed import TCPStore
 
     host, port = job.endpoint.rsplit(":", 1)
-    return TCPStore(host, int(port), is_master=False, timeout=_READ_TIMEOUT)
+    yield TCPStore(host, int(port), is_master=False, timeout=_READ_TIMEOUT)
 
 
 def arrived(job: SimulatedJob, round_number: int) -> int:
@@ -227,16 +238,17 @@ def arrived(job: SimulatedJob, round_number: int) -> int:
     barrier, read from that round's store (torch's own key prefix of a round)."""
     from torch.distributed import PrefixStore
 
-    base = _base_store(job)  # held: a store implemented in Python must outlive its prefix
-    store = PrefixStore(f"torch.rendezvous.{job.run_id}.{round_number}", base)
-    return int(store.add(ARRIVED_KEY, 0))
+    with _base_store(job) as base:  # held: a store in Python must outlive its prefix
+        store = PrefixStore(f"torch.rendezvous.{job.run_id}.{round_number}", base)
+        return int(store.add(ARRIVED_KEY, 0))
 
 
 def handoff_request_pending(job: SimulatedJob, unit: int) -> bool:
     """A sibling of ``unit`` has asked for a verdict that nobody answered yet: it waits in
     the hand-off (read from the store, at Slurm restart count 0)."""
-    handoff = VerdictHandoff(job.markers(), str(unit), "0")
-    requested, answer = handoff.read()
+    with _base_store(job) as store:
+        markers = ReplacementGroupMarkers(store, job.run_id, str(job.spec.array_job_id))
+        requested, answer = VerdictHandoff(markers, str(unit), "0").read()
     return requested > 0 and not answer.covers(requested)
 
 
