@@ -218,6 +218,7 @@ class EtcdServer:
             with self.open("/v2/keys"):
                 return True
         except urllib.error.HTTPError as error:
+            error.close()
             if error.code == 404:
                 return False
             raise

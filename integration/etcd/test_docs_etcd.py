@@ -76,8 +76,9 @@ def test_the_documented_etcd_command_starts_a_cluster_for_etcd_v3(tmp_path):
             except (urllib.error.URLError, ConnectionError):
                 assert time.monotonic() < deadline, "the documented cluster did not form"
                 time.sleep(0.3)
-        with pytest.raises(urllib.error.HTTPError):  # the v2 API is off
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the v2 API is off
             urllib.request.urlopen(f"http://{endpoints[0]}/v2/keys", timeout=10)
+        refused.value.close()
         with open_v3_launcher(",".join(endpoints), f"docs-{uuid.uuid4().hex[:8]}") as (backend, _):
             assert backend.set_state(b"state") is not None
     finally:

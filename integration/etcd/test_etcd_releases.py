@@ -52,6 +52,7 @@ def test_the_v2_api_is_off_and_the_v3_gateway_answers(etcd_v3_server) -> None:
     for method, path, body in V2_REQUESTS:
         with pytest.raises(urllib.error.HTTPError) as refused:
             _v2(etcd_v3_server, method, path, body)
+        refused.value.close()
         assert refused.value.code == 404, (method, path)
     assert not etcd_v3_server.serves_v2()
 
@@ -129,12 +130,14 @@ def test_auth_confines_the_user_to_its_prefix(etcd_v3_auth) -> None:
         with pytest.raises(urllib.error.HTTPError) as refused:
             server.gateway(path, {"key": outside, "value": _b64("1")}, token=token)
         assert _grpc_code(refused.value) == PERMISSION_DENIED, path
-    with pytest.raises(urllib.error.HTTPError):  # no token at all
+    with pytest.raises(urllib.error.HTTPError) as refused:  # no token at all
         server.gateway("/v3/kv/put", {"key": inside, "value": _b64("2")})
+    refused.value.close()
     root = etcd_v3_auth.token(root=True)  # root may: the refusal above is the role's
     server.gateway("/v3/kv/put", {"key": outside, "value": _b64("1")}, token=root)
 
 
 def _grpc_code(error: urllib.error.HTTPError) -> int:
     """The gRPC status code of etcd's JSON error body."""
-    return int(json.loads(error.read())["code"])
+    with error:
+        return int(json.loads(error.read())["code"])
