@@ -72,17 +72,10 @@ def _measure_started_processes(
     monkeypatch.setenv(CONTEXT_ENV, request.node.nodeid)
 
 
-#: A ResourceWarning fails a test of these folders: each closes the pipes, files and
-#: processes it opens. The whole jobs only show theirs (``pyproject.toml``).
-CLOSES_WHAT_IT_OPENS = ("tests/",)
-
-
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Mark each test by its folder as it is collected (:data:`TIERS`)."""
     for name in marks_for(item.path):
         item.add_marker(name)
-    if item.path.resolve().relative_to(ROOT).as_posix().startswith(CLOSES_WHAT_IT_OPENS):
-        item.add_marker(pytest.mark.filterwarnings("error::ResourceWarning"))
 
 
 @pytest.hookimpl(trylast=True)
