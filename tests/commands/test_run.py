@@ -125,18 +125,13 @@ def test_configuration_errors_exit_2_before_anything_starts(job, case, message, 
         options = ["--rdzv-backend=static", "--nnodes=2", flag]
     elif case == "configured twice":
         options = [f"--rdzv-conf=segment_health_check_dir={job / 'env'}", flag]
-    code, out, err = _run_in_process(job, options, env, monkeypatch, capfd)
-    assert code == 2, err
-    assert err.startswith("nvrx-seghealth run: error: ")
-    assert message.format(cfg=cfg) in err
-    # One line, no traceback, no launcher log: no agent started, so no rendezvous was joined.
-    assert len(err.splitlines()) == 1
-    assert out == "" and not (job / "worker-ran").exists()
+    assert message.format(cfg=cfg) in _refused_in_process(job, options, env, monkeypatch, capfd)
 
 
-def _run_in_process(job, options, env, monkeypatch, capfd) -> tuple[int, str, str]:
-    """``nvrx-seghealth run`` of :func:`~harness.commands.run_one_node`, in this process:
-    its exit code, stdout and stderr. Only for command lines it refuses before torchrun."""
+def _refused_in_process(job, options, env, monkeypatch, capfd) -> str:
+    """``nvrx-seghealth run`` of :func:`~harness.commands.run_one_node`, in this process,
+    for a command line it refuses before torchrun: asserts exit 2 and one line on stderr,
+    no traceback, no launcher log (no agent started, no rendezvous joined); returns it."""
     for name in list(os.environ):
         if name.startswith(("SLURM_", "NVRX_")):
             monkeypatch.delenv(name)
@@ -149,7 +144,11 @@ def _run_in_process(job, options, env, monkeypatch, capfd) -> tuple[int, str, st
     except SystemExit as exit_:  # argparse's own usage errors
         code = exit_.code
     out, err = capfd.readouterr()
-    return int(code or 0), out, err
+    assert code == 2, err
+    assert err.startswith("nvrx-seghealth run: error: ")
+    assert len(err.splitlines()) == 1
+    assert out == "" and not (job / "worker-ran").exists()
+    return err
 
 
 def test_a_configuration_error_as_a_user_meets_it_is_one_line_and_exit_2(job):
@@ -446,12 +445,7 @@ def test_watch_interval_errors_exit_2_before_anything_starts(
         cfg.write_text("fault_tolerance:\n  watch_interval: 5\n")
     elif case == "hand-made backend":
         env["NVRX_SEGMENT_HEALTH_CHECK_DIR"] = str(job / "env")
-    code, out, err = _run_in_process(job, options, env, monkeypatch, capfd)
-    assert code == 2, err
-    assert err.startswith("nvrx-seghealth run: error: ")
-    assert setting.format(cfg=cfg) in err
-    assert len(err.splitlines()) == 1
-    assert out == "" and not (job / "worker-ran").exists()
+    assert setting.format(cfg=cfg) in _refused_in_process(job, options, env, monkeypatch, capfd)
 
 
 @pytest.mark.parametrize(
