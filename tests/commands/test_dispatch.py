@@ -7,11 +7,13 @@ Every operator command raises its usage errors; the dispatcher prints each as on
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from harness.commands import nvrx_seghealth
-from nvrx_seghealth._commands import build_parser, main
+from nvrx_seghealth._commands import _SUBCOMMANDS, build_parser, main
 from nvrx_seghealth._commands.output import EXIT_BROKEN_PIPE
 from nvrx_seghealth._settings.durations import DEFAULT_STAT_TIMEOUT, FS_TIMEOUT
 
@@ -95,3 +97,32 @@ def test_a_closed_stdout_leaves_stderr_alone(tmp_path, argv, returncode):
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (returncode, "")
+
+
+def _module(command: str) -> str:
+    return f"nvrx_seghealth._commands.{_SUBCOMMANDS[command]}"
+
+
+@pytest.mark.parametrize("command", ["status", "clear", "store-host"])
+def test_a_command_line_imports_its_own_command_alone(command):
+    """An operator's command loads its module, not the others (nor torch)."""
+    code = (
+        "import sys\n"
+        "from nvrx_seghealth._commands import main\n"
+        f"try:\n    main([{command!r}, '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('nvrx_seghealth._commands.')))\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    modules, torch = done.stdout.splitlines()[-2:]
+    commands = {_module(name) for name in _SUBCOMMANDS}
+    assert commands & set(modules.split()) == {_module(command)}
+    assert torch == "False"
+
+
+def test_the_full_parser_lists_every_command_and_a_command_line_builds_its_own():
+    def listed(parser):
+        return list(parser._subparsers._group_actions[0].choices)
+
+    assert listed(build_parser()) == list(_SUBCOMMANDS)
+    assert listed(build_parser("clear")) == ["mark", "clear"]
