@@ -81,7 +81,20 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the selected tests (after ``-m`` deselected the others): the whole jobs
-    (marked ``integration``) first in each xdist worker's share, the rest after them."""
+    (marked ``integration``) first in each xdist worker's share, the rest after them.
+
+    A test marked ``serial`` outside ``integration/`` is a usage error: the fast tier
+    runs no serial part (``./dev``)."""
+    misplaced = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("serial") and not item.get_closest_marker("integration")
+    ]
+    if misplaced:
+        raise pytest.UsageError(
+            f"{misplaced[0]} is marked serial outside integration/: ./dev test runs no "
+            "serial part; move it to an integration/ folder"
+        )
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     items[:] = heavy_first(
         items, lambda item: item.get_closest_marker("integration") is not None, workers

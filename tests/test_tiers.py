@@ -28,6 +28,14 @@ def test_no_unit_test_is_a_whole_job():
             assert "mark.integration" not in path.read_text(), path
 
 
+def test_no_unit_test_is_serial():
+    # ./dev test runs no serial part; conftest.py refuses such a test when it is collected.
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        assert "serial" not in marks_for(path), path
+        if path.name != "test_tiers.py":  # this file names the mark
+            assert "mark.serial" not in path.read_text(), path
+
+
 def test_every_whole_job_test_is_on_the_written_list():
     listed = set(re.findall(r"`(integration/[\w/]+\.py)`", SCENARIOS))
     found = {p.relative_to(ROOT).as_posix() for p in (ROOT / "integration").rglob("test_*.py")}
