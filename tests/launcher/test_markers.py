@@ -138,7 +138,9 @@ def test_concurrent_process_publishers_lose_nothing(kind, tmp_path):
     else:
         address = str(tmp_path / "filestore")
         store = dist.FileStore(address, -1)
-    context = multiprocessing.get_context("spawn")
+    # Fresh processes, forked from one that imported torch once for every test.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
     start = context.Event()
     shares = [[str(g) for g in range(p, 48, 4)] for p in range(4)]
     processes = [
