@@ -39,6 +39,7 @@ from .simjob import kill_agent, kill_worker
 __all__ = [
     "COMPUTE_SECONDS",
     "FAULTS",
+    "JOB_TIMEOUT",
     "RUNS",
     "WATCH_SECONDS",
     "Fault",
