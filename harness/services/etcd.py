@@ -31,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -408,6 +408,12 @@ class EtcdCluster:
         return member
 
 
+#: How often a cluster starts on new ports when a member found its port taken.
+PORT_TRIES = 3
+#: What etcd logs when its port was taken.
+_PORT_TAKEN = "address already in use"
+
+
 @contextmanager
 def running_etcd_cluster(
     size: int = 3,
@@ -416,6 +422,34 @@ def running_etcd_cluster(
     release: Release = DEFAULT_RELEASE,
     v2: bool = True,
     tls: TlsMaterial | None = None,
+) -> Iterator[EtcdCluster]:
+    """Start ``size`` etcd members of ``release`` as one cluster, yield it once every member
+    answers, stop every member still running at the end (:func:`_started_cluster`).
+
+    Another test's process may bind a member's port between its choice and etcd's bind
+    (:func:`~harness.ports.free_port` chooses at random, as every test does). The cluster
+    then starts again on new ports, :data:`PORT_TRIES` times at most.
+
+    Raises:
+        EtcdUnavailable: as :func:`_started_cluster`, or every try found a port taken.
+        RuntimeError: as :func:`_started_cluster`.
+    """
+    for attempt in range(1, PORT_TRIES + 1):
+        stack = ExitStack()
+        try:
+            cluster = stack.enter_context(_started_cluster(size, name, release, v2, tls))
+        except EtcdUnavailable as error:
+            if attempt == PORT_TRIES or _PORT_TAKEN not in str(error):
+                raise
+            continue
+        with stack:
+            yield cluster
+        return
+
+
+@contextmanager
+def _started_cluster(
+    size: int, name: str, release: Release, v2: bool, tls: TlsMaterial | None
 ) -> Iterator[EtcdCluster]:
     """Start ``size`` etcd members of ``release`` as one cluster, yield it once every member
     answers, stop every member still running at the end (a single one by SIGTERM, a

@@ -1,7 +1,8 @@
 """The etcd the etcd-v3 tests stand on (``harness/services/etcd.py``): each release the tests run
 starts and says which it is, its v2 API is off when asked, a cluster of three elects one
 leader, a TLS member speaks https to a client with a certificate only, and with
-authentication on a wrong password and a key outside the user's prefix are refused.
+authentication on a wrong password and a key outside the user's prefix are refused. A
+member whose port another process took starts again on a new one.
 
 Every test runs once per release (``etcd3.4``, ``etcd3.5``); they ask etcd's HTTP API
 directly (the v3 JSON gateway, ``/version``, ``/v2/keys``), not the package's client.
@@ -11,12 +12,15 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import urllib.error
 import urllib.request
 
 import pytest
 
-from harness.services.etcd import ETCD_RELEASES, Release, authenticate
+import harness.services.etcd
+from harness.ports import free_port
+from harness.services.etcd import ETCD_RELEASES, Release, authenticate, running_etcd
 from harness.session.fixtures import RELEASE_IDS, started_etcd
 
 pytestmark = pytest.mark.etcd
@@ -141,3 +145,19 @@ def _grpc_code(error: urllib.error.HTTPError) -> int:
     """The gRPC status code of etcd's JSON error body."""
     with error:
         return int(json.loads(error.read())["code"])
+
+
+def test_a_member_whose_port_was_taken_starts_again_on_new_ports(monkeypatch) -> None:
+    """Another test's process may bind the port chosen for a member before etcd does: the
+    first choice here is a port this test listens on."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen()
+        port = taken.getsockname()[1]
+        choices = iter([port])
+        monkeypatch.setattr(
+            harness.services.etcd, "free_port", lambda: next(choices, None) or free_port()
+        )
+        with running_etcd("nvrx-port-taken", v2=False) as server:
+            assert server.port != port
+            assert server.version().startswith("3.")
