@@ -13,9 +13,10 @@ Three one-node array tasks run real ``torchrun`` through ``segment-health`` over
 
 On etcd-v3 every launcher of a completing unit exits 0 and no launcher's thread died. So
 does plain ``torchrun --rdzv-backend=etcd-v3`` in the phases without a mark (etcd 3.5).
-etcd-v2 is printed (``HA |`` lines) and asserted only where it holds (:data:`V2_HOLDS`).
-Plain torchrun runs beside it, cut at :data:`PLAIN_TIMEOUT`: etcd-v2 in the first three
-phases, c10d in the last two (its store host is the member killed or stopped).
+segment-health over etcd-v2 completes too. Plain torchrun runs beside it, cut at
+:data:`PLAIN_TIMEOUT`: etcd-v2 in the first three phases, c10d in the last two (its store
+host is the member killed or stopped). It ends as docs/cluster.md says (:data:`PLAIN_EXITS`).
+Each job prints an ``HA |`` line.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ DOWN = 15.0
 FORMED = "leader-loss formed"
 #: What Python prints when a thread ends on an exception (``threading.excepthook``).
 DIED = "Exception in thread"
-#: The phases in which segment-health over etcd-v2 is held to etcd-v3's outcome.
-V2_HOLDS = ("gather", "train", "exit-barrier", "first-member-mark")
 
 
 @dataclass(frozen=True)
@@ -356,28 +355,41 @@ def test_plain_torchrun_on_etcd_v3(phase, etcd_v3_cluster, tmp_path) -> None:
 
 @pytest.mark.parametrize("phase", list(PHASES))
 def test_etcd_v2_beside_it(phase, etcd_cluster, tmp_path) -> None:
-    """segment-health over etcd-v2 (one member named: the one that dies first), printed;
-    held to the same outcome in :data:`V2_HOLDS`."""
+    """segment-health over etcd-v2 (one member named: the one that dies first) completes
+    as over etcd-v3: its own retries ride out what plain etcd-v2 does not."""
     endpoint = _endpoints(etcd_cluster, phase)[0]
     outcome = _segment_health(phase, "etcd-v2", endpoint, Members(etcd_cluster), tmp_path)
-    if phase in V2_HOLDS:
-        _assert_completed(phase, outcome)
-    assert all(code is not None for code in outcome.returncodes)
+    _assert_completed(phase, outcome)
+
+
+#: What plain torchrun does in each phase beside segment-health, as docs/cluster.md says
+#: ("When etcd loses its leader or a member"): the launchers' exit codes it allows. -9:
+#: still waiting at :data:`PLAIN_TIMEOUT`, and killed.
+PLAIN_EXITS: dict[str, Callable[[tuple[int | None, ...]], bool]] = {
+    # etcd-v2, its one member the leader killed
+    "gather": lambda codes: all(code not in (None, 0) for code in codes),  # the job is lost
+    "train": lambda codes: codes == (0, 0, 0),  # training needs no store
+    "exit-barrier": lambda codes: set(codes) <= {0, -9},  # done, or waiting out 300 s
+    # c10d, its store host killed (it never reads the mark) or stopped
+    "first-member-mark": lambda codes: all(code not in (None, 0) for code in codes),
+    "cluster-down": lambda codes: codes == (0, 0, 0),
+}
 
 
 @pytest.mark.parametrize("phase", list(LEADER_PHASES))
 def test_plain_torchrun_beside_it(phase, etcd_cluster, tmp_path) -> None:
-    """Plain torchrun on etcd-v2 in the same scenario, for the comparison: its outcome is
-    printed. The wrapper is never worse: every segment-health run above exits 0."""
+    """Plain torchrun on etcd-v2 in the same scenario ends as docs/cluster.md says
+    (:data:`PLAIN_EXITS`). segment-health over etcd-v3 completes in every phase."""
     job = Job("etcd-v2", "etcd-v2", _endpoints(etcd_cluster, phase)[0], tmp_path)
     outcome = _run(job, phase, Members(etcd_cluster), PLAIN_TIMEOUT)
-    assert all(code is not None for code in outcome.returncodes)
+    assert PLAIN_EXITS[phase](outcome.returncodes), outcome.returncodes
 
 
 @pytest.mark.parametrize("phase", ["first-member-mark", "cluster-down"])
 def test_plain_c10d_beside_it(phase, tmp_path) -> None:
     """Plain torchrun on c10d, its store in a host process outside every unit: the host is
-    killed (first-member-mark: c10d never reads the mark) or stopped; printed."""
+    killed (first-member-mark: c10d never reads the mark) and the job is lost, or stopped
+    and the job rides it out (:data:`PLAIN_EXITS`)."""
     store = StoreHost(tmp_path / "store.log")
     store.start(60)
     try:
@@ -385,4 +397,4 @@ def test_plain_c10d_beside_it(phase, tmp_path) -> None:
         outcome = _run(job, phase, Members(store=store), PLAIN_TIMEOUT)
     finally:
         store.stop()
-    assert all(code is not None for code in outcome.returncodes)
+    assert PLAIN_EXITS[phase](outcome.returncodes), outcome.returncodes
