@@ -362,17 +362,26 @@ def test_etcd_v2_beside_it(phase, etcd_cluster, tmp_path) -> None:
     _assert_completed(phase, outcome)
 
 
+def _lost(codes: tuple[int | None, ...]) -> bool:
+    """Every launcher failed: the job is lost."""
+    return all(code not in (None, 0) for code in codes)
+
+
+def _completed(codes: tuple[int | None, ...]) -> bool:
+    return codes == (0, 0, 0)
+
+
 #: What plain torchrun does in each phase beside segment-health, as docs/cluster.md says
 #: ("When etcd loses its leader or a member"): the launchers' exit codes it allows. -9:
 #: still waiting at :data:`PLAIN_TIMEOUT`, and killed.
 PLAIN_EXITS: dict[str, Callable[[tuple[int | None, ...]], bool]] = {
     # etcd-v2, its one member the leader killed
-    "gather": lambda codes: all(code not in (None, 0) for code in codes),  # the job is lost
-    "train": lambda codes: codes == (0, 0, 0),  # training needs no store
+    "gather": _lost,
+    "train": _completed,  # training needs no store
     "exit-barrier": lambda codes: set(codes) <= {0, -9},  # done, or waiting out 300 s
     # c10d, its store host killed (it never reads the mark) or stopped
-    "first-member-mark": lambda codes: all(code not in (None, 0) for code in codes),
-    "cluster-down": lambda codes: codes == (0, 0, 0),
+    "first-member-mark": _lost,
+    "cluster-down": _completed,
 }
 
 

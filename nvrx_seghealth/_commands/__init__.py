@@ -49,7 +49,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser with every subcommand, or with ``command`` alone.
 
     A command line that starts with its command needs that command's module only. The
-    others are not imported: an operator's command starts in a tenth of a second.
+    others, and what they import, are not loaded: an operator's command starts quickly.
     ``command`` and the commands its module adds (``mark``'s ``clear``) are then the
     only choices.
     """
