@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.session import coverage_startup
 from harness.session.schedule import heavy_first
 
 ROOT = Path(__file__).resolve().parent
@@ -65,11 +66,14 @@ def _measure_started_processes(
 ) -> None:
     """Under ``--cov``, the Python processes this test starts measure themselves too (the
     ``.pth`` file coverage installs reads ``COVERAGE_PROCESS_START``), in the test's
-    context: ``./dev`` reports each tier from the contexts of its tests."""
+    context: ``./dev`` reports each tier from the contexts of its tests. Their start-up
+    pauses coverage while torch imports (:mod:`harness.session.coverage_startup`)."""
     if not request.config.getoption("cov_source", default=None):
         return
     monkeypatch.setenv("COVERAGE_PROCESS_START", str(ROOT / "pyproject.toml"))
     monkeypatch.setenv(CONTEXT_ENV, request.node.nodeid)
+    path = [str(coverage_startup.FOLDER), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, path)))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

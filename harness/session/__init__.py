@@ -4,6 +4,8 @@
   (:mod:`.summary`): the root ``conftest.py`` registers both (``pytest_plugins``).
 - The order of the tests over the xdist workers (:mod:`.schedule`).
 - A value computed once per session for every worker (:mod:`.once`).
+- Coverage by tier (:mod:`.tiercoverage`), and the start-up of the processes a test
+  starts while coverage measures (:mod:`.coverage_startup`).
 
 Rules: what lives once per test session. It uses the services and the basics; the jobs
 record into it. It starts no job.
