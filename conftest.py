@@ -85,7 +85,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Order the selected tests (after ``-m`` deselected the others): the whole jobs
-    (marked ``integration``) first in each xdist worker's share, the rest after them.
+    (marked ``integration``) first in each xdist worker's share, each share starting at
+    another module, the rest after them.
 
     A test marked ``serial`` outside ``integration/`` is a usage error: the fast tier
     runs no serial part (``./dev``)."""
@@ -101,5 +102,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         )
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     items[:] = heavy_first(
-        items, lambda item: item.get_closest_marker("integration") is not None, workers
+        items,
+        lambda item: item.get_closest_marker("integration") is not None,
+        workers,
+        group=lambda item: item.path,
     )

@@ -81,6 +81,30 @@ def test_one_worker_runs_the_heavy_items_first() -> None:
     assert heavy_first(["a", "B", "c", "D"], _is_upper, 1) == ["B", "D", "a", "c"]
 
 
+def test_each_share_starts_its_whole_jobs_at_another_module() -> None:
+    # Three modules of heavy items (A, B, C: two tests each), then light ones.
+    collection = ["A1", "A2", "A3", "B1", "B2", "B3", "C1", "C2", "C3"] + list("abcdefghi")
+
+    ordered = heavy_first(collection, _is_upper, 3, group=lambda name: name[0])
+
+    assert worksteal_shares(18, 3) == [6, 6, 6]
+    shares = [ordered[0:6], ordered[6:12], ordered[12:18]]
+    assert [share[:3] for share in shares] == [
+        ["A1", "B1", "C1"],
+        ["B2", "C2", "A2"],
+        ["C3", "A3", "B3"],
+    ]
+    assert [share[3:] for share in shares] == [list("abc"), list("def"), list("ghi")]
+
+
+def test_a_modules_tests_stay_together_in_a_share() -> None:
+    collection = ["A1", "A2", "A3", "A4", "B1", "B2", "x", "y"]
+
+    ordered = heavy_first(collection, _is_upper, 2, group=lambda name: name[0])
+
+    assert ordered == ["A1", "A3", "B1", "x", "B2", "A2", "A4", "y"]
+
+
 @pytest.mark.parametrize(("count", "workers"), [(3, 0), (-1, 2)])
 def test_impossible_shares_are_refused(count, workers) -> None:
     with pytest.raises(ValueError, match="workers >= 1"):
