@@ -2,7 +2,8 @@
 
 - A real etcd of either release, over TLS or with users (:mod:`.etcd`, :mod:`.tls`), and
   the etcd-v3 launcher as torchrun builds it (:mod:`.etcd_v3`).
-- A private Slurm cluster (:mod:`.slurm`) and a fake one (:mod:`.fakeslurm`).
+- A private Slurm cluster (:mod:`.slurm`) and a fake one (:mod:`.fakeslurm`); the
+  Debian packages under them (:mod:`.debian`).
 - A hung or slow FUSE mount (:mod:`.fuse`), the stat helpers beside it
   (:mod:`.stathelpers`).
 - Another account (:mod:`.accounts`), processes around a pid file (:mod:`.pidfiles`), a

@@ -27,13 +27,13 @@ from __future__ import annotations
 import datetime
 import os
 import secrets
-import subprocess
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
+from harness.services import debian
 from harness.services.etcd import (
     DEFAULT_RELEASE,
     ETCD_RELEASES,
@@ -97,22 +97,9 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 def _install() -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "etcd-server"],
-    ):
-        done = subprocess.run(
-            command,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-        if done.returncode != 0:
-            _unavailable(f"{' '.join(command)} failed: {done.stderr[-2000:]}")
+    failed = debian.install("etcd-server")
+    if failed is not None:
+        _unavailable(failed)
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,7 @@ The session-scoped ``slurm_cluster`` fixture starts the cluster with ``start.sh`
 temporary directory, and at the end of the session stops it with ``stop.sh`` and
 removes the directory.
 
-Slurm is installed (``install.sh``) only when ``CI=true`` or
+Slurm is installed (:func:`harness.services.debian.install`) only when ``CI=true`` or
 ``NVRX_SEGHEALTH_SLURM_INSTALL=1``. Otherwise, without ``slurmctld`` on PATH, the tests
 skip and say how to enable them. In CI a missing or broken Slurm fails the tests.
 """
@@ -21,11 +21,14 @@ from typing import NoReturn
 
 import pytest
 
+from harness.services import debian
 from harness.services.slurm import SlurmCluster
 
 HERE = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI") == "true"
 INSTALL = IN_CI or os.environ.get("NVRX_SEGHEALTH_SLURM_INSTALL") == "1"
+#: Debian's Slurm controller, node daemon and client tools, and munge.
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 
 
 def _unavailable(reason: str) -> NoReturn:
@@ -87,12 +90,14 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     if os.geteuid() != 0:
         _unavailable("the Slurm tests run the Slurm daemons and must run as root")
     if INSTALL:
-        _script("install.sh", timeout=600)
+        failed = debian.install(*SLURM_PACKAGES)
+        if failed is not None:
+            _unavailable(failed)
     elif shutil.which("slurmctld", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None:
         _unavailable(
             "Slurm is not installed (no slurmctld on PATH or in /usr/sbin). Enable these "
             "tests with NVRX_SEGHEALTH_SLURM_INSTALL=1 (installs Debian's slurmctld, slurmd, "
-            f"slurm-client and munge), or run {HERE / 'install.sh'} as root first"
+            f"slurm-client and munge), or run {debian.INSTALLER} as root first"
         )
     # munged wants every directory above its socket world-executable, which pytest's
     # own temporary directories (mode 700) are not.

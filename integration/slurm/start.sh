@@ -45,7 +45,7 @@ sock=$state/run/munge.sock
 
 for cmd in munged mungekey slurmctld slurmd sinfo; do
     if ! command -v "$cmd" >/dev/null; then
-        echo "start.sh: $cmd not found; run $here/install.sh" >&2
+        echo "start.sh: $cmd not found; run .ci/install-debian as root" >&2
         exit 1
     fi
 done
