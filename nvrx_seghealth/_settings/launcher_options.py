@@ -267,7 +267,8 @@ def yaml_settings(path: str) -> YamlSettings:
         raise ConfigurationError(
             f"{YAML_FIELD} in {path} must be an absolute directory path (a non-empty "
             f"string), got {type(directory).__name__} {directory!r}; write e.g. "
-            f"'{DIRECTORY_KEY}: /shared/job/segment-health-check', or remove the field to "
+            f"'{DIRECTORY_KEY}: /shared/job/segment-health-check/<array job id>' (the "
+            "array job's own folder, which its launchers read), or remove the field to "
             "disable the check",
             setting=YAML_FIELD,
         )

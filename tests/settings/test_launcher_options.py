@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import pytest
@@ -241,3 +242,12 @@ def test_a_path_that_is_no_regular_file_is_refused_without_waiting(tmp_path, kin
         pytest.fail(f"reading {path} waited for a writer")
     [refused] = outcome
     assert isinstance(refused, ConfigurationError) and refused.setting == CFG_FLAG
+
+
+@pytest.mark.parametrize("value", ["42", "''", "[/shared/shc/123]"])
+def test_a_bad_directory_field_suggests_the_folder_a_launcher_reads(tmp_path, value):
+    path = yaml_file(tmp_path, f"fault_tolerance:\n  segment_health_check_dir: {value}\n")
+    with pytest.raises(ConfigurationError) as refused:
+        yaml_settings(path)
+    [suggested] = re.findall(r"'segment_health_check_dir: ([^']*)'", str(refused.value))
+    assert suggested.endswith("/<array job id>")  # the launchers read the job's own folder
