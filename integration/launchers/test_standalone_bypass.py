@@ -6,7 +6,9 @@ creator is never called and the marked task trains. Each case runs the marked ta
 alone, with a real launcher, and expects the training to happen (torch's behaviour, which
 the package cannot change) and one WARNING with ``check=off`` and the cause's token,
 whichever way the launcher's options are written (flags before values, accelerate's
-hyphens, torchrun's abbreviations, ``python -m torch.distributed.run``). The
+hyphens, torchrun's abbreviations, ``python -m torch.distributed.run``), and through torch's
+deprecated ``python -m torch.distributed.launch`` and ``python -m
+accelerate.commands.accelerate_cli launch``. The
 control cases say nothing of the kind: the same task without standalone (excluded), the
 options in the training script's own arguments, and torchrun ending before any rendezvous
 (``--help``, a usage error, a failure while it sets up).
@@ -77,6 +79,23 @@ def test_torchrun_standalone_says_the_check_is_off(tmp_path, decisions, route) -
     assert check_off_causes(output) == ["standalone"], output[-3000:]
 
 
+@pytest.mark.parametrize("use_env", ["--use-env", "--use_env"])
+def test_torchs_deprecated_launch_with_standalone_says_the_check_is_off(
+    tmp_path, decisions, use_env
+) -> None:
+    """``--use-env``, a flag of torch.distributed.launch alone, comes before the backend: a
+    scan took it to have a value and never saw ``--rdzv-backend``."""
+    argv = [
+        *(sys.executable, "-m", "torch.distributed.launch", use_env),
+        *("--rdzv-backend=segment-health", "--standalone", *SINGLE_NODE),
+        *(f"--rdzv-conf=segment_health_check_dir={decisions}", str(TRAIN)),
+    ]
+    done = launch(argv, tmp_path)
+    output = done.stdout + done.stderr
+    assert (done.returncode, trained(output)) == (0, True), output[-3000:]
+    assert check_off_causes(output) == ["standalone"], output[-3000:]
+
+
 def test_without_standalone_the_check_runs_and_nothing_says_it_is_off(tmp_path, decisions) -> None:
     done = launch(
         [
@@ -138,17 +157,25 @@ def test_torchrun_ending_before_any_rendezvous_says_nothing_of_the_check(
     assert check_off_causes(output) == [], output[-3000:]
 
 
+ACCELERATE_CLI = [sys.executable, "-m", "accelerate.commands.accelerate_cli"]
+
+
 @pytest.mark.parametrize(
-    "shape",
+    ("program", "shape"),
     [
-        "equals",  # every option one token
-        "as-in-the-review",  # each value its own token, after the flag --multi_gpu
-        "hyphens",  # accelerate's other spelling, more flags and values between
+        (["accelerate"], "equals"),  # every option one token
+        (["accelerate"], "as-in-the-review"),  # each value its own token, after --multi_gpu
+        (["accelerate"], "hyphens"),  # accelerate's other spelling, more flags and values
+        (ACCELERATE_CLI, "as-in-the-review"),  # its path is argv[0], then launch
     ],
+    ids=["equals", "as-in-the-review", "hyphens", "python-m-accelerate-cli"],
 )
-def test_accelerates_standalone_fallback_says_the_check_was_off(tmp_path, decisions, shape) -> None:
+def test_accelerates_standalone_fallback_says_the_check_was_off(
+    tmp_path, decisions, program, shape
+) -> None:
     """accelerate's own parser reads its options: a scan took the flag ``--multi_gpu`` to
-    have a value, read the next value as the training script, and said nothing."""
+    have a value, read the next value as the training script, and said nothing; with
+    ``python -m``, the word ``launch`` was taken for the script."""
     require_launcher("accelerate")
     conf = f"segment_health_check_dir={decisions}"
     with socket.socket() as taken:  # accelerate's port check finds it in use
@@ -180,7 +207,7 @@ def test_accelerates_standalone_fallback_says_the_check_was_off(tmp_path, decisi
             ],
         }[shape]
         done = launch(
-            ["accelerate", "launch", *options, str(TRAIN)],
+            [*program, "launch", *options, str(TRAIN)],
             tmp_path,
             HF_HOME=str(tmp_path / "hf"),
         )

@@ -12,8 +12,9 @@ trains. The rules:
 * If they asked for segment-health: one WARNING before any worker starts, with
   ``check=off``, the ``cause`` and the ``backend`` torch created.
 * A launcher that ends before any rendezvous says nothing: no worker trained.
-* The options are read by the launcher's own parser where it is known (torchrun,
-  ``accelerate launch``), else by a scan of torchrun-like options (:func:`launcher_options`).
+* The options are read by the launcher's own parser where it is known (torchrun, torch's
+  deprecated ``torch.distributed.launch``, ``accelerate launch``), else by a scan of
+  torchrun-like options (:func:`launcher_options`).
 * Reading never stops the launcher.
 
 Standard library only, but for torch's registry and the launchers' parsers, imported
@@ -26,6 +27,7 @@ import argparse
 import enum
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +58,8 @@ log = logging.getLogger(__name__)
 
 _BACKEND_OPTIONS = ("--rdzv-backend", "--rdzv_backend")
 _STANDALONE_OPTION = "--standalone"
+#: What argparse reads as a negative number, a value (its ``_negative_number_matcher``).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 #: torchrun's options that take no value (its parser's, checked by the tests).
 _FLAGS = frozenset(
     {
@@ -116,24 +120,37 @@ def launcher_options(argv: Sequence[str]) -> list[tuple[str, str | None]]:
 
     The options end at the training script (the first positional argument, the module of
     ``-m`` or the program of ``--no-python``) or at ``--``. An option is one token with
-    ``=`` or two. An option torchrun does not know is taken to have a value unless written
-    with ``=``. Abbreviations are not recognised.
+    ``=`` or two. An option torchrun does not know takes the next token as its value,
+    unless it is written with ``=`` or the next token is an option (argparse's rule: a
+    value never starts with ``-``, but for a negative number). So ``--use-env
+    --standalone`` is two flags. Abbreviations are not recognised.
     """
     options: list[tuple[str, str | None]] = []
-    tokens = iter(argv)
-    for token in tokens:
-        if token == "--" or not token.startswith("-") or token == "-":
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        if token == "--" or not _is_option(token):
             break  # the training script, the module or the program: the rest is its own
         name, equals, value = token.partition("=")
+        following = argv[index] if index < len(argv) else None
         if equals:
             options.append((name, value))
         elif token in _FLAGS:
             options.append((token, None))
         elif not token.startswith("--") and len(token) > 2:  # -r3: the value attached
             options.append((token[:2], token[2:]))
+        elif following is not None and _is_option(following):  # an unknown flag
+            options.append((token, None))
         else:
-            options.append((token, next(tokens, None)))
+            options.append((token, following))
+            index += 1
     return options
+
+
+def _is_option(token: str) -> bool:
+    """Whether argparse reads ``token`` as an option, not a value (``-``, ``-1``, ``-.5``)."""
+    return token.startswith("-") and token != "-" and not _NEGATIVE_NUMBER.match(token)
 
 
 def asked_for(argv: Sequence[str], environ: Mapping[str, str], backend: str) -> bool:
@@ -185,7 +202,22 @@ def _quietly(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def _torchrun(options: list[str]) -> Asked:
     from torch.distributed.run import get_args_parser
 
-    parsed, _ = _quietly(get_args_parser()).parse_known_args(options)
+    return _torchrun_reads(get_args_parser(), options)
+
+
+def _torch_launch(options: list[str]) -> Asked:
+    """torch's deprecated ``python -m torch.distributed.launch``: torchrun's parser and the
+    one flag its ``parse_args`` adds, ``--use-env`` (that function exits where it cannot
+    parse, so the parser is built here the same way)."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.add_argument("--use-env", "--use_env", action="store_true")
+    return _torchrun_reads(parser, options)
+
+
+def _torchrun_reads(parser: argparse.ArgumentParser, options: list[str]) -> Asked:
+    parsed, _ = _quietly(parser).parse_known_args(options)
     return Asked(parsed.rdzv_backend, bool(parsed.standalone))
 
 
@@ -207,9 +239,11 @@ def _nothing(options: list[str]) -> Asked:
 _PARSERS: tuple[tuple[str, str, Callable[[list[str]], Asked]], ...] = (
     ("torchrun", "", _torchrun),
     (os.path.join("torch", "distributed", "run.py"), "", _torchrun),
+    (os.path.join("torch", "distributed", "launch.py"), "", _torch_launch),
     ("accelerate", "launch", _accelerate),
     ("accelerate-launch", "", _accelerate),
     (os.path.join("accelerate", "commands", "launch.py"), "", _accelerate),
+    (os.path.join("accelerate", "commands", "accelerate_cli.py"), "launch", _accelerate),
     ("nvrx-seghealth", "run", _nothing),
     (os.path.join("nvrx_seghealth", "__main__.py"), "run", _nothing),
 )

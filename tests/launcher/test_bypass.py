@@ -44,6 +44,10 @@ SCRIPT_SAYS_STANDALONE = ["train.py", "--standalone", "--rdzv-backend", BACKEND]
         (["--rdzv-backend"], {}, False),
         (["train.py"], {}, False),
         (["--rdzv-backend=c10d", "train.py", "--rdzv-backend=segment-health"], {}, False),
+        (["--use-env", "--rdzv-backend=segment-health", "train.py"], {}, True),  # a flag
+        (["--use_env", "--rdzv_backend", BACKEND, "train.py"], {}, True),
+        (["--offset", "-1", "--rdzv-backend", BACKEND, "train.py"], {}, True),  # a value
+        (["--offset", "-", "--rdzv-backend", BACKEND, "train.py"], {}, True),
     ],
 )
 def test_the_backend_is_asked_for_on_the_command_line_or_else_in_the_environment(
@@ -61,6 +65,8 @@ def test_the_backend_is_asked_for_on_the_command_line_or_else_in_the_environment
         ([], {"PET_STANDALONE": "yes"}, False),  # torchrun itself refuses it
         ([], {}, False),
         (["--rdzv-backend=segment-health", "train.py", "--standalone"], {}, False),
+        (["--use-env", "--standalone", "train.py"], {}, True),  # an unknown flag before it
+        (["--ignore-missing-cfg", "--rdzv-backend=segment-health", "--standalone"], {}, True),
     ],
 )
 def test_standalone_is_the_flag_or_a_non_zero_pet_standalone(argv, environ, expected) -> None:
@@ -96,6 +102,9 @@ def test_the_command_line_is_read_as_torchruns_parser_reads_it(argv, monkeypatch
 
 
 ACCELERATE = "/venv/bin/accelerate"
+#: ``python -m`` puts the module's path first in ``sys.argv``.
+ACCELERATE_CLI = "/venv/lib/python3.11/site-packages/accelerate/commands/accelerate_cli.py"
+TORCH_LAUNCH = "/venv/lib/python3.11/site-packages/torch/distributed/launch.py"
 #: The finding's command line: ``--multi_gpu`` is a flag, ``1`` the value of --num_machines.
 FALLBACK_ACCELERATE = [
     ACCELERATE,
@@ -159,12 +168,40 @@ FALLBACK_ACCELERATE = [
             ["/venv/bin/nvrx-seghealth", "run", "--standalone", "--rdzv-backend", BACKEND, "t.py"],
             bypass.Asked(None),
         ),  # run refuses it itself
-        (["/venv/bin/mine", "--multi_gpu", "--rdzv_backend", BACKEND, "t.py"], bypass.Asked(None)),
+        (
+            ["/venv/bin/mine", "--multi_gpu", "--rdzv_backend", BACKEND, "t.py"],
+            bypass.Asked(BACKEND),
+        ),
+        (["/venv/bin/mine", "--multi_gpu", "--rdzv_backend", BACKEND], bypass.Asked(BACKEND)),
+        (
+            ["/venv/bin/mine", "--multi_gpu", "t.py", "--rdzv_backend", BACKEND],
+            bypass.Asked(BACKEND),
+        ),  # a scan cannot know that --multi_gpu takes no value: t.py is read as its value
+        (
+            [TORCH_LAUNCH, "--use-env", "--rdzv-backend=segment-health", "--standalone", "t.py"],
+            bypass.Asked(BACKEND, True),
+        ),
+        (
+            [TORCH_LAUNCH, "--use_env", "--stand", "--rdzv-back", BACKEND, "t.py"],
+            bypass.Asked(BACKEND, True),
+        ),
+        ([TORCH_LAUNCH, "--use-env", "t.py", "--rdzv-backend", BACKEND], bypass.Asked("static")),
+        (
+            [ACCELERATE_CLI, "launch", "--multi_gpu", "--num_machines", "1", "--rdzv_backend"]
+            + [BACKEND, "train.py"],
+            bypass.Asked(BACKEND),
+        ),
+        (
+            [ACCELERATE_CLI, "launch", "--debug", "--rdzv-backend", BACKEND, "train.py"],
+            bypass.Asked(BACKEND),
+        ),
+        ([ACCELERATE_CLI, "launch", "train.py", "--rdzv_backend", BACKEND], bypass.Asked("static")),
     ],
 )
 def test_a_known_launchers_options_are_read_by_its_own_parser(argv, expected, monkeypatch) -> None:
     """torchrun's parser takes abbreviations and flags as torchrun does; accelerate's knows its
-    flags (``--multi_gpu``); any other program is scanned (which misreads ``--multi_gpu``)."""
+    flags (``--multi_gpu``); any other program is scanned, where an unknown option takes the
+    next token as its value unless that token is an option (``--multi_gpu t.py``: a value)."""
     for name in [name for name in os.environ if name.startswith("PET_")]:
         monkeypatch.delenv(name)
     assert bypass.asked(argv) == expected
@@ -186,6 +223,27 @@ def test_a_parser_that_refuses_the_line_prints_nothing_exits_not_and_the_scan_re
         monkeypatch.delenv(name)
     assert bypass.asked(argv) == bypass.Asked(BACKEND)
     assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ["--use-env", "--rdzv-backend=segment-health", "--standalone", "t.py"],
+        ["--use_env", "--rdzv_backend", BACKEND, "t.py", "--standalone"],
+        ["--standalone", "--use-env", "t.py", "--rdzv-backend", BACKEND],
+        ["--rdzv-back", BACKEND, "--use_env", "--stand", "-m", "pkg.train"],
+    ],
+)
+def test_torch_launch_is_read_as_its_own_parse_args_reads_it(options, monkeypatch) -> None:
+    """``python -m torch.distributed.launch`` adds ``--use-env`` to torchrun's options: its
+    ``parse_args`` (which exits on a line it refuses) is the reference."""
+    from torch.distributed import launch
+
+    for name in [name for name in os.environ if name.startswith("PET_")]:
+        monkeypatch.delenv(name)
+    parsed = launch.parse_args(options)
+    expected = bypass.Asked(parsed.rdzv_backend, parsed.standalone)
+    assert bypass.asked([TORCH_LAUNCH, *options]) == expected
 
 
 def test_torchruns_parser_takes_its_environment_defaults(monkeypatch) -> None:
@@ -215,6 +273,9 @@ def test_the_options_taking_no_value_are_torchruns() -> None:
         (["/venv/bin/nvrx-seghealth", "run", "--nnodes=2"], ["--nnodes=2"]),
         (["/src/nvrx_seghealth/__main__.py", "run", "--nnodes=2"], ["--nnodes=2"]),
         (["/venv/bin/accelerate", "launch", "--num_processes=2"], ["--num_processes=2"]),
+        ([ACCELERATE_CLI, "launch", "--num_processes=2"], ["--num_processes=2"]),
+        ([ACCELERATE_CLI, "env", "--rdzv_backend=x"], ["env", "--rdzv_backend=x"]),
+        ([TORCH_LAUNCH, "--use-env", "t.py"], ["--use-env", "t.py"]),
         (["/venv/bin/torchrun", "run", "--nnodes=2"], ["run", "--nnodes=2"]),  # a script
         (["/venv/bin/accelerate", "env", "--rdzv_backend=x"], ["env", "--rdzv_backend=x"]),
     ],
@@ -257,6 +318,14 @@ def check_off(caplog) -> list[dict[str, str]]:
     [
         (["torchrun", "--rdzv-backend=segment-health", "train.py"], "launcher-fallback"),
         (["torchrun", "--standalone", "--rdzv-backend=segment-health", "train.py"], "standalone"),
+        (
+            [TORCH_LAUNCH, "--use-env", "--rdzv-backend=segment-health", "--standalone", "t.py"],
+            "standalone",
+        ),
+        (
+            [ACCELERATE_CLI, "launch", "--multi_gpu", "--rdzv_backend", BACKEND, "train.py"],
+            "launcher-fallback",
+        ),
     ],
 )
 def test_a_rendezvous_of_another_backend_says_once_that_the_check_is_off(
