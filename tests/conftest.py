@@ -1,4 +1,4 @@
-"""A unit test's setting of the shared agent store stays in it (the fixtures that tests of
+"""A unit test's setting of the shared agent store and of torch's rank exchange stays in it (the fixtures that tests of
 more than one folder share, ``tcp_store`` among them: :mod:`harness.session.fixtures`)."""
 
 from __future__ import annotations
@@ -7,16 +7,17 @@ import os
 
 import pytest
 
-#: Set by the backend in its own process when the store is outside the launchers.
-SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: Set by the handler in its own process: the workers' store, torch's rank exchange.
+SET_BY_THE_HANDLER = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TORCH_ELASTIC_WORKER_IDENTICAL")
 
 
 @pytest.fixture(autouse=True)
-def _shared_store_setting_stays_in_its_test():
-    """What a test's backend set in ``os.environ`` does not reach the next test."""
-    before = os.environ.get(SHARED_STORE_ENV)
+def _handler_settings_stay_in_their_test():
+    """What a test's handler set in ``os.environ`` does not reach the next test."""
+    before = {name: os.environ.get(name) for name in SET_BY_THE_HANDLER}
     yield
-    if before is None:
-        os.environ.pop(SHARED_STORE_ENV, None)
-    else:
-        os.environ[SHARED_STORE_ENV] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -9,6 +9,8 @@ and after it joins. A launcher with no part in a check only delegates. The rules
 * Once excluded, it stays excluded: later ``next_rendezvous()`` calls raise again.
 * On the way out it stops the coordinator and the inner keep-alive, leaves torch's
   round, and tells that round's members, which restart without it (:mod:`.watch`).
+  It leaves a round it just joined only where torch's agent skips its rank exchange
+  (:mod:`.rankexchange`); elsewhere it stays there until its next rendezvous.
 * ``shutdown()`` and ``set_closed()`` of an excluded launcher do not close the shared
   rendezvous: torch's dynamic handler would close it for every node.
 * At exit, it keeps the inner keep-alive out of store calls (:mod:`.exiting`).
@@ -36,6 +38,7 @@ from .events import DecisionRecorder
 from .exiting import quiet_at_exit, shut_at_exit
 from .failopen import FailOpen
 from .process_zero import ProcessZero
+from .rankexchange import skip_rank_exchange
 from .roles import coordinator_for
 from .watch import Member, WorldSignal
 
@@ -131,6 +134,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         self._backend = backend or inner.get_backend()
         self._coordinator: Coordinator | None = None
         self._member: Member | None = None  # the check on: a member of each round (.watch)
+        self._leaves_joined_rounds = False  # torch's agent skips its rank exchange
         why = EXCLUSIONS if settings is not None else why
         self._workers = None if why is None else serve_workers(inner, why)
         if settings is not None:
@@ -139,6 +143,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ
             )
             self._member = _member(settings, self._coordinator, events)
+            self._leaves_joined_rounds = skip_rank_exchange()
             if isinstance(self._coordinator, ProcessZero):
                 self._coordinator.warn_if_the_world_cannot_shrink(inner)
         self._world: WorldSignal | None = None  # the joined round, the check on
@@ -190,7 +195,12 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             finally:
                 coordinator.out_of_rendezvous()
             world = self._world_of(info)
-            _leaving_on_exclusion(world, When.AFTER_JOINING, coordinator.joined, info.rank, world)
+            if self._leaves_joined_rounds:
+                _leaving_on_exclusion(
+                    world, When.AFTER_JOINING, coordinator.joined, info.rank, world
+                )
+            else:
+                _staying_on_exclusion(coordinator.joined, info.rank, world)
         except UnhealthyNodeException:
             self._leave(coordinator)
             raise
@@ -293,6 +303,21 @@ def _leaving_on_exclusion(
         if world is not None:
             world.leave(exclusion, when)
         raise
+
+
+def _staying_on_exclusion(call: Callable[..., None], *args: object) -> None:
+    """Run ``call(*args)``; when it excludes this launcher, stay in the round just joined:
+    torch's rank exchange waits for every member (:mod:`.rankexchange`). The exclusion
+    stands, and the unit's next ``next_rendezvous()`` raises it before joining."""
+    try:
+        call(*args)
+    except UnhealthyNodeException as exclusion:
+        log.warning(
+            "Segment health check: the unit is excluded, and stays in the round it just "
+            "joined until its next rendezvous: torch's rank exchange waits for every "
+            "member; %s",
+            exclusion,
+        )
 
 
 def _member(
