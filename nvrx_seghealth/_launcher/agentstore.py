@@ -7,7 +7,8 @@ port its agent chose and closed, and another socket may take it first. The rules
 * torch's handler gets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` and builds each round
   afresh; this module serves the workers.
 * Each round, rank 0's launcher starts a new TCPStore on a port the kernel binds for it,
-  holds it until its next round, and publishes it in the round's own store.
+  holds it until its next round, and publishes it in the round's own store. When it
+  cannot, it publishes torch's own port there, which its worker binds: no member waits.
 * Only public API and the round's store are used, so every inner backend behaves alike.
 * :func:`serve_workers` decides once, when the handler is built. A user's ``1`` is served
   the same way; another value is kept, with a WARNING.
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # the backend imports this module while torch imports its ent
     from .failopen import FailOpen
 
 __all__ = [
+    "CHECK_OFF",
     "EXCLUSIONS",
     "OUTSIDE_STORE",
     "SHARED_STORE_ENV",
@@ -57,6 +59,11 @@ EXCLUSIONS = (
     "units can be excluded: once the unit holding rank 0 leaves, or a spare joins a new "
     "world, workers that bootstrap from torch's shared store wait for an address that "
     "never comes and the job fails"
+)
+#: Why, with the check off on the ``segment-health`` backend.
+CHECK_OFF = (
+    "the segment-health backend serves it with the check off too, so that the launchers "
+    "of one world bootstrap alike whichever of them has a decision directory"
 )
 #: Why, with a store outside the launchers (``is_host=false``).
 OUTSIDE_STORE = (
@@ -96,6 +103,14 @@ class WorkersStore:
             return info
         if info.rank == 0:
             port = self._serve_as_rank_zero(info.store, bootstrap.master_addr)
+            if port is None:  # say so at once: the others stop waiting for a served port
+                self._fail_open(
+                    "publish-workers-store",
+                    "publish torch's own workers' port",
+                    _publish,
+                    info.store,
+                    bootstrap.master_port,
+                )
         else:
             self._launcher_serves = True
             port = self._fail_open(
@@ -114,12 +129,12 @@ class WorkersStore:
 
     def _serve_as_rank_zero(self, store: Store, addr: str) -> int | None:
         """Start the round's store and publish its port; ``None`` when either failed
-        (the rank-0 worker then hosts, and the others read torch's port after their wait)."""
+        (the rank-0 worker then hosts on torch's port)."""
         server = self._fail_open(
             "serve-workers-store", "start the workers' bootstrap store", _new_server, addr
         )
         published = server is not None and self._fail_open(
-            "publish-workers-store", "publish the workers' store port", _publish, store, server
+            "publish-workers-store", "publish the workers' store port", _publish, store, server.port
         )
         if server is None or not published:
             self._launcher_serves = False
@@ -137,10 +152,10 @@ def _new_server(addr: str) -> TCPStore:
     return TCPStore(addr, 0, is_master=True, wait_for_workers=False, timeout=SERVE_TIMEOUT)
 
 
-def _publish(store: Store, server: TCPStore) -> bool:
-    """Publish the port of ``server`` in the round's ``store``, and see it there (a
+def _publish(store: Store, port: int) -> bool:
+    """Publish the workers' ``port`` in the round's ``store``, and see it there (a
     TCPStore's ``set`` does not wait for an answer)."""
-    store.set(WORKERS_PORT_KEY, str(server.port))
+    store.set(WORKERS_PORT_KEY, str(port))
     if not store.check([WORKERS_PORT_KEY]):
         raise RuntimeError(f"{WORKERS_PORT_KEY} is not in the round's store after it was set")
     return True

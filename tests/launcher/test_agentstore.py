@@ -22,6 +22,7 @@ from torch.distributed.elastic.rendezvous import RendezvousInfo, RendezvousStore
 from harness.rendezvous import dead_store, dynamic_handler, join_all, launcher, tcp_client
 from harness.slurmenv import slurm_env
 from nvrx_seghealth import SegmentHealthRendezvousHandler, UnhealthyNodeException, publish_decision
+from nvrx_seghealth._launcher import agentstore
 from nvrx_seghealth._launcher.agentstore import (
     EXCLUSIONS,
     SHARED_STORE_ENV,
@@ -102,8 +103,9 @@ def test_once_the_unit_holding_rank_0_is_excluded_the_survivors_find_the_new_ran
 def test_a_launcher_that_cannot_serve_leaves_the_round_to_torch(tcp_store, caplog):
     """Fail open: when the round's store fails, rank 0 hands its workers torch's own port
     (its rank-0 worker binds it, ``use_agent_store`` is ``False``), and the others fall
-    back to the same port: one WARNING each, never an exception. (A TCPStore's ``set``
-    does not wait for an answer: rank 0 sees its port in the store before it serves.)"""
+    back to the same port: one WARNING a failed step (rank 0: its port, then torch's;
+    rank 1: the read), never an exception. (A TCPStore's ``set`` does not wait for an
+    answer: rank 0 sees its port in the store before it serves.)"""
     caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
     inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
     torchs = RendezvousStoreInfo("127.0.0.1", 29999)
@@ -114,7 +116,28 @@ def test_a_launcher_that_cannot_serve_leaves_the_round_to_torch(tcp_store, caplo
         assert (info.rank, info.world_size) == (rank, 2)
         assert info.bootstrap_store_info == torchs
         assert workers.use_agent_store is (rank != 0)
-    assert len([r for r in caplog.records if "fail open" in r.getMessage()]) == 2
+    assert len([r for r in caplog.records if "fail open" in r.getMessage()]) == 3
+
+
+def test_a_rank_zero_that_cannot_serve_says_so_and_no_member_waits(tcp_store, caplog, monkeypatch):
+    """Rank 0's launcher cannot start the workers' store (here its start raises): it
+    publishes torch's own port at once, which its worker binds. The other members read
+    it without waiting out the store's timeout, and without a WARNING of their own."""
+    caplog.set_level(logging.WARNING, logger="nvrx_seghealth")
+
+    def cannot_serve(addr: str) -> TCPStore:
+        raise OSError(errno.EADDRNOTAVAIL, "no port for the workers' store")
+
+    monkeypatch.setattr(agentstore, "_new_server", cannot_serve)
+    inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
+    torchs = RendezvousStoreInfo("127.0.0.1", 29999)
+    served = [WorkersStore(FailOpen(DecisionRecorder(inner))) for _ in (0, 1)]
+    round_store = PrefixStore("round", tcp_client(tcp_store))
+    infos = [served[rank].serve(RendezvousInfo(round_store, rank, 2, torchs)) for rank in (0, 1)]
+    assert [info.bootstrap_store_info for info in infos] == [torchs, torchs]
+    assert [workers.use_agent_store for workers in served] == [False, True]
+    failed = [r.getMessage() for r in caplog.records if "fail open" in r.getMessage()]
+    assert len(failed) == 1, failed  # rank 0's start alone
 
 
 @pytest.mark.parametrize(("given", "served"), [(None, True), ("1", True), ("0", False)])

@@ -30,6 +30,9 @@ from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._launcher.agentstore import SHARED_STORE_ENV
 from nvrx_seghealth._launcher.backend import create_segment_health_handler
 
+#: The logger of the workers' store.
+STORE = "nvrx_seghealth._launcher.agentstore"
+
 # One write(2) per line: two workers share the pipe, and print() may write in pieces.
 WORKER = "import os; os.write(1, f\"worker rank {os.environ['RANK']}\\n\".encode())\n"
 
@@ -171,20 +174,27 @@ def test_with_the_store_outside_the_workers_do_not_share_it_unless_the_user_said
     )
     assert os.environ[SHARED_STORE_ENV] == kept
     assert handler.use_agent_store  # served each round by rank 0's launcher, or torch's
-    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == STORE]
     assert bool(warnings) is warned, [r.getMessage() for r in warnings]
     handler.shutdown()
 
 
-def test_a_hosting_launcher_without_the_check_keeps_torchs_shared_store(monkeypatch):
-    """No directory: a pure pass-through around a launcher that hosts the store."""
+def test_a_hosting_launcher_without_the_check_serves_its_workers_as_a_checked_one(
+    monkeypatch, caplog
+):
+    """No directory on one launcher, a directory on another (a partial roll-out): both
+    serve the workers' store, so the round's workers bootstrap from one port. The
+    launcher without the check says so in one WARNING, with the token ``check=off``."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     handler = create_segment_health_handler(
         RendezvousParameters(BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1)
     )
-    assert SHARED_STORE_ENV not in os.environ and handler.use_agent_store
+    assert os.environ[SHARED_STORE_ENV] == "1" and handler.use_agent_store
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "check=off" in warnings[0], warnings
     handler.shutdown()
 
 
@@ -227,7 +237,7 @@ def test_with_the_check_on_the_workers_never_share_a_launchers_store(
     assert len(warnings) == int(warned), [r.getMessage() for r in warnings]
     if warned:
         assert f"{SHARED_STORE_ENV}=0" in warnings[0].getMessage()
-        assert warnings[0].name == "nvrx_seghealth._launcher.agentstore"
+        assert warnings[0].name == STORE
     handler.shutdown()
 
 
