@@ -20,9 +20,10 @@
 #
 # It signals nothing but a live producer. A running producer holds an exclusive flock on
 # its pid file for its whole life (the kernel drops it when the producer dies, even by
-# SIGKILL), and the file holds that producer's pid from the moment it has its name. So
-# this script opens PIDFILE without following a symlink or waiting on a FIFO, and sends
-# SIGUSR1 only if
+# SIGKILL), and the file holds that producer's pid from the moment it has its name. The
+# file is 0600, so that no other account can hold its lock: run this script as root or as
+# the producer's account. It opens PIDFILE without following a symlink or waiting on a
+# FIFO, and sends SIGUSR1 only if
 #   - PIDFILE is a regular file and its flock is held (free: the producer has ended, and
 #     its pid may be another process's by now),
 #   - the pid read from that same open file is a positive decimal number, and

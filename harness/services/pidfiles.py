@@ -1,5 +1,6 @@
-"""Real processes around a pid file: a holder of its lock, an unrelated process that
-nothing may signal, and the lock test a sender makes (util-linux ``flock(1)``)."""
+"""Real processes around a pid file: a real producer that holds it, a holder of its lock,
+an unrelated process that nothing may signal, and the lock test a sender makes (util-linux
+``flock(1)``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .accounts import SETPRIV_NOBODY
+from harness.commands import COMMAND
 
-__all__ = ["is_locked", "lock_held", "victim"]
+from .accounts import SETPRIV_NOBODY
+from .fakeslurm import FakeSlurm
+
+__all__ = ["is_locked", "lock_held", "producer_holding", "victim"]
 
 _HOLD = (
     "import errno, fcntl, os, sys, time\n"
@@ -45,6 +49,29 @@ def lock_held(path: Path, *, nobody: bool = False) -> Iterator[str]:
             yield outcome
         finally:
             holder.kill()  # the with closes its stdout and waits for it
+
+
+@contextlib.contextmanager
+def producer_holding(pid_file: Path, slurm: FakeSlurm) -> Iterator[subprocess.Popen[str]]:
+    """A real ``publish-drained --interval 600 --pid-file pid_file`` on the fake Slurm
+    ``slurm``, after its first pass (so it has claimed the file); SIGKILLed when the block
+    ends, as the OOM killer would, unless it ended before."""
+    argv = [*COMMAND, *slurm.args("--interval", "600", "--pid-file", str(pid_file))]
+    with subprocess.Popen(
+        argv,
+        env={**os.environ, **slurm.env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as producer:
+        try:
+            assert producer.stdout is not None
+            if not any("pass done" in line for line in producer.stdout):
+                raise AssertionError(f"the producer ended: {producer.communicate()[1]}")
+            yield producer
+        finally:
+            producer.kill()  # the with closes its pipes and waits for it
 
 
 @contextlib.contextmanager

@@ -6,12 +6,14 @@ docs/operators.md, "A pass now", tells the story. The rules (:class:`PidFile`):
 
 - The lock vouches for the pid. The producer holds an exclusive ``flock`` on the file from
   :meth:`PidFile.claim` until it ends, however it ends.
+- The file is 0600: no account but root and the producer's can open it, so none can lock it.
 - The file appears complete and locked, or not at all, and its content never changes.
-- A file whose lock is free is stale, whatever process its pid names now.
+- A file whose lock is free is stale, whatever process its pid names now. So is a locked
+  file others can open (an earlier release's 0644) whose pid runs no ``publish-drained``.
 - The file's folder, and every folder above it, must be changeable only by root or this
   account: a root-run trigger trusts what is there.
 - Every call on the file is made in the folder opened and checked at the claim.
-- An existing file that is not this account's regular file, holds no pid or is locked is
+- An existing file that is not this account's regular file, holds no pid or is held is
   refused at once with :class:`~.._errors.ConfigurationError`.
 - A stale file is replaced atomically; claimers of one stale file are serialised.
 - At exit the name is removed only while it still holds the file this process claimed.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import re
 import secrets
@@ -36,20 +39,25 @@ from .._errors import ConfigurationError
 
 __all__ = ["PidFile"]
 
+log = logging.getLogger(__name__)
+
 #: What a pid file holds: a positive decimal pid without leading zeros, and a newline.
 PID_LINE = re.compile(rb"[1-9][0-9]{0,9}\n")
 #: Claims of a file that was replaced between the look at it and its take-over.
 _ATTEMPTS = 3
+#: The mode bits that let an account other than the owner open the file, and so lock it.
+_OPENED_BY_OTHERS = 0o066
 
 
 class PidFile:
     """This process's pid in ``path``, locked, from :meth:`claim` until :meth:`release`.
 
-    A sender (``examples/publish-drained-now.sh``) opens the file and signals only while its
-    own ``flock(LOCK_SH | LOCK_NB)`` fails; it reads the pid from the file it opened.
-    Claimers of one stale file are serialised by a POSIX record lock, which no sender
-    looks at, so a stale file never looks alive. A folder above may be writable by others
-    only with the sticky bit (:func:`~.._decision.problems.other_writers`).
+    A sender (``examples/publish-drained-now.sh``, as root or the producer's account)
+    opens the file and signals only while its own ``flock(LOCK_SH | LOCK_NB)`` fails; it
+    reads the pid from the file it opened. Claimers of one stale file are serialised by a
+    POSIX record lock, which no sender looks at, so a stale file never looks alive. A
+    folder above may be writable by others only with the sticky bit
+    (:func:`~.._decision.problems.other_writers`).
     """
 
     def __init__(self, path: str) -> None:
@@ -241,16 +249,13 @@ class PidFile:
             if st.st_uid != os.geteuid():
                 raise self._foreign(st.st_uid)
             content = os.pread(fd, 32, 0)
-            if _locked(fd):
-                pid = f" (pid {int(content)})" if PID_LINE.fullmatch(content) else ""
-                raise self._refused(
-                    f"is held by a running producer{pid}: stop it first, or give another --pid-file"
-                )
             if not PID_LINE.fullmatch(content):
                 raise self._refused(
                     "exists and holds no pid: it is not a pid file; give another path, or "
                     "remove it if it is left over"
                 )
+            if _locked(fd):
+                self._check_holder(int(content), st)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -265,6 +270,29 @@ class PidFile:
         finally:
             os.close(fd)  # drops the record lock
 
+    def _check_holder(self, pid: int, st: os.stat_result) -> None:
+        """Refuse the locked file of stat ``st``, which names ``pid``, unless its lock
+        vouches for nothing: others can open it, and ``pid`` runs no ``publish-drained``
+        of this account (then log that it is taken over)."""
+        if _runs_publish_drained(pid, st.st_uid):
+            raise self._refused(
+                f"is held by a running producer (pid {pid}): stop it first, or give another "
+                "--pid-file"
+            )
+        if not st.st_mode & _OPENED_BY_OTHERS:
+            raise self._refused(
+                f"is locked, but its pid {pid} is no publish-drained of this account here "
+                "(a producer in another pid namespace?): stop the process that holds it "
+                f"(fuser {self.path}), or remove the file"
+            )
+        log.warning(
+            "--pid-file %s (mode %04o) is locked by a process that is not its producer "
+            "(pid %d has ended): replaced by a file only this account can open",
+            self.path,
+            stat.S_IMODE(st.st_mode),
+            pid,
+        )
+
     def _owner(self) -> int | None:
         """The uid that owns what the name holds (a symlink not followed); ``None``: unknown."""
         try:
@@ -275,8 +303,8 @@ class PidFile:
 
 def _locked_pid_file(name: str, folder: int | None) -> tuple[int, str]:
     """A new file beside ``name`` in the folder open on ``folder``, holding this
-    process's pid, mode 0644 (a sender of another account reads it), exclusively
-    ``flock``-ed: its descriptor and name."""
+    process's pid, mode 0600 (whatever the umask), exclusively ``flock``-ed: its
+    descriptor and name."""
     for _attempt in range(_ATTEMPTS):
         temporary = f".{name}.{secrets.token_hex(4)}.tmp"
         try:
@@ -288,7 +316,7 @@ def _locked_pid_file(name: str, folder: int | None) -> tuple[int, str]:
     else:
         raise FileExistsError(errno.EEXIST, "no free temporary name beside it", name)
     try:
-        os.fchmod(fd, 0o644)
+        os.fchmod(fd, 0o600)
         os.write(fd, f"{os.getpid()}\n".encode())
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BaseException:
@@ -307,3 +335,13 @@ def _locked(fd: int) -> bool:
         return True
     fcntl.flock(fd, fcntl.LOCK_UN)
     return False
+
+
+def _runs_publish_drained(pid: int, uid: int) -> bool:
+    """Whether process ``pid`` runs ``publish-drained`` as ``uid``, as a sender tests it."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            argv = stream.read().split(b"\0")
+        return b"publish-drained" in argv and os.stat(f"/proc/{pid}").st_uid == uid
+    except OSError:
+        return False

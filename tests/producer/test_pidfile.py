@@ -1,14 +1,17 @@
-"""``publish-drained --pid-file``: claimed complete and locked, held by its lock for the
-claimer's life, refused while a live producer holds it, taken over when stale (whatever
-process its pid names now), never trusted when it is not a regular file of this account
-in a folder only this account can write, and released only while it is the file claimed.
+"""``publish-drained --pid-file``: claimed complete, locked and 0600, held by its lock for
+the claimer's life, refused while a live producer holds it, taken over when stale (whatever
+process its pid names now, and whoever locks an earlier release's 0644 file), never
+trusted when it is not a regular file of this account in a folder only this account can
+write, and released only while it is the file claimed.
 
-Every other process here is real: a lock holder is a Python child that ``flock``s the
-file, a victim a ``sleep``, the lock test util-linux ``flock(1)`` (as a sender makes it).
+Every other process here is real: a producer is ``publish-drained`` on the fake Slurm, a
+lock holder a Python child that ``flock``s the file (as this account or user nobody), a
+victim a ``sleep``, the lock test util-linux ``flock(1)`` (as a sender makes it).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import stat
@@ -20,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from harness.services.accounts import NOBODY, SETPRIV_NOBODY, require_root
-from harness.services.pidfiles import is_locked, lock_held, victim
+from harness.services.fakeslurm import FakeSlurm
+from harness.services.pidfiles import is_locked, lock_held, producer_holding, victim
 from nvrx_seghealth import ConfigurationError
 from nvrx_seghealth._producer.pidfile import PidFile
 
@@ -40,12 +44,19 @@ def folder(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.fixture
+def slurm(tmp_path: Path) -> FakeSlurm:
+    """The fake Slurm a real producer runs on."""
+    (tmp_path / "slurm").mkdir()
+    return FakeSlurm(tmp_path / "slurm")
+
+
 def test_claim_writes_this_pid_locked_and_release_removes_it(folder):
     path = folder / "p.pid"
     pid_file = PidFile(str(path))
     pid_file.claim()
     assert path.read_text() == f"{os.getpid()}\n"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # a sender of another account reads it
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # no other account can open it, nor lock it
     assert is_locked(path)
     assert sorted(p.name for p in folder.iterdir()) == ["p.pid"]  # no temporary left
     assert pid_file.problem() is None
@@ -53,17 +64,31 @@ def test_claim_writes_this_pid_locked_and_release_removes_it(folder):
     assert list(folder.iterdir()) == []
 
 
-def test_a_locked_file_is_a_running_producers_and_is_refused_and_kept(folder):
+@pytest.mark.parametrize("mode", [0o600, 0o644], ids=["claimed", "an-earlier-release"])
+def test_a_running_producers_file_is_refused_and_kept(folder, slurm, mode):
     path = folder / "p.pid"
-    path.write_text("4242\n")
-    with lock_held(path):
+    with producer_holding(path, slurm) as producer:
+        path.chmod(mode)
         with pytest.raises(
-            ConfigurationError, match=r"held by a running producer \(pid 4242\)"
+            ConfigurationError, match=f"held by a running producer \\(pid {producer.pid}\\)"
         ) as refused:
             PidFile(str(path)).claim()
         assert refused.value.setting == "--pid-file"
-        assert path.read_text() == "4242\n"
-    assert sorted(p.name for p in folder.iterdir()) == ["p.pid"]
+        assert path.read_text() == f"{producer.pid}\n" and producer.poll() is None
+    assert sorted(p.name for p in path.parent.iterdir()) == ["p.pid"]
+
+
+def test_a_locked_file_whose_pid_runs_no_producer_is_refused_and_kept(folder):
+    """Only root or this account can open a 0600 file: its holder is one of theirs (a
+    producer in another pid namespace?), so it stays, and the message says so."""
+    path = folder / "p.pid"
+    with victim() as other:
+        path.write_text(f"{other.pid}\n")
+        path.chmod(0o600)
+        refused = pytest.raises(ConfigurationError, match=f"its pid {other.pid} is no publish")
+        with lock_held(path), refused:
+            PidFile(str(path)).claim()
+        assert path.read_text() == f"{other.pid}\n"
 
 
 def test_a_stale_file_is_taken_over_whatever_process_its_pid_names_now(folder):
@@ -237,3 +262,42 @@ def test_release_removes_the_file_in_the_folder_claimed_not_by_name(folder):
     path.write_text(f"{os.getpid()}\n")
     pid_file.release()
     assert list(moved.iterdir()) == [] and path.read_text() == f"{os.getpid()}\n"
+
+
+def test_another_account_cannot_hold_the_file_so_a_killed_producer_restarts(public, slurm):
+    """The producer dies by SIGKILL, and user nobody, who can reach its folder, tries to
+    lock the file it left: it cannot open it, so the restart takes the file over."""
+    path = public / "run" / "500.pid"
+    path.parent.mkdir(mode=0o755)
+    with producer_holding(path, slurm) as killed:
+        pass  # SIGKILLed at the end of the block
+    assert path.read_text() == f"{killed.pid}\n" and not is_locked(path)
+    with lock_held(path, nobody=True) as outcome:
+        pid_file = PidFile(str(path))
+        pid_file.claim()
+        assert outcome == "EACCES"
+    assert path.read_text() == f"{os.getpid()}\n" and is_locked(path)
+    pid_file.release()
+
+
+@pytest.mark.parametrize("named", ["ended", "unrelated"])
+def test_an_earlier_releases_file_that_another_account_holds_is_taken_over(public, named, caplog):
+    """An earlier release made the file 0644: after a SIGKILL, user nobody holds its
+    lock. Its pid runs no publish-drained of this account, so the lock vouches for
+    nothing: the file is replaced by a 0600 one, with a WARNING."""
+    path = public / "run" / "500.pid"
+    path.parent.mkdir(mode=0o755)
+    with victim() as other:
+        path.write_text(f"{_dead_pid() if named == 'ended' else other.pid}\n")
+        path.chmod(0o644)
+        with lock_held(path, nobody=True) as outcome, caplog.at_level(logging.WARNING):
+            assert outcome == "locked"
+            pid_file = PidFile(str(path))
+            pid_file.claim()
+        assert other.poll() is None
+    assert path.read_text() == f"{os.getpid()}\n" and is_locked(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [r.levelno for r in caplog.records if r.name == "nvrx_seghealth._producer.pidfile"] == [
+        logging.WARNING
+    ]
+    pid_file.release()
