@@ -139,13 +139,19 @@ def launch_parser() -> argparse.ArgumentParser:
     parser.description = (
         "torchrun with the segment health check: every torchrun option works as in "
         "torchrun; the options below select the segment-health rendezvous backend around "
-        "--rdzv-backend (c10d, etcd-v2 or etcd-v3)."
+        f"--rdzv-backend ({_inner_backends()})."
     )
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.set_defaults(rdzv_backend="c10d")  # as ft_launcher: static cannot carry the check
     add_options(parser.add_argument_group("segment health check"), _CHECK_OPTIONS)
     return parser
+
+
+def _inner_backends() -> str:
+    """The backends the wrapper can run inside, as a sentence lists them: ``a, b or c``."""
+    *others, last = INNER_BACKENDS
+    return f"{', '.join(others)} or {last}" if others else last
 
 
 def _conf_keys(rdzv_conf: str) -> set[str]:
@@ -192,7 +198,7 @@ def _inner_backend(args: argparse.Namespace, source: str) -> str:
     if args.rdzv_backend not in INNER_BACKENDS:
         raise ConfigurationError(
             f"--rdzv-backend={args.rdzv_backend} cannot carry the segment health check "
-            f"(set by {source}); use --rdzv-backend={' or '.join(INNER_BACKENDS)}, or drop "
+            f"(set by {source}); use --rdzv-backend={_inner_backends()}, or drop "
             "the segment health check setting"
         )
     return str(args.rdzv_backend)
@@ -216,9 +222,10 @@ def select_segment_health(
     """Rewrite torchrun's ``args`` so the ``segment-health`` backend wraps the rendezvous.
 
     ``--rdzv-backend`` becomes ``segment-health``, and ``--rdzv-conf`` gains
-    ``segment_health_check_dir`` and ``inner_backend`` (``c10d``, ``etcd-v2`` or
-    ``etcd-v3``). A positive ``watch`` interval (from the flag or the YAML file) travels
-    as the ``segment_health_check_watch_interval`` key; ``None`` or ``0`` adds no key.
+    ``segment_health_check_dir`` and ``inner_backend`` (one of
+    :data:`~.._settings.rdzv_conf.INNER_BACKENDS`). A positive ``watch`` interval (from the
+    flag or the YAML file) travels as the ``segment_health_check_watch_interval`` key;
+    ``None`` or ``0`` adds no key.
     ``args`` stay untouched when the user configured the backend by hand
     (``--rdzv-backend=segment-health`` or its keys in ``--rdzv-conf``) and the directory
     comes only from the environment: the backend reads the environment itself.
@@ -260,15 +267,16 @@ def _refuse_what_cannot_reach_a_hand_made_backend(
         raise ConfigurationError(
             f"{setting.source} selects the {BACKEND_NAME} backend itself, but "
             f"--rdzv-backend/--rdzv-conf already configure it: give --rdzv-backend the "
-            f"inner rendezvous (c10d or etcd-v2) and drop {DIRECTORY_KEY}/"
+            f"inner rendezvous ({_inner_backends()}) and drop {DIRECTORY_KEY}/"
             f"{INNER_BACKEND_KEY} from --rdzv-conf"
         )
     if watch is not None and watch.enabled:
         raise ConfigurationError(
             f"{watch.source} cannot reach the {BACKEND_NAME} backend configured by hand "
             f"in --rdzv-backend/--rdzv-conf: add {WATCH_INTERVAL_KEY}={watch.seconds!r} "
-            f"to --rdzv-conf, or give --rdzv-backend the inner rendezvous (c10d or "
-            f"etcd-v2) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from --rdzv-conf",
+            f"to --rdzv-conf, or give --rdzv-backend the inner rendezvous "
+            f"({_inner_backends()}) and drop {DIRECTORY_KEY}/{INNER_BACKEND_KEY} from "
+            "--rdzv-conf",
             setting=watch.source,
         )
 

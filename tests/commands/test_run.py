@@ -9,6 +9,7 @@ configuration errors and the rewriting run in process, on torchrun's real parser
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -20,8 +21,10 @@ from harness.commands import (
     one_node_job,
     run_one_node,
 )
+from harness.docs import ROOT
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._commands import main
+from nvrx_seghealth._commands import run as run_command
 from nvrx_seghealth._commands.run import (
     agent_environment,
     launch_parser,
@@ -35,7 +38,7 @@ from nvrx_seghealth._settings.launcher_options import (
     WatchIntervalSetting,
     resolve_launcher_settings,
 )
-from nvrx_seghealth._settings.rdzv_conf import BackendSettings
+from nvrx_seghealth._settings.rdzv_conf import INNER_BACKENDS, BackendSettings
 
 pytestmark = pytest.mark.torch  # the rewriting reads torchrun's parser and config
 
@@ -84,7 +87,7 @@ def job(tmp_path):
             "static backend",
             (
                 "--rdzv-backend=static cannot carry the segment health check (set by "
-                "--ft-segment-health-check-dir); use --rdzv-backend=c10d or etcd-v2"
+                "--ft-segment-health-check-dir); use --rdzv-backend=c10d, etcd-v2 or etcd-v3"
             ),
         ),
         ("configured twice", "already configure it: give --rdzv-backend the inner rendezvous"),
@@ -193,6 +196,46 @@ def test_help_lists_torchrun_options_and_the_segment_health_options():
         "examples:",
     ):
         assert text in done.stdout
+
+
+def _listed(text: str) -> list[str]:
+    """The names of a list as a sentence gives it: ``a, b or c``."""
+    return re.split(r", | or ", text)
+
+
+@pytest.mark.parametrize("added", [(), ("etcd-v9",)], ids=["today", "one-more"])
+def test_the_help_and_the_refusals_name_every_inner_backend(added, monkeypatch):
+    """They read the tuple the backend checks ``inner_backend`` against: a backend added
+    there is named in them at once (a written-out list once left etcd-v3 out)."""
+    backends = (*INNER_BACKENDS, *added)
+    monkeypatch.setattr(run_command, "INNER_BACKENDS", backends)
+    described = re.search(r"--rdzv-backend \(([^)]*)\)", launch_parser().format_help())
+    assert described is not None
+    assert _listed(described.group(1)) == list(backends)
+    hand_made = [
+        "--rdzv-backend=segment-health",
+        "--rdzv-endpoint=h:1",
+        "--rdzv-conf=segment_health_check_dir=/other",
+    ]
+    refused = [
+        ("use --rdzv-backend=(.*), or drop", ["--rdzv-backend=static", "--nnodes=2"], FLAG),
+        (r"the inner rendezvous \(([^)]*)\)", hand_made, FLAG),
+        (r"the inner rendezvous \(([^)]*)\)", hand_made, ENV),  # the watch cannot reach it
+    ]
+    for pattern, argv, setting in refused:
+        with pytest.raises(ConfigurationError) as refusal:
+            rewritten_with_watch(*argv, setting=setting)
+        named = re.search(pattern, str(refusal.value))
+        assert named is not None, refusal.value
+        assert _listed(named.group(1)) == list(backends), refusal.value
+
+
+def test_the_run_page_lists_every_inner_backend():
+    """docs/reference/run.md names the backends that ``--rdzv-backend`` may name, in order."""
+    page = " ".join((ROOT / "docs" / "reference" / "run.md").read_text().split())
+    listed = re.search(r"\[inner backends\]\(backend\.md\) \(([^)]*)\)", page)
+    assert listed is not None
+    assert re.findall(r"`([^`]+)`", listed.group(1)) == list(INNER_BACKENDS)
 
 
 # --- how the command line is rewritten (torchrun's real parser, no launch) ---------------
