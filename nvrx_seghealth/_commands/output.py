@@ -76,8 +76,9 @@ EXIT_STATUSES: dict[str, tuple[ExitStatus, ...]] = {
         (
             EXIT_FAILURE,
             (
-                "the directory cannot be listed, or a call in it did not answer within "
-                "--fs-timeout (the files not looked at are unknown)"
+                "a producer is failing or stopped, the directory cannot be listed, or a "
+                "call in it did not answer within --fs-timeout (the files not looked at "
+                "are unknown)"
             ),
         ),
         _USAGE,

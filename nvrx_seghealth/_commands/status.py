@@ -69,6 +69,9 @@ _STATE_COLOURS: dict[Outcome | None, str | None] = {
     None: "yellow",
 }
 
+#: A producer in one of these states makes the command exit 1 (a monitoring check needs
+#: no JSON). An unreadable state file does not: the reading account may lack the right.
+_UNWELL = frozenset({ProducerHealth.FAILING, ProducerHealth.STOPPED})
 
 SUMMARY = "list the decision files of a directory"
 DESCRIPTION = f"""
@@ -87,7 +90,8 @@ DESCRIPTION = f"""
     failed, its decisions are kept as they were); stopped (it runs a pass every
     --interval S but none for max(3 x S, S + 60) s: restart it; said even when its
     last passes failed too); unreadable (its state file cannot be read or is not
-    valid).
+    valid). A failing or stopped producer makes the command exit 1, after the
+    whole listing.
     """
 EXAMPLES = """
     nvrx-seghealth status --dir /shared/job/segment-health-check/123
@@ -364,4 +368,5 @@ def status_command(args: argparse.Namespace) -> int:
         _print_table(rows, directory)
         for producer in producers:
             print(producer.line(now))
-    return EXIT_OK if problem is None else EXIT_FAILURE
+    unwell = any(producer.health in _UNWELL for producer in producers)
+    return EXIT_OK if problem is None and not unwell else EXIT_FAILURE

@@ -175,7 +175,7 @@ def test_every_producer_state_is_a_token_in_json(tmp_path):
         plant_producer(shc, producer_id, quiet=quiet, interval=interval, failing=failing)
     (shc / ".publish-drained.h-unreadable.12.json").write_text("{not json")
     done = nvrx_seghealth("status", "--dir", str(shc), "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # some are failing or stopped
     rows = {row["producer_id"]: row for row in json.loads(done.stdout)["producers"]}
     expected = {name: state for name, (*_, state) in PRODUCERS.items()}
     assert {name: row["state"] for name, row in rows.items()} == {
@@ -195,7 +195,7 @@ def test_the_text_shows_the_same_producer_states(tmp_path):
     for producer_id, (quiet, interval, failing, _state) in PRODUCERS.items():
         plant_producer(shc, producer_id, quiet=quiet, interval=interval, failing=failing)
     done = nvrx_seghealth("status", "--dir", str(shc))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr
     lines = {
         line.split()[1]: line for line in done.stdout.splitlines() if line.startswith("producer ")
     }
@@ -230,9 +230,25 @@ def test_a_live_producer_whose_clock_is_behind_is_not_stopped(tmp_path):
     os.utime(behind, (time.time() - 1, time.time() - 1))
     plant_producer(shc, "stopped", quiet=95, interval=1.0, failing=False)
     done = nvrx_seghealth("status", "--dir", str(shc), "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1, done.stderr  # one is stopped
     rows = {row["producer_id"]: row["state"] for row in json.loads(done.stdout)["producers"]}
     assert rows == {"behind": "ok", "stopped": "stopped"}
+
+
+@pytest.mark.parametrize("producer_id", sorted(PRODUCERS))
+def test_a_failing_or_stopped_producer_makes_status_exit_1(tmp_path, producer_id):
+    """A monitoring check reads the exit code alone: 1 for a producer that is failing or
+    stopped, 0 for one that is ok or whose state file cannot be read."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    quiet, interval, failing, state = PRODUCERS[producer_id]
+    plant_producer(shc, producer_id, quiet=quiet, interval=interval, failing=failing)
+    (shc / "segment_health_check.12.3").touch()
+    done = nvrx_seghealth("status", "--dir", str(shc))
+    assert done.returncode == (0 if state == "ok" else 1), done.stderr
+    assert "1 decision file in" in done.stdout  # the whole listing is printed either way
+    (shc / f".publish-drained.{producer_id}.12.json").write_text("{not json")
+    assert nvrx_seghealth("status", "--dir", str(shc)).returncode == 0
 
 
 def test_help_documents_every_producer_state():
