@@ -3,8 +3,10 @@
 Each file is judged as the launcher's process 0 judges it: by one bounded ``stat``, which
 also gives its age (:func:`~.._decision.artifact.judge_with_stat`). An unhealthy file's
 row shows the first line of its text, from one bounded read. A name with leading zeros
-is not looked at, since no launcher reads it (:data:`UNREAD`). Below the table, one line
-per ``publish-drained`` producer says how it is (:meth:`~.._producer.state.ProducerState.health`).
+is not looked at, since no launcher reads it (:data:`UNREAD`). A row also says when no
+producer can write there: a link or a FIFO, say, where the decision belongs
+(:data:`BLOCKED_SYMLINK`). Below the table, one line per ``publish-drained`` producer says
+how it is (:meth:`~.._producer.state.ProducerState.health`).
 
 Every call into the directory is bounded by ``--fs-timeout``. The first call that does
 not answer ends the looking: later files are rows in state :data:`NOT_LOOKED_AT`, and
@@ -28,7 +30,14 @@ from typing import Any
 from .._decision import boundedfs
 from .._decision.artifact import Outcome, judge_with_stat
 from .._decision.boundedstat import stat_within, stuck_for
-from .._decision.listing import DecisionFile, first_line, list_decisions, list_directory, printable
+from .._decision.listing import (
+    DecisionFile,
+    first_line,
+    list_decisions,
+    list_directory,
+    not_regular_kind,
+    printable,
+)
 from .._decision.problems import permission_problems
 from .._producer.state import (
     STATE_FILE,
@@ -48,7 +57,7 @@ from .arguments import (
 )
 from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table
 
-__all__ = ["NOT_LOOKED_AT", "UNREAD", "register", "status_command"]
+__all__ = ["BLOCKED_SYMLINK", "NOT_LOOKED_AT", "UNREAD", "register", "status_command"]
 
 NAME = "status"
 
@@ -58,6 +67,10 @@ NOT_LOOKED_AT = "unknown"
 #: The state of a file named like a decision but with an id with leading zeros
 #: (:attr:`~.._decision.listing.DecisionFile.unread`): no launcher reads it.
 UNREAD = "unread"
+#: A row's ``blocked`` token when a symbolic link is where the unit's decision belongs,
+#: dangling or not: no producer writes through it. Anything else that is no regular file
+#: is ``not-a-regular-file`` (:attr:`Outcome.NOT_REGULAR`'s token).
+BLOCKED_SYMLINK = "symlink"
 
 #: Colour of each decision row's state, by outcome (``None``: not looked at).
 _STATE_COLOURS: dict[Outcome | None, str | None] = {
@@ -81,7 +94,9 @@ DESCRIPTION = f"""
     symlink; {NOT_LOOKED_AT}: not looked at, because a call into the directory did not
     answer within --fs-timeout, which ends the command with exit 1; {UNREAD}: an id
     has leading zeros, which no launcher reads, as mark refuses), size, age, and
-    the first line of the producer's diagnostic text (control characters escaped);
+    the first line of the producer's diagnostic text (control characters escaped),
+    or what blocks the producer: a symlink, a FIFO, a directory where the decision
+    belongs, over which no producer writes (its "blocked" in --json);
     then each publish-drained producer of the directory: its last pass, and since
     when its passes have failed (its decisions are kept meanwhile). Warns when users
     other than the directory's owner can write there without the sticky bit.
@@ -120,6 +135,23 @@ class _DecisionRow:
     size: int | None = None
     age_seconds: float | None = None
     diagnostic: str | None = None
+    not_regular: str | None = None  # what is there instead of a regular file, unfollowed
+
+    @property
+    def blocked(self) -> str | None:
+        """Why no producer can write the unit's decision: :data:`BLOCKED_SYMLINK`,
+        ``not-a-regular-file``, or ``None`` (it can, or it was not looked at)."""
+        if self.not_regular is None:
+            return None
+        symlink = self.not_regular == "symbolic link"
+        return BLOCKED_SYMLINK if symlink else Outcome.NOT_REGULAR.value
+
+    def _blocked_text(self) -> str:
+        dangling = "dangling " if self.outcome is Outcome.ABSENT else ""
+        return (
+            f"a {dangling}{self.not_regular}: no producer can write the unit's decision "
+            "here; remove it"
+        )
 
     @property
     def state(self) -> str:
@@ -138,17 +170,22 @@ class _DecisionRow:
             "size": self.size,
             "age_seconds": self.age_seconds,
             "diagnostic": self.diagnostic,
+            "blocked": self.blocked,
         }
 
     def cells(self) -> list[str]:
         judged = self.outcome in (Outcome.CLEAR, Outcome.UNHEALTHY)
+        if self.not_regular is not None:
+            text = self._blocked_text()
+        else:
+            text = self.diagnostic or ("" if judged else self.reason)
         return [
             self.entry.job_id,
             self.entry.task_id,
             self.state,
             "-" if self.size is None else str(self.size),
             "-" if self.age_seconds is None else format_age(self.age_seconds),
-            self.diagnostic or ("" if judged else self.reason),
+            text,
         ]
 
 
@@ -186,15 +223,16 @@ def _describe_all(
 
 
 def _describe(entry: DecisionFile, now: float, timeout: float) -> _DecisionRow:
-    """The entry's row from one stat (its state and age) and, for an unhealthy file, one
-    read of its text."""
+    """The entry's row from one stat (its state and age) and one read, which never
+    follows a link: an unhealthy file's text, or what is there instead of a file."""
     decision, st = judge_with_stat(entry.path, timeout)
     age = None if st is None else now - st.st_mtime
-    diagnostic = None
-    if decision.outcome is Outcome.UNHEALTHY:
+    diagnostic = not_regular = None
+    if decision.outcome is not Outcome.UNREADABLE:  # else the stat failed: so would this
         with contextlib.suppress(OSError):  # HelperTimeout too
             current = boundedfs.read_current(entry.path, timeout)
-            if current.kind == "content":
+            not_regular = not_regular_kind(current)
+            if decision.outcome is Outcome.UNHEALTHY and current.kind == "content":
                 diagnostic = first_line(current.data)
     return _DecisionRow(
         entry,
@@ -203,6 +241,7 @@ def _describe(entry: DecisionFile, now: float, timeout: float) -> _DecisionRow:
         decision.size,
         None if age is None else round(age, 3),
         diagnostic,
+        not_regular,
     )
 
 
@@ -335,8 +374,11 @@ def _print_table(rows: list[_DecisionRow], directory: str) -> None:
     print(render_table(["JOB", "TASK", "STATE", "SIZE", "AGE", "DIAGNOSTIC"], cells, colours))
     unhealthy = sum(row.outcome is Outcome.UNHEALTHY for row in rows)
     unread = sum(row.entry.unread for row in rows)
+    blocked = sum(row.blocked is not None for row in rows)
     plural = "" if len(rows) == 1 else "s"
     ignored = f"; {unread} {UNREAD}: no launcher reads it, remove it" if unread else ""
+    if blocked:
+        ignored += f"; {blocked} blocked: no producer can write there, remove what is there"
     print(f"\n{len(rows)} decision file{plural} in {directory}; {unhealthy} unhealthy{ignored}")
 
 

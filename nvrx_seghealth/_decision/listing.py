@@ -2,7 +2,8 @@
 
 The consumer never reads a decision; the operator commands may, to show the producer's
 diagnostic text (:func:`nvrx_seghealth._decision.boundedfs.read_current`: bounded in time and
-size, regular files only, non-blocking, so a FIFO cannot block the reader).
+size, regular files only, non-blocking, so a FIFO cannot block the reader). What that read
+finds also says whether a producer can write there (:func:`not_regular_kind`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,20 @@ from dataclasses import dataclass
 
 from . import boundedfs
 from .artifact import ARTIFACT_PREFIX
+from .files import Current
 
-__all__ = ["DecisionFile", "first_line", "list_decisions", "list_directory", "printable"]
+__all__ = [
+    "DecisionFile",
+    "first_line",
+    "list_decisions",
+    "list_directory",
+    "not_regular_kind",
+    "printable",
+]
 
 _NAME = re.compile(rf"{re.escape(ARTIFACT_PREFIX)}\.([0-9]+)\.([0-9]+)")
+#: How :func:`~.files.read_current` begins the error of an entry it refused unopened.
+_NOT_REGULAR = "not a regular file: "
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,20 @@ def list_directory(directory: str, timeout: float) -> list[str]:
             :class:`~.helperprocess.HelperTimeout` too).
     """
     return boundedfs.list_names(directory, timeout)
+
+
+def not_regular_kind(current: Current) -> str | None:
+    """What a decision path holds when it is no regular file, as ``current`` (from
+    :func:`~.boundedfs.read_current`, which never follows a link) found it: ``symbolic
+    link``, ``FIFO``, ``directory``... ``None`` for a regular file, for nothing, and for
+    an entry that could not be looked at.
+
+    No producer writes a decision over such an entry: it writes through no link and
+    replaces nothing it cannot read. ``mark`` replaces any but a directory.
+    """
+    if current.kind == "unreadable" and current.error.startswith(_NOT_REGULAR):
+        return current.error[len(_NOT_REGULAR) :]
+    return None
 
 
 def printable(text: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 
 from harness.commands import nvrx_seghealth
 from harness.services.accounts import as_nobody, public_copy, require_root
-from harness.services.fakeslurm import dump, planted
+from harness.services.fakeslurm import TASK1_DRAINED, FakeSlurm, dump, planted
 
 
 @pytest.fixture
@@ -58,12 +58,12 @@ def test_table_of_every_decision_file(shc):
     ]
     assert rows[1][3:] == ["28", "1h01m", "n7 drained: ECC"]  # first line only
     assert rows[6][5] == "x" * 199 + "…"  # a long first line is cut; the rest is not read
-    assert rows[3][5] == "not a regular file: FIFO"
-    assert rows[5][3:] == ["-", "-", "no decision file"]
+    assert rows[3][5].startswith("a FIFO: ")  # what blocks a producer, not its type alone
+    assert rows[5][3:5] == ["-", "-"] and rows[5][5].startswith("a dangling symbolic link: ")
     # columns are aligned: every row's STATE starts where the header's does
     column = lines[0].index("STATE")
     assert all(line[column - 2 : column] == "  " and line[column] != " " for line in lines[1:8])
-    assert lines[-1] == f"7 decision files in {shc}; 3 unhealthy"
+    assert lines[-1].startswith(f"7 decision files in {shc}; 3 unhealthy; 3 blocked: ")
     assert "\033[" not in done.stdout
 
 
@@ -326,8 +326,9 @@ def test_status_never_prints_what_a_planted_symlink_points_to(secret_behind_a_sy
 
 
 def test_each_decision_file_is_stated_once(shc, monkeypatch, capsys):
-    """One bounded ``stat`` per decision file gives its state and its age; only an
-    unhealthy file's text is read besides. Counted: the requests the real helpers get."""
+    """One bounded ``stat`` per decision file gives its state and its age, and one read
+    that follows no link what is there (an unhealthy file's text). Counted: the requests
+    the real helpers get."""
     import collections
 
     from nvrx_seghealth._commands import main
@@ -352,8 +353,7 @@ def test_each_decision_file_is_stated_once(shc, monkeypatch, capsys):
     assert main(["status", "--dir", str(shc), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["decisions"]
     assert {row["path"]: stats[row["path"]] for row in rows} == {row["path"]: 1 for row in rows}
-    unhealthy = {row["path"] for row in rows if row["state"] == "unhealthy"}
-    assert set(reads) == unhealthy and set(reads.values()) == {1}
+    assert set(reads) == {row["path"] for row in rows} and set(reads.values()) == {1}
     assert all(row["age_seconds"] is not None for row in rows if row["state"] != "absent")
 
 
@@ -376,3 +376,51 @@ def test_a_name_with_leading_zeros_is_shown_as_a_file_no_launcher_reads(tmp_path
     assert "segment_health_check.1.1 is read" in rows[("01", "1")]["reason"]
     done = nvrx_seghealth("status", "--dir", str(shc))
     assert "3 decision files in" in done.stdout and "1 unhealthy; 2 unread" in done.stdout
+
+
+#: What can be at a decision path where no producer writes: its ``blocked`` token.
+BLOCKERS = {
+    "fifo": ("not-a-regular-file", "not-a-regular-file"),
+    "directory": ("not-a-regular-file", "not-a-regular-file"),
+    "dangling symlink": ("absent", "symlink"),
+    "symlink to an empty file": ("clear", "symlink"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BLOCKERS))
+def test_what_keeps_a_producer_from_marking_a_drained_unit_is_shown(tmp_path, kind):
+    """A producer leaves alone what it cannot read at a drained task's decision path (it
+    is someone else's) and stays ok; status shows that no producer can write there."""
+    fake = FakeSlurm(tmp_path)
+    path = fake.decision(1)  # task 1's node drains
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        empty = tmp_path / "empty"
+        empty.touch()
+        path.symlink_to(empty if kind == "symlink to an empty file" else tmp_path / "nowhere")
+    assert fake.run("--once").returncode == 0  # the pass itself succeeds
+
+    done = nvrx_seghealth("status", "--dir", str(fake.shc), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    [producer] = report["producers"]
+    assert producer["state"] == "ok"
+    rows = {row["task_id"]: row for row in report["decisions"]}
+    assert (rows["1"]["state"], rows["1"]["blocked"]) == BLOCKERS[kind]
+    assert all(row["blocked"] is None for task, row in rows.items() if task != "1")
+
+    text = nvrx_seghealth("status", "--dir", str(fake.shc)).stdout
+    assert "; 1 blocked: " in text.splitlines()[-2]  # the count, above the producer's line
+
+
+def test_a_regular_decision_blocks_no_producer(tmp_path):
+    fake = FakeSlurm(tmp_path)
+    assert fake.run("--once").returncode == 0
+    assert fake.decision(1).read_text() == TASK1_DRAINED
+    done = nvrx_seghealth("status", "--dir", str(fake.shc), "--json")
+    rows = json.loads(done.stdout)["decisions"]
+    assert [(row["task_id"], row["blocked"]) for row in rows] == [("1", None)]
+    assert "blocked" not in nvrx_seghealth("status", "--dir", str(fake.shc)).stdout
