@@ -6,8 +6,9 @@
 * :func:`permission_problems` says who, besides the directory's owner, can write in the
   decision directory or above it: anyone who can write there can exclude any unit, and
   without the sticky bit also delete or replace another account's decision. It judges
-  the real directory (symlinks resolved) and the path as given
-  (:func:`other_writers`, which ``publish-drained --pid-file`` uses for its folder too).
+  the real directory (symlinks resolved) and the path as given (:func:`other_writers`).
+* :func:`directory_writers` says who may replace one directory's entries; the walk of
+  ``publish-drained --pid-file`` asks it of each folder on its way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,13 @@ from .boundedstat import stat_within
 from .files import LockBusyError, StepError
 from .helperprocess import HelperTimeout
 
-__all__ = ["hung_problem", "other_writers", "permission_problems", "write_problem"]
+__all__ = [
+    "directory_writers",
+    "hung_problem",
+    "other_writers",
+    "permission_problems",
+    "write_problem",
+]
 
 
 def _account(uid: int) -> str:
@@ -108,7 +115,7 @@ def write_problem(error: BaseException, directory: str, path: str, timeout: floa
     return f"{step} of {path} failed: {name}: {error.strerror}"
 
 
-def _writers(st: os.stat_result, owners: Container[int] | None) -> list[str]:
+def directory_writers(st: os.stat_result, owners: Container[int] | None) -> list[str]:
     """Who besides the owner of a directory of stat ``st`` may replace its entries: its
     group, every user, or nobody (also when the sticky bit is set); with ``owners``, its
     owner too when it is not one of them."""
@@ -133,16 +140,13 @@ def _ancestors(path: str) -> list[str]:
 
 
 def other_writers(
-    path: str,
-    stat_path: Callable[[str], os.stat_result],
-    owners: Container[int] | None = None,
+    path: str, stat_path: Callable[[str], os.stat_result]
 ) -> list[tuple[str, os.stat_result, str]]:
     """The directories at or above ``path`` that others can change: each one's path,
     ``stat_path`` of it, and who (``its group and every user``).
 
     Others are the group and every user when the directory lacks the sticky bit
-    (``/tmp``-style: each account may only replace its own entries) and, given
-    ``owners`` (uids), its owner when it is not one of them. Both ways to ``path`` are
+    (``/tmp``-style: each account may only replace its own entries). Both ways to ``path`` are
     judged: the real directory (:func:`os.path.realpath`) and those above it, and the
     directories of the path as given, through which it is reached (whoever can replace
     a symlink on that path can point it elsewhere). A directory is listed once, nearest
@@ -160,7 +164,7 @@ def other_writers(
         if not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) in seen:
             continue
         seen.add((st.st_dev, st.st_ino))
-        writers = _writers(st, owners)
+        writers = directory_writers(st, None)
         if writers:
             found.append((current, st, " and ".join(writers)))
     return found

@@ -10,8 +10,9 @@ docs/operators.md, "A pass now", tells the story. The rules (:class:`PidFile`):
 - The file appears complete and locked, or not at all, and its content never changes.
 - A file whose lock is free is stale, whatever process its pid names now. So is a locked
   file others can open (an earlier release's 0644) whose pid runs no ``publish-drained``.
-- The file's folder, and every folder above it, must be changeable only by root or this
-  account: a root-run trigger trusts what is there.
+- The path is walked folder by folder; only root's or this account's symlinks are followed.
+- Each folder on the way may be changed only by root or this account (others: with the
+  sticky bit above the file's folder); a root-run trigger trusts what is there.
 - Every call on the file is made in the folder opened and checked at the claim.
 - An existing file that is not this account's regular file, holds no pid or is held is
   refused at once with :class:`~.._errors.ConfigurationError`.
@@ -32,9 +33,10 @@ import os
 import re
 import secrets
 import stat
+from collections import deque
 
 from .._decision.files import NotRegularError, open_regular
-from .._decision.problems import other_writers
+from .._decision.problems import directory_writers
 from .._errors import ConfigurationError
 
 __all__ = ["PidFile"]
@@ -47,6 +49,10 @@ PID_LINE = re.compile(rb"[1-9][0-9]{0,9}\n")
 _ATTEMPTS = 3
 #: The mode bits that let an account other than the owner open the file, and so lock it.
 _OPENED_BY_OTHERS = 0o066
+#: Symbolic links followed at most on the way to the folder (the kernel's own limit).
+_LINKS = 40
+#: A folder on the way is opened as a path only: searching it needs no right to read it.
+_FOLDER_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class PidFile:
@@ -55,9 +61,7 @@ class PidFile:
     A sender (``examples/publish-drained-now.sh``, as root or the producer's account)
     opens the file and signals only while its own ``flock(LOCK_SH | LOCK_NB)`` fails; it
     reads the pid from the file it opened. Claimers of one stale file are serialised by a
-    POSIX record lock, which no sender looks at, so a stale file never looks alive. A
-    folder above may be writable by others only with the sticky bit
-    (:func:`~.._decision.problems.other_writers`).
+    POSIX record lock, which no sender looks at, so a stale file never looks alive.
     """
 
     def __init__(self, path: str) -> None:
@@ -158,37 +162,87 @@ class PidFile:
         )
 
     def _open_folder(self) -> int:
-        """Open the file's folder, never through a symlink, and check it
-        (:meth:`_check_folder`); every later call on the file is made in it (``dir_fd``).
+        """Open the file's folder by a walk from ``/``, one ``openat(O_NOFOLLOW)`` per
+        name; a symlink is followed only when root or this account owns it. Every folder
+        whose entries the walk uses is checked (:meth:`_check_above`), the last one
+        strictly (:meth:`_check_folder`); every later call on the file is made in it.
 
         Raises:
-            ConfigurationError: the folder is missing, a symlink, or refused.
+            ConfigurationError: a folder is missing, a symlink of another account, or
+                refused.
         """
-        folder = os.path.dirname(self.path)
+        names = deque(os.path.dirname(self.path).split("/"))
+        fd, where, links = os.open("/", _FOLDER_FLAGS), "/", 0
         try:
-            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as error:
-            if os.path.islink(folder):  # O_NOFOLLOW | O_DIRECTORY: ENOTDIR or ELOOP
-                raise self._refused(
-                    f"is in {folder}, a symbolic link: whoever can change the link chooses "
-                    "the folder; give the real folder's path"
-                ) from None
-            raise self._refused(
-                f"cannot be written: its folder {folder} cannot be used ({error.strerror}); "
-                f"create it, writable by this account only (install -d -m 0755 {folder})"
-            ) from None
-        try:
-            self._check_folder(folder, os.fstat(fd))
+            while names:
+                name = names.popleft()
+                if name in ("", "."):
+                    continue
+                if name != "..":  # its entries could be changed: a parent's cannot
+                    self._check_above(where, os.fstat(fd))
+                try:
+                    child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
+                except OSError as error:
+                    target = self._link(fd, os.path.join(where, name), name, error)
+                    links += 1
+                    if links > _LINKS:
+                        raise self._unusable(os.strerror(errno.ELOOP)) from None
+                    names.extendleft(reversed(target.split("/")))
+                    if target.startswith("/"):
+                        os.close(fd)
+                        fd, where = os.open("/", _FOLDER_FLAGS), "/"
+                    continue
+                os.close(fd)
+                fd, where = child, os.path.normpath(os.path.join(where, name))
+            self._check_folder(where, os.fstat(fd))
         except BaseException:
             os.close(fd)
             raise
         return fd
 
+    def _link(self, fd: int, path: str, name: str, error: OSError) -> str:
+        """The target of ``name``, in the folder open on ``fd``, that could not be opened
+        as a folder (``error``): a symlink of root or this account.
+
+        Raises:
+            ConfigurationError: it is missing, not a folder, or another account's symlink.
+        """
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISLNK(st.st_mode):
+                raise error
+            if st.st_uid not in (os.geteuid(), 0):
+                raise self._refused(
+                    f"is reached through {path}, a symbolic link of uid {st.st_uid}: "
+                    "whoever owns the link chooses the folder; give the real folder's path"
+                )
+            return os.readlink(name, dir_fd=fd)
+        except OSError as failed:
+            raise self._unusable(failed.strerror or str(failed)) from None
+
+    def _unusable(self, why: str) -> ConfigurationError:
+        folder = os.path.dirname(self.path)
+        return self._refused(
+            f"cannot be written: its folder {folder} cannot be used ({why}); "
+            f"create it, writable by this account only (install -d -m 0755 {folder})"
+        )
+
+    def _check_above(self, where: str, st: os.stat_result) -> None:
+        """Refuse a folder on the way, ``where`` (of stat ``st``), whose entries another
+        account can replace (:func:`~.._decision.problems.directory_writers`: its owner,
+        or its group or everyone without the sticky bit)."""
+        who = directory_writers(st, (os.geteuid(), 0))
+        if who:
+            raise self._refused(
+                f"is below {where} (mode {stat.S_IMODE(st.st_mode):04o}), which "
+                f"{' and '.join(who)} can change: another account could put a folder or "
+                "link of its own on the way; use a folder whose parents only root or this "
+                "account can write (e.g. /run/nvrx-seghealth)"
+            )
+
     def _check_folder(self, folder: str, st: os.stat_result) -> None:
-        """Refuse the folder ``folder`` (of stat ``st``) when another account can write
-        in it, or in a folder above it (:func:`~.._decision.problems.other_writers`:
-        without the sticky bit, or being its owner), where it could put a folder of its
-        own in its place."""
+        """Refuse the file's folder ``folder`` (of stat ``st``) when another account can
+        write in it, sticky or not."""
         writers = [
             who for who, bit in (("its group", 0o020), ("everyone", 0o002)) if st.st_mode & bit
         ]
@@ -201,14 +255,6 @@ class PidFile:
                 "write: another account could plant or replace the file that a Slurm trigger "
                 "trusts; use a folder that only this account can write (e.g. "
                 "install -d -m 0755 -o ACCOUNT /run/nvrx-seghealth)"
-            )
-        above = other_writers(os.path.dirname(folder), os.stat, owners=(os.geteuid(), 0))
-        for parent, parent_st, who in above:
-            raise self._refused(
-                f"is below {parent} (mode {stat.S_IMODE(parent_st.st_mode):04o}), which "
-                f"{who} can change: another account could put a folder of its own in the "
-                f"place of {folder}; use a folder whose parents only root or this account "
-                "can write (e.g. /run/nvrx-seghealth)"
             )
 
     def _publish(self, temporary: str) -> None:

@@ -2,7 +2,8 @@
 the claimer's life, refused while a live producer holds it, taken over when stale (whatever
 process its pid names now, and whoever locks an earlier release's 0644 file), never
 trusted when it is not a regular file of this account in a folder only this account can
-write, and released only while it is the file claimed.
+write, reached only through root's or this account's symlinks, and released only while it
+is the file claimed.
 
 Every other process here is real: a producer is ``publish-drained`` on the fake Slurm, a
 lock holder a Python child that ``flock``s the file (as this account or user nobody), a
@@ -16,13 +17,14 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from harness.services.accounts import NOBODY, SETPRIV_NOBODY, require_root
+from harness.services.accounts import NOBODY, SETPRIV_NOBODY, public_copy, require_root
 from harness.services.fakeslurm import FakeSlurm
 from harness.services.pidfiles import is_locked, lock_held, producer_holding, victim
 from nvrx_seghealth import ConfigurationError
@@ -224,7 +226,7 @@ def test_a_symlink_another_account_planted_as_the_folder_is_refused(public):
     root_only.mkdir(mode=0o755)
     link = ["ln", "-s", str(root_only), str(alice / "run")]
     subprocess.run([*SETPRIV_NOBODY, *link], check=True)
-    with pytest.raises(ConfigurationError, match="a symbolic link: .* give the real folder's"):
+    with pytest.raises(ConfigurationError, match=f"is below {alice} .* its owner \\(nobody\\)"):
         PidFile(str(alice / "run" / "123.pid")).claim()
     assert list(root_only.iterdir()) == []
 
@@ -301,3 +303,73 @@ def test_an_earlier_releases_file_that_another_account_holds_is_taken_over(publi
         logging.WARNING
     ]
     pid_file.release()
+
+
+def test_a_symlink_of_another_account_higher_up_in_a_sticky_folder_is_refused(public):
+    """User nobody's symlink in a sticky folder (as in /tmp), pointing to a folder only
+    root writes, one level above the file's folder: root's producer never creates its
+    file where nobody chose."""
+    sticky, root_only = public / "sticky", public / "root-only"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    (root_only / "run").mkdir(mode=0o755, parents=True)
+    root_only.chmod(0o755)
+    link = ["ln", "-s", str(root_only), str(sticky / "link")]
+    subprocess.run([*SETPRIV_NOBODY, *link], check=True)
+    with pytest.raises(
+        ConfigurationError, match=f"reached through {sticky / 'link'}, a symbolic link of uid"
+    ):
+        PidFile(str(sticky / "link" / "run" / "123.pid")).claim()
+    assert list((root_only / "run").iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["folder", "above", "relative"])
+def test_a_symlink_of_this_account_is_followed(folder, tmp_path, where):
+    """As /var/run is root's link to /run: the file is made in the folder it names."""
+    if where == "folder":
+        (tmp_path / "alias").symlink_to(folder)
+        path = tmp_path / "alias" / "p.pid"
+    elif where == "above":
+        (tmp_path / "up").mkdir()
+        (tmp_path / "up" / "alias").symlink_to(tmp_path)
+        path = tmp_path / "up" / "alias" / "run" / "p.pid"
+    else:
+        (tmp_path / "alias").symlink_to(os.path.join("..", tmp_path.name, "run"))
+        path = tmp_path / "alias" / "p.pid"
+    pid_file = PidFile(str(path))
+    pid_file.claim()
+    assert (folder / "p.pid").read_text() == f"{os.getpid()}\n"
+    pid_file.release()
+    assert list(folder.iterdir()) == []
+
+
+def test_a_symlink_loop_on_the_way_says_the_folder_cannot_be_used(tmp_path):
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(ConfigurationError, match="its folder .* cannot be used"):
+        PidFile(str(tmp_path / "loop" / "p.pid")).claim()
+
+
+def test_a_folder_on_the_way_needs_no_right_to_read_it(public):
+    """A 0711 folder (as some home folders are) lets user nobody search it, not read it:
+    the walk opens each folder as a path only, so nobody's producer gets its file."""
+    lib = public_copy(str(public))
+    closed = public / "closed"
+    closed.mkdir()
+    closed.chmod(0o711)
+    run = closed / "run"
+    run.mkdir(mode=0o755)
+    os.chown(run, NOBODY, -1)
+    claim = (
+        "import sys; from nvrx_seghealth._producer.pidfile import PidFile; "
+        "pid_file = PidFile(sys.argv[1]); pid_file.claim(); pid_file.release(); print('claimed')"
+    )
+    python = os.path.realpath(sys.executable)
+    done = subprocess.run(
+        [*SETPRIV_NOBODY, python, "-s", "-c", claim, str(run / "p.pid")],
+        env={"PYTHONPATH": lib},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (0, "claimed\n"), done.stderr
