@@ -12,6 +12,7 @@ The producer side of the artifact, as file operations: :func:`read_current`,
 - Every file opened here goes through :func:`open_regular`: a symlink, a FIFO or a device
   is refused at once, never opened.
 - A lock file that others can open is replaced; one held through the lock wait is refused.
+- Root's lock in another account's directory is given to that account, which writes there.
 - Only this account's stale temporary files are removed, under the lock.
 - A failed directory sync after the rename is a warning: the new decision is in place.
 
@@ -301,8 +302,10 @@ def _lock_mode(directory: os.stat_result) -> int:
 def _restrict_lock(fd: int, directory: os.stat_result) -> None:
     """Give the new lock file open on ``fd`` its :func:`_lock_mode`, on the descriptor.
 
-    For a group's directory the file takes the directory's group; a writer that cannot
-    give it that group makes it 0600 instead (no other account can open it then)."""
+    Root gives it to the directory's owner (:func:`_give_to_owner`). For a group's
+    directory the file takes the directory's group; a writer that cannot give it that
+    group makes it 0600 instead (no other account can open it then)."""
+    _give_to_owner(fd, os.fstat(fd), directory)
     mode = _lock_mode(directory)
     if mode == 0o660 and os.fstat(fd).st_gid != directory.st_gid:
         try:
@@ -310,6 +313,21 @@ def _restrict_lock(fd: int, directory: os.stat_result) -> None:
         except OSError:
             mode = 0o600
     os.fchmod(fd, mode)
+
+
+def _give_to_owner(fd: int, lock: os.stat_result, directory: os.stat_result) -> None:
+    """As root, give root's lock file open on ``fd`` (of stat ``lock``) to the owner and
+    group of another account's ``directory``: made 0600 by root, it would shut that
+    account, the producer's, out of every write.
+
+    Only a file with one name: a hard link put there could be any file of root's. Where
+    the filesystem refuses the change, the lock stays as it is."""
+    if os.geteuid() != 0 or directory.st_uid == 0 or lock.st_uid != 0 or lock.st_nlink != 1:
+        return
+    try:
+        os.fchown(fd, directory.st_uid, directory.st_gid)
+    except OSError:
+        pass  # a filesystem without owners; a squashed root made no file of root's
 
 
 def _exposure(lock: os.stat_result, directory: os.stat_result) -> str | None:
@@ -464,6 +482,7 @@ def _lock(directory: str, wait: float) -> tuple[int, str | None]:
                 raise StepError("lock", OSError(errno.EPERM, refusal, lock_path)) from None
             held = os.fstat(fd)
             if warning is None and _same_file(lock_path, held):
+                _give_to_owner(fd, held, place)  # root's lock from an earlier release
                 warning = _make_safe(lock_path, held, place)
             if warning is not None or _same_file(lock_path, held):
                 return fd, warning

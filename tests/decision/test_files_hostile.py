@@ -198,6 +198,45 @@ def test_a_lock_a_writer_cannot_open_is_refused_with_what_to_do(public):
     assert not decision.exists()
 
 
+def _producers_directory(public):
+    """A 0755 decision directory of the producer's account (here user nobody's)."""
+    directory = public / "producer"
+    directory.mkdir(mode=0o755)
+    os.chown(directory, NOBODY, NOGROUP)
+    return directory
+
+
+@pytest.mark.parametrize("lock", ["new", "roots"])
+def test_roots_lock_in_the_producers_directory_is_the_producers(public, lock):
+    """Root writes first in the producer's directory (a plain ``sudo mark``): the lock it
+    makes, or one it made 0600 before, becomes the directory owner's, whose writes go on."""
+    directory = _producers_directory(public)
+    if lock == "roots":
+        os.close(os.open(directory / LOCK_NAME, os.O_CREAT | os.O_WRONLY, 0o600))
+    assert write_as(0, public, "replace", directory / "segment_health_check.9.1") == {
+        "written": True
+    }
+    st = (directory / LOCK_NAME).stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o600, NOBODY, NOGROUP)
+    assert write_as(NOBODY, public, "replace", directory / "segment_health_check.9.2") == {
+        "written": True
+    }
+
+
+def test_root_gives_away_no_lock_with_a_second_name(public):
+    """A hard link as the lock (where ``fs.protected_hardlinks`` is 0, its owner could plant
+    one to any file of root's): root locks it but leaves its owner alone."""
+    directory = _producers_directory(public)
+    secret = public / "roots-secret"
+    secret.write_text("root's\n")
+    secret.chmod(0o600)
+    os.link(secret, directory / LOCK_NAME)
+    assert write_as(0, public, "replace", directory / "segment_health_check.9.1") == {
+        "written": True
+    }
+    assert (secret.stat().st_uid, secret.read_text()) == (0, "root's\n")
+
+
 def test_a_planted_lock_is_refused_with_what_to_do(public):
     directory = shared(public, 0o1777)
     plant("fifo", directory / LOCK_NAME, NOBODY, public)
