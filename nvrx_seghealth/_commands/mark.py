@@ -4,7 +4,9 @@ Both write as the producer API does (:mod:`nvrx_seghealth._decision.files`): the
 replaced atomically under the directory's lock, so a producer's pass never overwrites a
 ``mark`` that lands while it runs, and no other file of the directory is touched. Every
 call into the directory runs in a helper process bounded by ``--fs-timeout``: on a hung
-filesystem the command reports it and exits 1 instead of hanging.
+filesystem the command reports it and exits 1 instead of hanging. A ``--dir`` that holds
+per-job folders is the root above them, where no launcher reads: a warning names the
+job's folder (:func:`~.._decision.listing.job_folder`).
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``mark``, ``clear``).
 Standard library plus PyYAML.
@@ -20,6 +22,7 @@ from typing import Any
 from .._decision import boundedfs
 from .._decision.artifact import artifact_path
 from .._decision.files import Result
+from .._decision.listing import job_folder
 from .._decision.problems import write_problem
 from .._decision.unit import InvalidIdentityError, validate_id
 from .._errors import ConfigurationError
@@ -161,6 +164,14 @@ def _write(
         return EXIT_FAILURE, None, path
     for warning in result.warnings:
         print(f"nvrx-seghealth {command}: warning: {warning}", file=sys.stderr)
+    folder = job_folder(directory, args.job_id, args.fs_timeout)
+    if folder is not None:
+        print(
+            f"nvrx-seghealth {command}: warning: {directory} holds per-job folders: the "
+            f"launchers of job {args.job_id} read {folder}, not {directory}; {command} "
+            f"again with --dir {folder}",
+            file=sys.stderr,
+        )
     return EXIT_OK, result, path
 
 

@@ -3,7 +3,8 @@
 The consumer never reads a decision; the operator commands may, to show the producer's
 diagnostic text (:func:`nvrx_seghealth._decision.boundedfs.read_current`: bounded in time and
 size, regular files only, non-blocking, so a FIFO cannot block the reader). What that read
-finds also says whether a producer can write there (:func:`not_regular_kind`).
+finds also says whether a producer can write there (:func:`not_regular_kind`). A listing
+also tells a root of per-job folders from one job's folder (:func:`job_folder`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .files import Current
 __all__ = [
     "DecisionFile",
     "first_line",
+    "job_folder",
     "list_decisions",
     "list_directory",
     "not_regular_kind",
@@ -26,6 +28,8 @@ __all__ = [
 ]
 
 _NAME = re.compile(rf"{re.escape(ARTIFACT_PREFIX)}\.([0-9]+)\.([0-9]+)")
+#: The name of a per-job folder: a job id (a decision file's name is never digits alone).
+_JOB_FOLDER = re.compile("[0-9]+")
 #: How :func:`~.files.read_current` begins the error of an entry it refused unopened.
 _NOT_REGULAR = "not a regular file: "
 
@@ -67,6 +71,26 @@ def list_decisions(
             path = os.path.join(directory, name)
             found.append(DecisionFile(match.group(1), match.group(2), path))
     return sorted(found, key=lambda entry: (int(entry.job_id), int(entry.task_id)))
+
+
+def job_folder(directory: str, job_id: str, timeout: float) -> str | None:
+    """The folder that job ``job_id``'s launchers read, when ``directory`` is the root
+    above per-job folders instead of one of them; else ``None``.
+
+    The documented job script's launchers read ``<root>/<array job id>``. ``directory``
+    is such a root when its last part is not ``job_id`` and it holds an entry named by a
+    job id. One listing within ``timeout`` seconds; ``None`` when it fails, as the
+    caller has written or judged the decision already.
+    """
+    if os.path.basename(os.path.normpath(directory)) == job_id:
+        return None
+    try:
+        names = list_directory(directory, timeout)
+    except OSError:  # HelperTimeout too
+        return None
+    if any(_JOB_FOLDER.fullmatch(name) for name in names):
+        return os.path.join(directory, job_id)
+    return None
 
 
 def list_directory(directory: str, timeout: float) -> list[str]:

@@ -184,3 +184,33 @@ def test_mark_waits_for_a_writer_holding_the_lock_and_lands_after_it(shc):
     assert f"another writer has held {shc / LOCK} for" in done.stderr
     assert f"`fuser {shc / LOCK}`" in done.stderr
     assert path.read_text() == "ops: psu\n"
+
+
+@pytest.mark.parametrize("command", ["mark", "clear"])
+@pytest.mark.parametrize("folders", [["123"], ["122"], ["123", "122"]])
+def test_a_root_of_per_job_folders_is_warned_about(tmp_path, command, folders):
+    """The job script's launchers read ``<root>/<array job id>``: a decision written in a
+    root that holds per-job folders (the job's own, or other jobs' so far) is read by no
+    launcher. The write stands, and the warning names the folder to write in."""
+    root = tmp_path / "segment-health-check"
+    for folder in folders:
+        (root / folder).mkdir(parents=True)
+    unit = ["--job-id", "123", "--task-id", "7", *(["--reason", "x"] if command == "mark" else [])]
+    done = nvrx_seghealth(command, "--dir", str(root), *unit)
+    assert done.returncode == 0, done.stderr
+    assert f"--dir {root / '123'}" in done.stderr
+    (root / "123").mkdir(exist_ok=True)
+    done = nvrx_seghealth(command, "--dir", str(root / "123"), *unit)
+    assert (done.returncode, done.stderr) == (0, "")  # the job's own folder
+
+
+@pytest.mark.parametrize("names", [[], ["notes", "segment_health_check.123.6"]])
+def test_a_directory_without_per_job_folders_is_not_warned_about(tmp_path, names):
+    """A site may keep every job's decisions in one folder: nothing tells it is a root."""
+    shc = tmp_path / "shc"
+    shc.mkdir()
+    for name in names:
+        (shc / name).write_text("x\n")
+    argv = ["--dir", str(shc), "--job-id", "123", "--task-id", "7"]
+    done = nvrx_seghealth("mark", *argv, "--reason", "n7: ECC")
+    assert (done.returncode, done.stderr) == (0, "")

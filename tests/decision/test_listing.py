@@ -7,7 +7,7 @@ import os
 import pytest
 
 from nvrx_seghealth._decision import boundedfs
-from nvrx_seghealth._decision.listing import not_regular_kind
+from nvrx_seghealth._decision.listing import job_folder, not_regular_kind
 
 
 @pytest.mark.parametrize(
@@ -31,3 +31,12 @@ def test_a_path_that_cannot_be_looked_at_is_no_kind(tmp_path):
     (tmp_path / "file").touch()
     current = boundedfs.read_current(str(tmp_path / "file" / "x"), 10)  # ENOTDIR
     assert current.kind == "unreadable" and not_regular_kind(current) is None
+
+
+def test_a_root_of_per_job_folders_is_told_from_a_jobs_folder(tmp_path):
+    (tmp_path / "122").mkdir()
+    assert job_folder(str(tmp_path), "123", 10) == str(tmp_path / "123")
+    assert job_folder(str(tmp_path / "122"), "122", 10) is None  # the job's own
+    assert job_folder(str(tmp_path / "122") + "/", "122", 10) is None
+    assert job_folder(str(tmp_path / "122"), "9", 10) is None  # nothing job-like in it
+    assert job_folder(str(tmp_path / "missing"), "9", 10) is None  # cannot be listed
