@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import tempfile
 
 import pytest
 
@@ -104,3 +106,55 @@ def test_a_symlinked_directory_is_judged_where_its_files_live(tmp_path):
     open_parent.chmod(0o755)  # the same place, made safe: nothing to warn about
     report = json.loads(doctor("--dir", str(link), "--json", env=env).stdout)
     assert [f for f in report["findings"] if f["level"] == "warn"] == []
+
+
+def filesystem_findings(directory):
+    """Whether ``doctor`` passes ``directory``, and its findings of the directory's
+    filesystem: (level, message) each."""
+    env = {**slurm_env(task=4, array_job=500), **STEP}
+    report = json.loads(doctor("--dir", str(directory), "--json", env=env).stdout)
+    about = f"decision directory {directory} is on "
+    found = [(f["level"], f["message"]) for f in report["findings"] if about in f["message"]]
+    return report["ok"], found
+
+
+def mounted_type(path):
+    """The filesystem type of ``path`` as util-linux's findmnt tells it: a second witness."""
+    done = subprocess.run(
+        ["findmnt", "-n", "-o", "FSTYPE", "--target", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.split()[-1]  # the last of stacked mounts is the one seen
+
+
+@pytest.fixture
+def in_memory():
+    """A fresh directory on /dev/shm, a tmpfs: each node has its own."""
+    if mounted_type("/dev/shm") != "tmpfs":
+        pytest.fail("/dev/shm is not a tmpfs here: the test needs one")
+    directory = tempfile.mkdtemp(dir="/dev/shm", prefix="nvrx-doctor-")
+    try:
+        yield directory
+    finally:
+        os.rmdir(directory)
+
+
+def test_a_directory_in_the_nodes_memory_is_warned_about(in_memory, tmp_path):
+    link = tmp_path / "shc"
+    link.symlink_to(in_memory)  # reached through a symlink: judged where it lives
+    for directory in (in_memory, link):
+        ok, [(level, message)] = filesystem_findings(directory)
+        assert ok is True  # a warning, not a failure
+        assert level == "warn" and f"{directory} is on tmpfs" in message
+
+
+def test_a_directory_on_a_disk_is_not_warned_about():
+    """The checkout lives on a disk (or a shared filesystem), never in memory."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    kind = mounted_type(here)
+    assert kind not in ("tmpfs", "ramfs")
+    ok, [(level, message)] = filesystem_findings(here)
+    assert ok is True and level in ("hint", "ok")
+    assert f" {kind} filesystem" in message
