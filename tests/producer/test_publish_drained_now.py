@@ -11,10 +11,13 @@ against the fake Slurm of ``harness/services/fakeslurm.py``; victims are real
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ import pytest
 from harness.commands import COMMAND
 from harness.services.accounts import NOBODY
 from harness.services.fakeslurm import FakeSlurm
-from harness.services.pidfiles import is_locked, lock_held, victim
+from harness.services.pidfiles import is_locked, lock_held, producer_holding, victim
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "publish-drained-now.sh"
 #: The script's exit statuses (its header).
@@ -43,22 +46,14 @@ def send(pid_file: Path | str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@dataclass(frozen=True)
 class Producer:
-    """A running ``publish-drained --interval 600 --pid-file``, after its first pass."""
+    """A running ``publish-drained --interval 600 --pid-file`` on ``slurm``, after its
+    first pass (:func:`~harness.services.pidfiles.producer_holding`)."""
 
-    def __init__(self, slurm: FakeSlurm) -> None:
-        self.slurm = slurm
-        self.pid_file = slurm.root / "run" / "producer.pid"
-        self.pid_file.parent.mkdir(mode=0o755)
-        self.process = subprocess.Popen(
-            [*COMMAND, *slurm.args("--interval", "600", "--pid-file", str(self.pid_file))],
-            env={**os.environ, **slurm.env},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.next_pass()
+    slurm: FakeSlurm
+    pid_file: Path
+    process: subprocess.Popen[str]
 
     def next_pass(self) -> str:
         assert self.process.stdout is not None
@@ -67,19 +62,26 @@ class Producer:
                 return line
         raise AssertionError(f"the producer ended: {self.process.communicate()[1]}")
 
-    def stop(self) -> str:
-        """SIGKILL it, as the OOM killer does; its stderr."""
+    def stop(self) -> None:
+        """SIGKILL it, as the OOM killer does, and reap it."""
         self.process.kill()
-        return self.process.communicate()[1]
+        self.process.wait()
+
+
+@contextlib.contextmanager
+def running(root: Path) -> Iterator[Producer]:
+    """A :class:`Producer` on a fake Slurm under ``root``; SIGKILLed when the block ends."""
+    slurm = FakeSlurm(root)
+    pid_file = root / "run" / "producer.pid"
+    pid_file.parent.mkdir(mode=0o755)
+    with producer_holding(pid_file, slurm) as process:
+        yield Producer(slurm, pid_file, process)
 
 
 @pytest.fixture
 def producer(tmp_path):
-    running = Producer(FakeSlurm(tmp_path))
-    try:
-        yield running
-    finally:
-        running.stop()
+    with running(tmp_path) as started:
+        yield started
 
 
 def test_a_live_producer_is_woken_and_runs_a_pass_at_once(producer):
@@ -194,8 +196,7 @@ def test_a_producer_in_a_container_whose_pid_names_another_producer_here_is_refu
     _namespaces_or_skip()
     (tmp_path / "host").mkdir()
     (tmp_path / "container").mkdir()
-    other = Producer(FakeSlurm(tmp_path / "host"))
-    try:
+    with running(tmp_path / "host") as other:
         slurm = FakeSlurm(tmp_path / "container")
         pid_file = slurm.root / "container.pid"
         argv = [*COMMAND, *slurm.args("--interval", "600", "--pid-file", str(pid_file))]
@@ -223,8 +224,6 @@ def test_a_producer_in_a_container_whose_pid_names_another_producer_here_is_refu
         finally:
             contained.kill()
             contained.communicate()
-    finally:
-        other.stop()
 
 
 def test_a_trigger_in_another_pid_namespace_refuses_a_pid_it_cannot_see(producer):
