@@ -6,7 +6,8 @@ consumer, ``check`` evaluates on every launcher, whatever ``SLURM_PROCID`` says:
 answers an operator's question, it installs nothing.
 
 A missing decision in a directory that does not exist proceeds, as for the launcher, with
-a hint: a typo in ``--dir`` must not look like a healthy unit.
+a hint: a typo in ``--dir`` must not look like a healthy unit. So does one in the root
+above per-job folders, where no launcher reads (:func:`~.._decision.listing.job_folder`).
 
 Exit codes: :data:`~.output.EXIT_STATUSES` (``check``). Standard library plus PyYAML.
 """
@@ -24,6 +25,7 @@ from .._decision.artifact import (
     directory_problem,
     evaluate,
 )
+from .._decision.listing import job_folder
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._errors import ConfigurationError
 from .arguments import DIRECTORY, JSON, add_command, directory_of, option, slurm_id
@@ -102,16 +104,23 @@ def _report(decision: Decision, job_id: str, task_id: str, hint: str | None) -> 
         print(f"  hint: {hint}")
 
 
-def _hint(decision: Decision, directory: str) -> str | None:
-    """Why an absent decision may not mean "healthy": the directory itself is missing."""
+def _hint(decision: Decision, directory: str, job_id: str) -> str | None:
+    """Why an absent decision may not mean "healthy": the directory itself is missing,
+    or it is the root above per-job folders."""
     if decision.outcome is not Outcome.ABSENT:
         return None
     problem = directory_problem(directory, DEFAULT_STAT_TIMEOUT)
-    if problem is None:
+    if problem is not None:
+        return (
+            f"{problem}, so no producer can have written there: fix --dir (or "
+            "$NVRX_SEGMENT_HEALTH_CHECK_DIR), or create it where the producer writes"
+        )
+    folder = job_folder(directory, job_id, DEFAULT_STAT_TIMEOUT)
+    if folder is None:
         return None
     return (
-        f"{problem}, so no producer can have written there: fix --dir (or "
-        "$NVRX_SEGMENT_HEALTH_CHECK_DIR), or create it where the producer writes"
+        f"{directory} holds per-job folders: the launchers of job {job_id} read {folder}, "
+        f"not {directory}; check with --dir {folder}"
     )
 
 
@@ -124,7 +133,7 @@ def check_command(args: argparse.Namespace) -> int:
     directory = directory_of(args)
     job_id, task_id = _unit_ids(args)
     decision = evaluate(artifact_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
-    hint = _hint(decision, directory)
+    hint = _hint(decision, directory, job_id)
     if args.json:
         print_json(
             {

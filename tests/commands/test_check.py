@@ -103,6 +103,20 @@ def test_a_missing_directory_proceeds_with_a_hint(tmp_path, shc):
     assert json.loads(done.stdout)["hint"] is None
 
 
+def test_a_root_of_per_job_folders_proceeds_with_a_hint(tmp_path):
+    """The launchers read ``<root>/<array job id>``: a missing decision in the root says
+    nothing of the unit, and the hint names the job's folder."""
+    root = tmp_path / "segment-health-check"
+    (root / "12").mkdir(parents=True)
+    publish_decision(str(root / "12"), "12", "3", "n7: ECC")
+    done = check(root, "--job-id", "12", "--task-id", "3", "--json")
+    report = json.loads(done.stdout)
+    assert (done.returncode, report["outcome"]) == (0, "absent")
+    assert f"--dir {root / '12'}" in report["hint"]
+    done = check(root / "12", "--job-id", "12", "--task-id", "3", "--json")
+    assert (done.returncode, json.loads(done.stdout)["hint"]) == (1, None)
+
+
 def test_no_nested_brackets_in_the_verdict(shc):
     publish_decision(str(shc), "12", "3", "n7 drained\n")
     line = check(shc, "--job-id", "12", "--task-id", "3").stdout.splitlines()[0]
