@@ -88,9 +88,11 @@ class Coordinator(abc.ABC):
     def out_of_rendezvous(self) -> None:
         """The inner ``next_rendezvous()`` returned or raised."""
 
-    def joined(self, rank: int, world: WorldSignal | None) -> None:
+    def joined(self, rank: int, world: WorldSignal | None, *, look: bool = True) -> None:
         """The launcher joined a round as ``rank``; ``world``: the round's signal, which
-        the handler tells when this launcher leaves the round (:mod:`.watch`).
+        the handler tells when this launcher leaves the round (:mod:`.watch`). ``look``:
+        judge the unit again now; ``False`` where the launcher may not leave the round it
+        joined (:mod:`.rankexchange`), so that no slow stat holds a formed round.
 
         Raises:
             UnhealthyNodeException: the unit is excluded.

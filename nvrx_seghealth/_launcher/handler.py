@@ -199,8 +199,8 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
                 _leaving_on_exclusion(
                     world, When.AFTER_JOINING, coordinator.joined, info.rank, world
                 )
-            else:
-                _staying_on_exclusion(coordinator.joined, info.rank, world)
+            else:  # no look: it could only stay, and a slow stat would hold the exchange
+                _staying_on_exclusion(coordinator.joined, info.rank, world, look=False)
         except UnhealthyNodeException:
             self._leave(coordinator)
             raise
@@ -305,12 +305,12 @@ def _leaving_on_exclusion(
         raise
 
 
-def _staying_on_exclusion(call: Callable[..., None], *args: object) -> None:
-    """Run ``call(*args)``; when it excludes this launcher, stay in the round just joined:
-    torch's rank exchange waits for every member (:mod:`.rankexchange`). The exclusion
-    stands, and the unit's next ``next_rendezvous()`` raises it before joining."""
+def _staying_on_exclusion(call: Callable[..., None], *args: object, **kwargs: object) -> None:
+    """Run ``call(*args, **kwargs)``; when it excludes this launcher, stay in the round
+    just joined: torch's rank exchange waits for every member (:mod:`.rankexchange`).
+    The exclusion stands, and the unit's next ``next_rendezvous()`` raises it."""
     try:
-        call(*args)
+        call(*args, **kwargs)
     except UnhealthyNodeException as exclusion:
         log.warning(
             "Segment health check: the unit is excluded, and stays in the round it just "

@@ -114,9 +114,9 @@ class ProcessZero(Coordinator):
             if self.exclusion is None:
                 self._publish(Answer(self._attempt_verdict, self._covered), trigger=None)
 
-    def joined(self, rank: int, world: WorldSignal | None) -> None:
-        """Look once now, before the workers start; with the watch on, then start the
-        watch, a look every ``watch_interval`` seconds.
+    def joined(self, rank: int, world: WorldSignal | None, *, look: bool = True) -> None:
+        """Look once now (``look``), before the workers start; with the watch on, then
+        start the watch, a look every ``watch_interval`` seconds.
 
         The stat this launcher joined on may be old: a spare waits in the rendezvous,
         beyond the maximum, for hours, and is admitted on the stat it made before it
@@ -130,10 +130,11 @@ class ProcessZero(Coordinator):
                 on or off, which restarts the other members before their workers have
                 trained.
         """
-        super().joined(rank, world)
+        super().joined(rank, world, look=look)
         if self._stopped:
             return
-        self._look(None)
+        if look:
+            self._look(None)
         with self._lock:
             if (
                 world is not None

@@ -11,8 +11,9 @@ every agent fails once the store read times out (60 s). The rules:
 * That fast path needs every launcher of a job to run the same number of workers in one
   role: the shape of a job array whose spares replace its tasks.
 * A value the user set is never changed. Another value than ``1`` keeps the exchange, with
-  one WARNING: an exclusion right after joining then waits for the unit's next
-  rendezvous, and the unit trains until then (or until the watch's first look).
+  one WARNING. The launcher then never leaves a round it joined: it does not look again
+  right after joining (a slow stat would hold the exchange past the store's read
+  timeout), and its unit is judged again at its next rendezvous.
 
 The story: docs/concepts.md, "Right after joining".
 """
@@ -47,9 +48,9 @@ def skip_rank_exchange() -> bool:
     if value == "1":
         return True
     log.warning(
-        "%s=%s keeps torch's rank exchange: a unit excluded right after joining stays in "
-        "the round it joined and leaves at its next rendezvous (or at the watch's first "
-        "look); unset it, or set it to 1, where every launcher runs the same workers",
+        "%s=%s keeps torch's rank exchange: no look right after joining, so a unit marked "
+        "while it waited trains until its next rendezvous (or the watch's first look); "
+        "unset it, or set it to 1, where every launcher runs the same workers",
         IDENTICAL_ENV,
         value,
     )

@@ -42,11 +42,12 @@ class Sibling(Coordinator):
         if not admitted:
             self._refuse_if_marked(When.BEFORE_JOINING)
 
-    def joined(self, rank: int, world: WorldSignal | None) -> None:
-        """Look at the marker once more: process 0 may have published it while this
-        launcher waited inside the rendezvous, or after a verdict given between rounds."""
-        super().joined(rank, world)
-        self._refuse_if_marked(When.AFTER_JOINING)
+    def joined(self, rank: int, world: WorldSignal | None, *, look: bool = True) -> None:
+        """Look at the marker once more (``look``): process 0 may have published it while
+        this launcher waited inside the rendezvous, or after a verdict given between rounds."""
+        super().joined(rank, world, look=look)
+        if look:
+            self._refuse_if_marked(When.AFTER_JOINING)
 
     def _refuse_if_marked(self, when: When) -> None:
         """Raise when the unit's group is marked unhealthy."""
