@@ -7,6 +7,8 @@ the round's own store (``RendezvousInfo.store``), which has a fresh prefix every
   It writes nothing more while the world trains.
 * A launcher whose unit the watch excludes sets :data:`EXCLUDED_KEY` once every member
   told an interval above 0. Otherwise it warns once, and its unit trains on.
+* The launcher holding rank 0 reads every member's interval once, :data:`MEMBERS_TIMEOUT`
+  after the round formed, and warns of a world where some watch and some do not.
 * A launcher that leaves a round it is a member of sets that key, whatever the intervals.
 * Every member looks for the key in its agent's ``num_nodes_waiting()``, at most once a
   :data:`LOOK_INTERVAL`: one store ``check``.
@@ -109,7 +111,9 @@ class Member:
             f"{MEMBER_KEY}{info.rank}",
             format_fields(told),
         )
-        return WorldSignal(info.store, info.world_size, self.fail_open, self.events)
+        return WorldSignal(
+            info.store, info.world_size, self.fail_open, self.events, audits=info.rank == 0
+        )
 
 
 class WorldSignal:
@@ -120,10 +124,18 @@ class WorldSignal:
         world_size: the number of launchers in the round (``RendezvousInfo.world_size``).
         fail_open: runs every store call.
         events: records the restart.
+        audits: read the members' watch intervals once, :data:`MEMBERS_TIMEOUT` from now,
+            and warn of a mixed world (the launcher holding rank 0).
     """
 
     def __init__(
-        self, store: Store, world_size: int, fail_open: FailOpen, events: DecisionRecorder
+        self,
+        store: Store,
+        world_size: int,
+        fail_open: FailOpen,
+        events: DecisionRecorder,
+        *,
+        audits: bool = False,
     ) -> None:
         self._store = store
         self._world_size = world_size
@@ -134,6 +146,7 @@ class WorldSignal:
         # Set by the thread whose look excludes the unit; read by the agent's.
         self._excluded: UnhealthyNodeException | None = None
         self._members_judged = False  # for that exclusion (the agent's thread)
+        self._audit_at = time.monotonic() + MEMBERS_TIMEOUT if audits else None
 
     def exclude(self, exclusion: UnhealthyNodeException) -> None:
         """This launcher's unit, a member of the round, is excluded while it trains.
@@ -165,6 +178,9 @@ class WorldSignal:
         ``num_nodes_waiting()``); aligns the restart first. Once due, stays due."""
         if self._restart:
             return True
+        if self._audit_at is not None and time.monotonic() >= self._audit_at:
+            self._audit_at = None
+            self._warn_if_mixed()
         excluded = self._excluded
         if excluded is not None and not self._members_judged:
             self._members_judged = True
@@ -267,6 +283,41 @@ class WorldSignal:
         )
         self._events.fail_open(FailOpenReason.MIXED_WATCH, **tokens)
         return False
+
+    def _warn_if_mixed(self) -> None:
+        """One WARNING when some members told an interval above 0 and some did not: an
+        exclusion by the watch would then not restart the world (:meth:`_every_member_watches`)."""
+        keys = [f"{MEMBER_KEY}{rank}" for rank in range(self._world_size)]
+        everyone = self._fail_open(
+            "read-members", "read the members' watch intervals", self._store.check, keys
+        )
+        members = (
+            None
+            if everyone is None
+            else self._fail_open(
+                "read-members", "read the members' watch intervals", self._read, keys, everyone
+            )
+        )
+        if members is None:
+            return
+        without = [(rank, told) for rank, told in enumerate(members) if not _watches(told)]
+        if not without or len(without) == len(members):
+            return
+        rank, told = without[0]
+        tokens: dict[str, FieldValue] = {
+            "not_watching": len(without),
+            "world_size": self._world_size,
+            "member_rank": rank,
+        }
+        tokens |= {
+            f"member_{key}": value for key, value in (told or {"watch_interval": "unknown"}).items()
+        }
+        log.warning(
+            "Segment health check: not every member of this world has the watch: a unit "
+            "the watch excludes will train on until its next restart. Give every launcher "
+            "the same segment_health_check_watch_interval; %s",
+            format_fields(tokens),
+        )
 
     def _read(self, keys: list[str], everyone: bool) -> list[dict[str, str] | None]:
         """What each member told, by rank; ``None`` for one that told nothing."""

@@ -176,3 +176,32 @@ def test_the_restart_line_says_when_the_unit_was_excluded_with_the_same_tokens(
     assert all(set(f) == EXCLUSION_TOKENS for f in lines)
     # a member's log does not read as its own exclusion (the demo's report reads it)
     assert exclusion("\n".join(restart_lines(caplog))) is None
+
+
+def test_a_mixed_world_is_warned_as_it_forms_before_any_exclusion(
+    tcp_store, shc, caplog, monkeypatch
+):
+    """Task 0 without the watch, task 1 with it, no unit marked: the launcher holding
+    rank 0 reads every member's interval once, soon after the round formed, and warns
+    with the token ``not_watching``; nobody restarts. Before, the world learnt of it only
+    at the first exclusion."""
+    monkeypatch.setattr(watch, "MEMBERS_TIMEOUT", 0.5)
+    caplog.set_level(logging.INFO, logger="nvrx_seghealth")
+    zero = watched(tcp_store, shc, 0, watch_interval=0, nodes=(2, 2))
+    one = watched(tcp_store, shc, 1, nodes=(2, 2))
+    first = join_all([zero, one])
+    assert [j.error for j in first] == [None, None]
+    monitors = [Monitor(zero), Monitor(one)]
+
+    def early() -> list[dict[str, str]]:
+        fields = map(parse_fields, our_records(caplog, logging.WARNING))
+        return [f for f in fields if "not_watching" in f]
+
+    wait_until(lambda: early(), timeout=60)
+    for monitor in monitors:
+        monitor.stop()
+        assert not monitor.restarted
+    (warning,) = early()
+    assert (warning["not_watching"], warning["world_size"]) == ("1", "2")
+    assert (warning["member_task_id"], warning["member_watch_interval"]) == ("0", "0")
+    assert not mixed_world_warnings(caplog)  # no exclusion: no fall-back
