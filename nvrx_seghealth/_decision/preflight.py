@@ -71,10 +71,11 @@ _NEVER_STANDALONE = Finding(
 )
 _BACKEND_ON_THE_COMMAND_LINE = Finding(
     Level.HINT,
-    "give --rdzv-backend on the launcher's command line: when torch replaces the backend, "
-    "the check=off WARNING reads only torchrun's and accelerate launch's own options (not "
-    "accelerate config's rdzv_backend, nor a launcher's own code, nor another launcher's "
-    "abbreviations)",
+    "give --rdzv-backend on the launcher's command line, in full: when torch replaces the "
+    "backend, the check=off WARNING reads the launcher's own options (torchrun's, "
+    "torch.distributed.launch's, accelerate launch's; any other launcher's are scanned for "
+    "torchrun's names), not accelerate config's rdzv_backend, nor a launcher's own code, "
+    "nor another launcher's abbreviations",
 )
 
 
