@@ -155,7 +155,7 @@ def test_status_escapes_the_control_characters_of_a_producers_error(tmp_path):
     body = planted(failing_since=1.7e9, failed_passes=3, last_error=error)
     (shc / state_file_name("t1", "500")).write_bytes(dump(body))
     done = nvrx_seghealth("status", "--dir", str(shc))
-    assert done.returncode == 0
+    assert done.returncode == 1  # the producer is failing (exit-codes.md)
     [line] = [line for line in done.stdout.splitlines() if "producer t1" in line]
     assert not any(char in done.stdout for char in "\r\x1b\x07")
     assert line.endswith(r"x\x0d1000  1     clear\x1b]0;pwned-title\x07\x1b[8m")
