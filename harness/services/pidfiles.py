@@ -24,21 +24,26 @@ _HOLD = (
     "    fd = os.open(sys.argv[1], os.O_RDONLY)\n"
     "except OSError as error:\n"
     "    sys.exit(print(errno.errorcode[error.errno], flush=True))\n"
-    "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+    "if sys.argv[2] == 'record':\n"
+    "    fcntl.lockf(fd, fcntl.LOCK_SH)  # a POSIX read lock: a read-only descriptor may\n"
+    "else:\n"
+    "    fcntl.flock(fd, fcntl.LOCK_EX)\n"
     "print('locked', flush=True)\n"
     "time.sleep(600)\n"
 )
 
 
 @contextlib.contextmanager
-def lock_held(path: Path, *, nobody: bool = False) -> Iterator[str]:
+def lock_held(path: Path, *, nobody: bool = False, record: bool = False) -> Iterator[str]:
     """A process that opens ``path`` read-only and holds an exclusive ``flock`` on it
     until the block ends: this account's, or with ``nobody`` user nobody's (root needed).
+    With ``record`` it holds a POSIX read lock (``lockf``) instead.
 
     Yields ``locked``, or for user nobody the errno name that refused the open (e.g.
     ``EACCES``: then nothing holds it).
     """
-    command = [os.path.realpath(sys.executable), "-I", "-c", _HOLD, str(path)]
+    kind = "record" if record else "flock"
+    command = [os.path.realpath(sys.executable), "-I", "-c", _HOLD, str(path), kind]
     if nobody:
         command = [*SETPRIV_NOBODY, *command]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as holder:

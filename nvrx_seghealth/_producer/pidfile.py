@@ -10,9 +10,8 @@ docs/operators.md, "A pass now", tells the story. The rules (:class:`PidFile`):
 - The file appears complete and locked, or not at all, and its content never changes.
 - A file whose lock is free is stale, whatever process its pid names now. So is a locked
   file others can open (an earlier release's 0644) whose pid runs no ``publish-drained``.
-- The path is walked folder by folder; only root's or this account's symlinks are followed.
-- Each folder on the way may be changed only by root or this account (others: with the
-  sticky bit above the file's folder); a root-run trigger trusts what is there.
+- Only root's or this account's folders and symlinks lead to the file's folder
+  (:func:`~.pidfolder.open_folder`): a root-run trigger trusts what is there.
 - Every call on the file is made in the folder opened and checked at the claim.
 - An existing file that is not this account's regular file, holds no pid or is held is
   refused at once with :class:`~.._errors.ConfigurationError`.
@@ -33,11 +32,10 @@ import os
 import re
 import secrets
 import stat
-from collections import deque
 
 from .._decision.files import NotRegularError, open_regular
-from .._decision.problems import directory_writers
 from .._errors import ConfigurationError
+from .pidfolder import open_folder
 
 __all__ = ["PidFile"]
 
@@ -49,10 +47,6 @@ PID_LINE = re.compile(rb"[1-9][0-9]{0,9}\n")
 _ATTEMPTS = 3
 #: The mode bits that let an account other than the owner open the file, and so lock it.
 _OPENED_BY_OTHERS = 0o066
-#: Symbolic links followed at most on the way to the folder (the kernel's own limit).
-_LINKS = 40
-#: A folder on the way is opened as a path only: searching it needs no right to read it.
-_FOLDER_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class PidFile:
@@ -79,7 +73,7 @@ class PidFile:
                 producer holds the file, or it cannot be written (the message names the
                 file and the fix).
         """
-        self._folder = self._open_folder()
+        self._folder = open_folder(self.path)
         try:
             self._claim()
         except BaseException:
@@ -161,102 +155,6 @@ class PidFile:
             "give another --pid-file"
         )
 
-    def _open_folder(self) -> int:
-        """Open the file's folder by a walk from ``/``, one ``openat(O_NOFOLLOW)`` per
-        name; a symlink is followed only when root or this account owns it. Every folder
-        whose entries the walk uses is checked (:meth:`_check_above`), the last one
-        strictly (:meth:`_check_folder`); every later call on the file is made in it.
-
-        Raises:
-            ConfigurationError: a folder is missing, a symlink of another account, or
-                refused.
-        """
-        names = deque(os.path.dirname(self.path).split("/"))
-        fd, where, links = os.open("/", _FOLDER_FLAGS), "/", 0
-        try:
-            while names:
-                name = names.popleft()
-                if name in ("", "."):
-                    continue
-                if name != "..":  # its entries could be changed: a parent's cannot
-                    self._check_above(where, os.fstat(fd))
-                try:
-                    child = os.open(name, _FOLDER_FLAGS, dir_fd=fd)
-                except OSError as error:
-                    target = self._link(fd, os.path.join(where, name), name, error)
-                    links += 1
-                    if links > _LINKS:
-                        raise self._unusable(os.strerror(errno.ELOOP)) from None
-                    names.extendleft(reversed(target.split("/")))
-                    if target.startswith("/"):
-                        os.close(fd)
-                        fd, where = os.open("/", _FOLDER_FLAGS), "/"
-                    continue
-                os.close(fd)
-                fd, where = child, os.path.normpath(os.path.join(where, name))
-            self._check_folder(where, os.fstat(fd))
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def _link(self, fd: int, path: str, name: str, error: OSError) -> str:
-        """The target of ``name``, in the folder open on ``fd``, that could not be opened
-        as a folder (``error``): a symlink of root or this account.
-
-        Raises:
-            ConfigurationError: it is missing, not a folder, or another account's symlink.
-        """
-        try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            if not stat.S_ISLNK(st.st_mode):
-                raise error
-            if st.st_uid not in (os.geteuid(), 0):
-                raise self._refused(
-                    f"is reached through {path}, a symbolic link of uid {st.st_uid}: "
-                    "whoever owns the link chooses the folder; give the real folder's path"
-                )
-            return os.readlink(name, dir_fd=fd)
-        except OSError as failed:
-            raise self._unusable(failed.strerror or str(failed)) from None
-
-    def _unusable(self, why: str) -> ConfigurationError:
-        folder = os.path.dirname(self.path)
-        return self._refused(
-            f"cannot be written: its folder {folder} cannot be used ({why}); "
-            f"create it, writable by this account only (install -d -m 0755 {folder})"
-        )
-
-    def _check_above(self, where: str, st: os.stat_result) -> None:
-        """Refuse a folder on the way, ``where`` (of stat ``st``), whose entries another
-        account can replace (:func:`~.._decision.problems.directory_writers`: its owner,
-        or its group or everyone without the sticky bit)."""
-        who = directory_writers(st, (os.geteuid(), 0))
-        if who:
-            raise self._refused(
-                f"is below {where} (mode {stat.S_IMODE(st.st_mode):04o}), which "
-                f"{' and '.join(who)} can change: another account could put a folder or "
-                "link of its own on the way; use a folder whose parents only root or this "
-                "account can write (e.g. /run/nvrx-seghealth)"
-            )
-
-    def _check_folder(self, folder: str, st: os.stat_result) -> None:
-        """Refuse the file's folder ``folder`` (of stat ``st``) when another account can
-        write in it, sticky or not."""
-        writers = [
-            who for who, bit in (("its group", 0o020), ("everyone", 0o002)) if st.st_mode & bit
-        ]
-        if st.st_uid not in (os.geteuid(), 0):
-            writers.insert(0, f"its owner (uid {st.st_uid})")
-        if writers:
-            who = " and ".join(writers)
-            raise self._refused(
-                f"is in {folder} (mode {stat.S_IMODE(st.st_mode):04o}), which {who} can "
-                "write: another account could plant or replace the file that a Slurm trigger "
-                "trusts; use a folder that only this account can write (e.g. "
-                "install -d -m 0755 -o ACCOUNT /run/nvrx-seghealth)"
-            )
-
     def _publish(self, temporary: str) -> None:
         """Give ``temporary`` the name :attr:`path`: a new name, or a stale file's."""
         for _attempt in range(_ATTEMPTS):
@@ -300,17 +198,28 @@ class PidFile:
                     "exists and holds no pid: it is not a pid file; give another path, or "
                     "remove it if it is left over"
                 )
-            if _locked(fd):
+            squatted = _locked(fd)
+            if squatted:
                 self._check_holder(int(content), st)
             try:
                 fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                raise self._refused(
-                    "is being taken over by another producer that starts now; give each "
-                    "producer its own --pid-file"
-                ) from None
+                lockers = _record_lockers(st) if st.st_mode & _OPENED_BY_OTHERS else None
+                if lockers is None or any(_runs_publish_drained(p, st.st_uid) for p in lockers):
+                    raise self._refused(
+                        "is being taken over by another producer that starts now; give each "
+                        "producer its own --pid-file"
+                    ) from None
+                squatted = True
             if self._stat_name() != (st.st_dev, st.st_ino):
                 return False
+            if squatted:
+                log.warning(
+                    "--pid-file %s (mode %04o) is locked by a process that is not its "
+                    "producer: replaced by a file only this account can open",
+                    self.path,
+                    stat.S_IMODE(st.st_mode),
+                )
             os.rename(temporary, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
             return True
         finally:
@@ -319,7 +228,7 @@ class PidFile:
     def _check_holder(self, pid: int, st: os.stat_result) -> None:
         """Refuse the locked file of stat ``st``, which names ``pid``, unless its lock
         vouches for nothing: others can open it, and ``pid`` runs no ``publish-drained``
-        of this account (then log that it is taken over)."""
+        of this account."""
         if _runs_publish_drained(pid, st.st_uid):
             raise self._refused(
                 f"is held by a running producer (pid {pid}): stop it first, or give another "
@@ -331,13 +240,6 @@ class PidFile:
                 "(a producer in another pid namespace?): stop the process that holds it "
                 f"(fuser {self.path}), or remove the file"
             )
-        log.warning(
-            "--pid-file %s (mode %04o) is locked by a process that is not its producer "
-            "(pid %d has ended): replaced by a file only this account can open",
-            self.path,
-            stat.S_IMODE(st.st_mode),
-            pid,
-        )
 
     def _owner(self) -> int | None:
         """The uid that owns what the name holds (a symlink not followed); ``None``: unknown."""
@@ -391,3 +293,16 @@ def _runs_publish_drained(pid: int, uid: int) -> bool:
         return b"publish-drained" in argv and os.stat(f"/proc/{pid}").st_uid == uid
     except OSError:
         return False
+
+
+def _record_lockers(st: os.stat_result) -> list[int] | None:
+    """The pids that ``/proc/locks`` shows holding a POSIX or OFD record lock (``-1``) on
+    the file of stat ``st``; ``None``: it cannot tell."""
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as stream:
+            rows = [line.split() for line in stream]
+    except OSError:
+        return None
+    kinds = (["POSIX"], ["OFDLCK"])  # a waiter's row has "->" there instead
+    return [int(row[4]) for row in rows if row[1:2] in kinds and row[5:6] == [key]]

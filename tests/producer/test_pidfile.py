@@ -282,17 +282,22 @@ def test_another_account_cannot_hold_the_file_so_a_killed_producer_restarts(publ
     pid_file.release()
 
 
-@pytest.mark.parametrize("named", ["ended", "unrelated"])
-def test_an_earlier_releases_file_that_another_account_holds_is_taken_over(public, named, caplog):
+@pytest.mark.parametrize(
+    "named,lock", [("ended", "flock"), ("unrelated", "flock"), ("ended", "record")]
+)
+def test_an_earlier_releases_file_that_another_account_holds_is_taken_over(
+    public, named, lock, caplog
+):
     """An earlier release made the file 0644: after a SIGKILL, user nobody holds its
-    lock. Its pid runs no publish-drained of this account, so the lock vouches for
-    nothing: the file is replaced by a 0600 one, with a WARNING."""
+    ``flock``, or a POSIX record lock that claimers take. Neither is a producer's, so the
+    file is replaced by a 0600 one, with a WARNING."""
     path = public / "run" / "500.pid"
     path.parent.mkdir(mode=0o755)
     with victim() as other:
         path.write_text(f"{_dead_pid() if named == 'ended' else other.pid}\n")
         path.chmod(0o644)
-        with lock_held(path, nobody=True) as outcome, caplog.at_level(logging.WARNING):
+        held = lock_held(path, nobody=True, record=lock == "record")
+        with held as outcome, caplog.at_level(logging.WARNING):
             assert outcome == "locked"
             pid_file = PidFile(str(path))
             pid_file.claim()
@@ -303,6 +308,17 @@ def test_an_earlier_releases_file_that_another_account_holds_is_taken_over(publi
         logging.WARNING
     ]
     pid_file.release()
+
+
+def test_a_record_lock_on_a_0600_file_is_another_claimers_and_is_refused(folder):
+    """Only root or this account can lock a 0600 file: a record lock on it is another
+    producer's taking it over, never skipped."""
+    path = folder / "p.pid"
+    path.write_text(f"{_dead_pid()}\n")
+    path.chmod(0o600)
+    with lock_held(path, record=True), pytest.raises(ConfigurationError, match="being taken"):
+        PidFile(str(path)).claim()
+    assert path.read_text().endswith("\n") and not is_locked(path)
 
 
 def test_a_symlink_of_another_account_higher_up_in_a_sticky_folder_is_refused(public):
