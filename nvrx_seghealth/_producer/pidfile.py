@@ -8,8 +8,8 @@ docs/operators.md, "A pass now", tells the story. The rules (:class:`PidFile`):
   :meth:`PidFile.claim` until it ends, however it ends.
 - The file is 0600: no account but root and the producer's can open it, so none can lock it.
 - The file appears complete and locked, or not at all, and its content never changes.
-- A file whose lock is free is stale, whatever process its pid names now. So is a locked
-  file others can open (an earlier release's 0644) whose pid runs no ``publish-drained``.
+- A file whose lock is free is stale, whatever process its pid names now. So is a file
+  others can open (an earlier release's 0644) whose locks no running producer holds.
 - Only root's or this account's folders and symlinks lead to the file's folder
   (:func:`~.pidfolder.open_folder`): a root-run trigger trusts what is there.
 - Every call on the file is made in the folder opened and checked at the claim.
