@@ -30,7 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,18 +330,23 @@ def running_etcd(
     release: Release = DEFAULT_RELEASE,
     v2: bool = True,
     tls: TlsMaterial | None = None,
+    advertise: str | None = None,
 ) -> Iterator[EtcdServer]:
     """Start an etcd of ``release``, yield it once it answers, stop it at the end.
 
     ``v2``: whether it serves the v2 API (``--enable-v2``); off is etcd 3.6's only way.
     ``tls``: serve clients over https only, each with a certificate of its CA.
+    ``advertise``: the client URL it tells its clients (a relay's), else its own.
 
     Raises:
         EtcdUnavailable: no binary of that release, or it exited or did not answer in
             :data:`START_TIMEOUT` seconds (with the end of its log).
         RuntimeError: it serves the v2 API although asked not to, or the reverse.
     """
-    with running_etcd_cluster(1, name, release=release, v2=v2, tls=tls) as cluster:
+    advertised = None if advertise is None else (lambda member: advertise)
+    with running_etcd_cluster(
+        1, name, release=release, v2=v2, tls=tls, advertise=advertised
+    ) as cluster:
         yield cluster.members[0].server
 
 
@@ -422,9 +427,15 @@ def running_etcd_cluster(
     release: Release = DEFAULT_RELEASE,
     v2: bool = True,
     tls: TlsMaterial | None = None,
+    peer_relay: Callable[[str, int], int] | None = None,
+    advertise: Callable[[str], str] | None = None,
 ) -> Iterator[EtcdCluster]:
     """Start ``size`` etcd members of ``release`` as one cluster, yield it once every member
     answers, stop every member still running at the end (:func:`_started_cluster`).
+
+    ``peer_relay(name, peer port)``: the port of a relay in front of that member's peer
+    port, which the cluster advertises instead (:class:`harness.services.nemesis.PeerCut`).
+    ``advertise(name)``: the client URL that member tells its clients, else its own.
 
     Another test's process may bind a member's port between its choice and etcd's bind
     (:func:`~harness.ports.free_port` chooses at random, as every test does). The cluster
@@ -437,7 +448,9 @@ def running_etcd_cluster(
     for attempt in range(1, PORT_TRIES + 1):
         stack = ExitStack()
         try:
-            cluster = stack.enter_context(_started_cluster(size, name, release, v2, tls))
+            cluster = stack.enter_context(
+                _started_cluster(size, name, release, v2, tls, peer_relay, advertise)
+            )
         except EtcdUnavailable as error:
             if attempt == PORT_TRIES or _PORT_TAKEN not in str(error):
                 raise
@@ -449,7 +462,13 @@ def running_etcd_cluster(
 
 @contextmanager
 def _started_cluster(
-    size: int, name: str, release: Release, v2: bool, tls: TlsMaterial | None
+    size: int,
+    name: str,
+    release: Release,
+    v2: bool,
+    tls: TlsMaterial | None,
+    peer_relay: Callable[[str, int], int] | None = None,
+    advertise: Callable[[str], str] | None = None,
 ) -> Iterator[EtcdCluster]:
     """Start ``size`` etcd members of ``release`` as one cluster, yield it once every member
     answers, stop every member still running at the end (a single one by SIGTERM, a
@@ -469,7 +488,8 @@ def _started_cluster(
     state = Path(tempfile.mkdtemp(prefix="nvrx-seghealth-etcd."))
     names = [name] if size == 1 else [f"{name}{number}" for number in range(size)]
     ports = {member: (free_port(), free_port()) for member in names}
-    peers = ",".join(f"{m}=http://127.0.0.1:{peer}" for m, (_, peer) in ports.items())
+    relayed = {m: peer_relay(m, peer) if peer_relay else peer for m, (_, peer) in ports.items()}
+    peers = ",".join(f"{m}=http://127.0.0.1:{relayed[m]}" for m in names)
     secure = [] if tls is None else _tls_flags(tls)
     cluster = EtcdCluster([])
     try:
@@ -488,11 +508,11 @@ def _started_cluster(
                         "--listen-client-urls",
                         client_url,
                         "--advertise-client-urls",
-                        client_url,
+                        advertise(label) if advertise else client_url,
                         "--listen-peer-urls",
                         peer_url,
                         "--initial-advertise-peer-urls",
-                        peer_url,
+                        f"http://127.0.0.1:{relayed[label]}",
                         "--initial-cluster",
                         peers,
                         # etcd 3.6 has no such flag; 3.4 and 3.5 default to false

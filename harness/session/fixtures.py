@@ -196,11 +196,14 @@ def started_etcd(
     *,
     v2: bool = True,
     tls: TlsMaterial | None = None,
+    advertise: str | None = None,
 ) -> Iterator[EtcdServer]:
-    """A new etcd (installed first when allowed); skips, or fails in CI, without one."""
+    """A new etcd (installed first when allowed); skips, or fails in CI, without one.
+
+    ``advertise``: the client URL it tells its clients, else its own."""
     _ensure_etcd(release, v2=v2)
     try:
-        with running_etcd(name, release=release, v2=v2, tls=tls) as server:
+        with running_etcd(name, release=release, v2=v2, tls=tls, advertise=advertise) as server:
             yield server
     except EtcdUnavailable as error:  # raised only while it starts
         _unavailable(str(error))
