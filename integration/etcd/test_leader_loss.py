@@ -6,6 +6,9 @@ has answered a few times. Every call must answer (none raises), an ``add`` must 
 once, and the launcher's log must hold one ``retry=start`` WARNING per episode (the
 member and the error as fields) and its ``retry=end``. The launchers name the first
 member, which is the leader in some runs and not in others: both are a leader's loss.
+
+An ``add`` whose swap is held by a relay (:mod:`harness.services.nemesis`) and reaches
+etcd late, or never, counts once or says it cannot tell.
 """
 
 from __future__ import annotations
@@ -14,13 +17,19 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
+from harness.services.etcd import STORE
+from harness.services.nemesis import Action, HttpNemesis, Once, Request
+from harness.session.fixtures import started_etcd
 from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth._launcher import backend
+from nvrx_seghealth._launcher.etcd_v2 import AddUnsettled
 from nvrx_seghealth._logfmt import parse_fields
 
 pytestmark = pytest.mark.etcd
@@ -141,3 +150,71 @@ def test_set_get_check_and_wait_ride_out_the_leaders_loss(etcd_cluster, caplog) 
 
     assert _through_a_leader_loss(etcd_cluster, call) == []
     _assert_episodes(caplog, etcd_cluster)
+
+
+def _v2_write(request: Request) -> bool:
+    """Whether ``request`` writes a key of torch's etcd-v2 store (an ``add``'s swap)."""
+    return request.method == "PUT" and STORE in request.path
+
+
+def _v2_store(endpoint: str, run: str) -> Any:
+    """The etcd-v2 store of one launcher of ``run``, as the registered backend builds it."""
+    params = RendezvousParameters("etcd-v2", endpoint, run, 1, 1, read_timeout=30)
+    return backend.INNER_BACKEND_CREATORS["etcd-v2"](params)[1]
+
+
+@contextmanager
+def _v2_behind_two_relays(first_policy: Once) -> Iterator[tuple[Any, HttpNemesis, HttpNemesis]]:
+    """An etcd-v2 launcher's store whose named endpoint is a relay (``first_policy``) in
+    front of one etcd, which tells its clients of a second relay, where the client fails
+    over to: the store and both relays."""
+    with HttpNemesis() as second, started_etcd("nvrx-relayed", advertise=second.url) as server:
+        second.upstream = server.endpoint
+        with HttpNemesis(server.endpoint, first_policy) as first:
+            yield _v2_store(first.endpoint, f"run-{uuid.uuid4().hex[:8]}"), first, second
+
+
+@pytest.mark.parametrize("late", [1, 2, 3, None], ids=["before-1st", "2nd", "3rd", "after"])
+def test_a_v2_add_lost_then_landing_late_counts_once(late) -> None:
+    """The add's swap is held and the client hears nothing; the held swap reaches etcd
+    before the n-th request of the next attempts, or after the call returned."""
+    hold = Once(_v2_write)
+    with _v2_behind_two_relays(hold) as (store, first, second):
+        store.add("n", 5)
+        after: list[Request] = []
+
+        def deliver_late(request: Request) -> Action:
+            after.append(request)
+            if len(after) == late:
+                first.deliver()
+            return "forward"
+
+        second.policy = deliver_late
+        hold.armed = True
+        returned = store.add("n", 1)
+        if late is None:
+            first.deliver()  # its guard fails
+        assert hold.hit
+        assert (returned, store.read_counter("n")) == (6, 6)
+
+
+def test_a_v2_add_lost_past_etcds_history_raises_rather_than_guess() -> None:
+    """The add's swap is held and never sent; another launcher adds, then 1,001 other
+    writes push that add out of etcd's v2 history: the add cannot tell, and says so."""
+    hold = Once(_v2_write)
+    with _v2_behind_two_relays(hold) as (store, first, second):
+        store.add("n", 5)
+        other = _v2_store(second.upstream, "another-run")  # one store directory for all
+
+        def meanwhile(request: Request) -> bool:
+            assert other.add("n", 1) == 6
+            for number in range(1001):
+                other.client.write(f"{STORE}/filler", str(number))
+            return True
+
+        writes = second.policy = Once(meanwhile, "forward")
+        writes.armed = True
+        hold.armed = True
+        with pytest.raises(AddUnsettled):
+            store.add("n", 1)
+        assert (store.read_counter("n"), len(first.held)) == (6, 1)

@@ -1,21 +1,23 @@
 """The etcd-v3 store against a real etcd with the v2 API off, reached as torch reaches it
 (through a ``PrefixStore``): the same calls give what a TCPStore gives; waits are woken by
-a watch; ``add`` counts once when its answer is lost; a run's keys go with its lease."""
+a watch; ``add`` counts once and ``delete_key`` tells the truth through lost answers and
+late commits (:mod:`harness.services.nemesis`); a run's keys go with its lease."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from torch.distributed import DistStoreError, PrefixStore
 
-from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_v3
-from nvrx_seghealth._launcher.etcd_v3.client import EtcdClient, EtcdUnavailable
+from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, raw_v3
+from harness.services.nemesis import Action, HttpNemesis, Once, Request
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 from nvrx_seghealth._launcher.etcd_v3.store import MAX_OPS
 
@@ -121,48 +123,106 @@ def test_add_zero_of_a_counter_writes_nothing(etcd_v3_server, store, run):
     assert store.read_counter("counter") == 2 and store.read_counter("never") == 0
 
 
-class AnswerLost(EtcdClient):
-    """A client whose next write transaction lands in etcd but whose answer is lost on the
-    way back, as when a member dies right after applying it. The loss is injected: a real
-    one cannot be timed to one request."""
-
-    #: Run while the answer is lost; ``None``: the next answer is not lost.
-    meanwhile: Callable[[], object] | None = None
-
-    def txn(self, compare, success, failure=()):
-        result = super().txn(compare, success, failure)
-        if self.meanwhile is not None and success:
-            meanwhile, self.meanwhile = self.meanwhile, None
-            meanwhile()
-            raise EtcdUnavailable("the answer was lost (injected)", member=self.member)
-        return result
+def _write(request: Request) -> bool:
+    """Whether ``request`` is a write transaction (a guarded ``add`` or ``append``)."""
+    return request.path == "/v3/kv/txn" and b"request_put" in request.body
 
 
-def lose_the_next_answer(store, meanwhile: Callable[[], object] = lambda: None) -> AnswerLost:
-    """The store's own client, made to lose the answer of its next write transaction."""
-    client = store._client
-    client.__class__ = AnswerLost
-    client.meanwhile = meanwhile
-    return client
+def _deletes(request: Request) -> bool:
+    return b"request_delete_range" in request.body or request.path == "/v3/kv/deleterange"
 
 
-def test_an_add_whose_answer_was_lost_counts_once(etcd_v3_server, store, run):
-    store.add("n", 1)
-    client = lose_the_next_answer(store)
-    assert store.add("n", 1) == 2
-    assert client.meanwhile is None  # the answer was lost
-    assert raw_get(etcd_v3_server.endpoint, RunKeys(run).store("n")) == b"2"
+@contextmanager
+def _two_relays(
+    endpoint: str, run: str, first_policy
+) -> Iterator[tuple[Any, HttpNemesis, HttpNemesis]]:
+    """A launcher whose endpoints are two relays in front of one etcd: its store, the
+    second relay (the first one's policy is ``first_policy``)."""
+    with (
+        HttpNemesis(endpoint, first_policy) as first,
+        HttpNemesis(endpoint) as second,
+        open_v3_launcher(f"{first.endpoint},{second.endpoint}", run) as (_, store),
+    ):
+        yield store, first, second
 
 
-def test_an_add_whose_answer_was_lost_while_another_launcher_added_counts_once(
-    etcd_v3_server, store, run
-):
-    with open_v3_launcher(etcd_v3_server.endpoint, run) as (_, other):
+@pytest.mark.parametrize("late", [1, 2, 3, None], ids=["before-1st", "2nd", "3rd", "after"])
+def test_an_add_lost_then_landing_late_counts_once(etcd_v3_server, run, late):
+    """The add's write is held and the client hears nothing; the held write reaches etcd
+    before the n-th request of the next attempts, or after the call returned."""
+    hold = Once(_write)
+    with _two_relays(etcd_v3_server.endpoint, run, hold) as (store, first, second):
+        store.add("n", 5)
+        after: list[Request] = []
+
+        def deliver_late(request: Request) -> Action:
+            after.append(request)
+            if len(after) == late:
+                assert first.deliver() == [200]
+            return "forward"
+
+        second.policy = deliver_late
+        hold.armed = True
+        returned = store.add("n", 1)
+        if late is None:
+            assert first.deliver() == [200]  # etcd answers it; its guard fails
+        assert hold.hit
+        assert (returned, store.read_counter("n")) == (6, 6)
+
+
+def test_an_add_whose_answer_was_lost_while_another_launcher_added_counts_once(etcd_v3_server, run):
+    drop = Once(_write, "drop-after")
+    with (
+        _two_relays(etcd_v3_server.endpoint, run, drop) as (store, _, second),
+        open_v3_launcher(etcd_v3_server.endpoint, run) as (_, other),
+    ):
         store.add("n", 1)
-        client = lose_the_next_answer(store, lambda: other.add("n", 10))
+        meanwhile = second.policy = Once(lambda request: bool(other.add("n", 10)), "forward")
+        meanwhile.armed = True
+        drop.armed = True
         assert store.add("n", 1) == 2
-        assert client.meanwhile is None
+        assert drop.hit
     assert raw_get(etcd_v3_server.endpoint, RunKeys(run).store("n")) == b"12"
+
+
+def test_a_lost_add_that_never_landed_counts_after_a_compaction(etcd_v3_server, run):
+    """The add's write is held and never sent; another launcher adds and etcd compacts its
+    history before the add asks again: the add counts, after the other's."""
+    hold = Once(_write)
+    with (
+        _two_relays(etcd_v3_server.endpoint, run, hold) as (store, first, second),
+        open_v3_launcher(etcd_v3_server.endpoint, run) as (_, other),
+    ):
+        store.add("n", 5)
+
+        def compact(request: Request) -> bool:
+            assert other.add("n", 1) == 6
+            for _ in range(3):  # the compaction then covers the other's add as well
+                raw_put(etcd_v3_server.endpoint, b"/nemesis/filler", b"x")
+            revision = raw_v3(etcd_v3_server.endpoint, "kv/range", {"key": _b64(b"x")})
+            through = {"revision": revision["header"]["revision"], "physical": True}
+            raw_v3(etcd_v3_server.endpoint, "kv/compaction", through)
+            return True
+
+        meanwhile = second.policy = Once(compact, "forward")
+        meanwhile.armed = True
+        hold.armed = True
+        assert store.add("n", 1) == 7
+        assert (store.read_counter("n"), len(first.held)) == (7, 1)
+
+
+def test_a_delete_whose_answer_was_lost_says_the_key_was_there(etcd_v3_server, run):
+    drop = Once(_deletes, "drop-after")
+    with (
+        HttpNemesis(etcd_v3_server.endpoint, drop) as relay,
+        open_v3_launcher(relay.endpoint, run) as (_, store),
+    ):
+        store.set("d", b"1")
+        drop.armed = True
+        assert store.delete_key("d") is True
+        assert drop.hit
+        assert not store.check(["d"])
+        assert store.delete_key("d") is False
 
 
 def test_a_finished_runs_keys_go_with_its_lease(etcd_v3_server, run):

@@ -8,7 +8,8 @@ launcher, and is made safe to run again:
 - reads are run again as they are;
 - torch's state writes are guarded: a lost write that landed fails its next compare;
 - ``set`` writes again unless the key holds its value already;
-- ``add`` settles whether its lost write landed before it runs again (:class:`_Add`).
+- ``add`` settles whether its lost writes landed before each new write (:class:`_Add`):
+  it counts once whatever the order of a late commit and a retry.
 
 The client sends each request once: python-etcd's failover and urllib3's resends are off.
 A member that does not answer moves the client to the next one (:class:`EtcdConnection`).
@@ -29,6 +30,7 @@ from torch.distributed.elastic.rendezvous import RendezvousConnectionError
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore, cas_delay
 
+from .._errors import SegmentHealthError
 from .etcd_reads import OneKeyEtcdStore
 from .retry import RetryPolicy, Unreachable
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "AddUnsettled",
     "ElectionSafeEtcdBackend",
     "ElectionSafeEtcdStore",
     "EtcdConnection",
@@ -213,77 +216,85 @@ class ElectionSafeEtcdStore(OneKeyEtcdStore):
             return None
 
 
+class AddUnsettled(SegmentHealthError, RuntimeError):
+    """An ``add`` whose answer was lost cannot tell whether it landed: etcd's v2 history
+    no longer holds the write after its guard. Nothing was counted twice or guessed."""
+
+
 class _Add:
     """One ``add``: a compare-and-swap on the counter's ``modifiedIndex``, whose lost
-    answer is settled before it is sent again. Called once per attempt.
+    answers are settled before each new write. Called once per attempt.
 
     Each write is the new count followed by a random tag of :data:`TAG_LENGTH`
     whitespace characters, which ``int()`` ignores: two adds of the same amount from
-    the same count write different values, so the key's history tells whose write
-    landed. A quorum read and that history settle a lost answer. etcd's v2 history
-    holds its last 1,000 events: past that, the ``add`` counts the write as its own
-    (never twice), with a WARNING.
+    the same count write different values. Every write whose answer was lost stays
+    pending until settled, at each read of the counter:
+
+    - the counter holds its value: it landed, and its count is the answer;
+    - the counter is still at the index it was guarded on: it has not landed yet. The
+      next write is guarded on that index too, so at most one of them ever lands;
+    - the counter moved on: the first write after its guard (etcd's history) is it, or
+      it never lands.
+
+    etcd's v2 history holds its last 1,000 events. A write still pending past that
+    cannot be settled: the ``add`` raises :class:`AddUnsettled`, never guessing.
     """
 
     def __init__(self, store: ElectionSafeEtcdStore, path: str, num: int) -> None:
         self._store = store
         self._path = path
         self._num = num
-        # (the index the write was guarded on, the value it wrote, the count) while its
-        # answer is lost
-        self._sent: tuple[int, str, int] | None = None
+        # (the index the write was guarded on, the value it wrote, the count) of each
+        # write whose answer was lost and that is not settled yet
+        self._pending: list[tuple[int, str, int]] = []
 
     def __call__(self) -> int:
-        if self._sent is not None:
-            landed = self._settle(*self._sent)
-            self._sent = None
-            if landed is not None:
-                return landed
         client, store = self._store.client, self._store
         while True:
             try:
-                node = client.read(self._path)
+                node = client.read(self._path, quorum=True)
             except etcd.EtcdKeyNotFound as absent:  # guarded on the etcd index then
-                base, value, exists = int(absent.payload["index"]), 0, False
+                base, current, exists = int(absent.payload["index"]), None, False
             else:
-                base, value, exists = int(node.modifiedIndex), int(store._decode(node.value)), True
-            new = value + self._num
+                base, current, exists = int(node.modifiedIndex), str(node.value), True
+            landed = self._settle(base, current)
+            if landed is not None:
+                return landed
+            new = (int(store._decode(current)) if current is not None else 0) + self._num
             tag = "".join(random.choice(_WHITESPACE) for _ in range(TAG_LENGTH))
             written = store._encode(f"{new}{tag}")
             guard = {"prevIndex": base} if exists else {"prevExist": False}
-            self._sent = (base, written, new)
+            self._pending.append((base, written, new))
             try:
                 client.write(self._path, written, **guard)
             except (etcd.EtcdCompareFailed, etcd.EtcdAlreadyExist):  # refused: not written
-                self._sent = None
+                self._pending.pop()
                 cas_delay()
                 continue
-            self._sent = None
+            self._pending.pop()
             return new
 
-    def _settle(self, base: int, written: str, count: int) -> int | None:
-        """``count`` when the write of ``written`` guarded on ``base`` landed, else ``None``.
-
-        A quorum read says whether the key changed since ``base``; the first event after
-        ``base`` is the one write that passed the guard, and its value says whose it was.
-        """
-        client = self._store.client
-        try:
-            node = client.read(self._path, quorum=True)
-        except etcd.EtcdKeyNotFound:
-            return None
-        if int(node.modifiedIndex) == base:
-            return None
-        try:
-            event = client.read(self._path, wait=True, waitIndex=base + 1)
-        except etcd.EtcdEventIndexCleared:
-            log.warning(
-                "etcd's history no longer holds the write of an add to %s whose answer "
-                "was lost; counting it as landed",
-                self._path,
-            )
-            return count
-        return count if event.value == written else None
+    def _settle(self, index: int, current: str | None) -> int | None:
+        """The count of the pending write that landed, if one did; drops those that
+        never will. ``index`` and ``current``: the counter as read now."""
+        for sent in list(self._pending):
+            base, written, count = sent
+            if current == written:
+                return count
+            if base == index or current is None:
+                continue  # not landed yet: the next write is guarded on this index too
+            try:
+                event = self._store.client.read(self._path, wait=True, waitIndex=base + 1)
+            except etcd.EtcdEventIndexCleared:
+                raise AddUnsettled(
+                    f"etcd's history no longer holds the write after index {base} of the "
+                    f"counter {self._path}, so an add whose answer was lost cannot tell "
+                    "whether it landed; it counts nothing rather than guess"
+                ) from None
+            if event.value == written:
+                return count
+            self._pending.remove(sent)  # another write passed its guard: it never lands
+        return None
 
 
 def election_safe(

@@ -4,8 +4,9 @@ Every key of one rendezvous run lies under one prefix, ``/torchelastic/v3/<run i
 
 - ``state``: torch's rendezvous state (:mod:`.backend`);
 - ``store/<key>``: the store's keys (:mod:`.store`), so ``num_keys`` is one counted range;
-- ``adds/<key>``: the tag of the latest ``add`` to ``store/<key>``, which settles an
-  ``add`` whose answer was lost (:mod:`.store`);
+- ``writers/<writer>``: the tag of the latest guarded write (``add``, ``append``,
+  ``delete_key``) of one launcher's thread, which settles a write whose answer was lost
+  (:mod:`.store`);
 - ``lease``: the id of the run's lease, which every key of the run rides (:mod:`.lease`).
 
 The run id is percent-encoded, ``/`` included, so no run's prefix is the prefix of
@@ -63,6 +64,7 @@ class RunKeys:
         """The etcd key of the store's ``key``."""
         return self.store_prefix + key.encode()
 
-    def add_tag(self, key: str) -> bytes:
-        """The key holding the tag of the latest ``add`` to the store's ``key``."""
-        return self.prefix + b"adds/" + key.encode()
+    def writer(self, writer: str) -> bytes:
+        """The key holding the tag of the latest guarded write of ``writer`` (one thread
+        of one launcher)."""
+        return self.prefix + b"writers/" + writer.encode()

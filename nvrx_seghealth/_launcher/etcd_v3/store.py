@@ -8,8 +8,9 @@ the check keeps its markers here. Its rules:
 - ``get``, ``wait`` and ``multi_get`` block until their keys are set, at most the store's
   timeout (torch's, 300 s unless set), then raise ``DistStoreError`` as TCPStore does.
   They are woken by an etcd watch on each missing key, never by polling;
-- ``add``, ``append`` and ``compare_set`` are transactions guarded by the key's revision.
-  ``add`` and ``append`` count once even when an answer is lost (:meth:`_update_once`);
+- ``add``, ``append``, ``delete_key`` and ``compare_set`` are transactions guarded by
+  the key's revision. The first three take effect once and answer the truth, whatever
+  the order of a lost answer, a late commit and a retry (:meth:`_write_once`);
 - ``check``, ``multi_get`` and ``multi_set`` batch their keys in transactions within
   etcd's limits (:data:`MAX_OPS` operations, :data:`MAX_BYTES` bytes);
 - every call runs through the launcher's retry policy; an etcd that stays unreachable
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
@@ -31,12 +33,14 @@ from typing import TypeVar
 
 from torch.distributed import DistStoreError, Store
 
-from ..._logfmt import format_fields
 from ..retry import RetryPolicy
 from .client import (
     EtcdClient,
     EtcdRefused,
+    Op,
+    Range,
     create_revision_is,
+    delete,
     get,
     mod_revision_is,
     prefix_end,
@@ -88,6 +92,7 @@ class EtcdV3Store(Store):
         self._policy = policy
         self._keys = keys
         self._lease = lease
+        self._writer = os.urandom(8).hex()  # names this store's writer keys
         self.set_timeout(timeout)
 
     def clone(self) -> EtcdV3Store:
@@ -125,15 +130,26 @@ class EtcdV3Store(Store):
 
         ``add(key, 0)`` of a counter that exists writes nothing.
         """
-        value = self._update_once(
-            key, "add", lambda current: str(int(current or b"0") + amount).encode(), amount == 0
-        )
-        return int(value)
+        etcd_key = self._keys.store(key)
+
+        def plan(found: Range, lease: int) -> tuple[list[Op] | None, bytes]:
+            current = found.kvs[0].value if found.kvs else None
+            if current is not None and amount == 0:
+                return None, current
+            value = str(int(current or b"0") + amount).encode()
+            return [put(etcd_key, value, lease=lease)], value
+
+        return int(self._write_once("add", etcd_key, plan))
 
     def append(self, key: str, value: bytes | str) -> None:
         """Append ``value`` to ``key``'s value (absent: set it)."""
-        data = _as_bytes(value)
-        self._update_once(key, "append", lambda current: (current or b"") + data, False)
+        etcd_key, data = self._keys.store(key), _as_bytes(value)
+
+        def plan(found: Range, lease: int) -> tuple[list[Op] | None, None]:
+            current = found.kvs[0].value if found.kvs else b""
+            return [put(etcd_key, current + data, lease=lease)], None
+
+        self._write_once("append", etcd_key, plan)
 
     def compare_set(
         self, key: str, expected_value: bytes | str, desired_value: bytes | str
@@ -169,9 +185,13 @@ class EtcdV3Store(Store):
         return self._lease.write("compare_set", swap)
 
     def delete_key(self, key: str) -> bool:
-        """Delete ``key``; whether it was there."""
+        """Delete ``key``; whether it was there (also when the answer was lost)."""
         etcd_key = self._keys.store(key)
-        return self._policy.call("delete_key", lambda: self._client.delete(etcd_key)) > 0
+
+        def plan(found: Range, lease: int) -> tuple[list[Op] | None, bool]:
+            return ([delete(etcd_key)], True) if found.kvs else (None, False)
+
+        return self._write_once("delete_key", etcd_key, plan)
 
     deleteKey = delete_key  # the name torch's C++ PrefixStore calls
 
@@ -269,77 +289,51 @@ class EtcdV3Store(Store):
                         return event.kv.value
                     start = event.kv.mod_revision + 1
 
-    def _update_once(
-        self, key: str, what: str, update: Callable[[bytes | None], bytes], read_only: bool
-    ) -> bytes:
-        """Write ``update(value)`` over ``key``'s value (``None``: absent) exactly once.
+    def _write_once(
+        self, what: str, etcd_key: bytes, plan: Callable[[Range, int], tuple[list[Op] | None, _T]]
+    ) -> _T:
+        """Write ``plan``'s ops over ``etcd_key`` exactly once, and answer its result.
 
-        Each attempt is a transaction guarded by the revision it read, which also writes a
-        random tag under the key's ``adds/`` key. An attempt whose answer was lost is
-        settled before the next: if the tag key's history since the read holds its tag, it
-        landed and its value is the answer (:meth:`_landed`). Since each attempt compares
-        the revision it read, of two attempts from one read at most one lands.
+        ``plan(read, lease)`` gives the ops to write over what ``read`` found, and the
+        call's result if they land; no ops (``None``): answer the result at once.
+        Each attempt reads the key and this thread's writer key (:meth:`.RunKeys.writer`)
+        in one transaction. It then writes the ops and a new tag to the writer key,
+        guarded on both revisions it read. An attempt whose answer was lost stays
+        pending:
 
-        With ``read_only`` a key that exists is only read (``add(key, 0)``).
+        - the writer key holding its tag means it landed: its result is the answer;
+        - otherwise it has not landed yet, and every later attempt is guarded on the
+          writer key as read then. A late landing fails that guard, and a later
+          attempt's landing fails the lost one's: at most one attempt ever lands.
+
+        No history is read, so a compaction cannot make a guess of it.
         """
-        etcd_key, tag_key = self._keys.store(key), self._keys.add_tag(key)
-        lost: list[tuple[bytes, bytes]] = []  # (tag, value) of attempts whose answer was lost
-        since = 0  # the revision read before the first lost attempt
+        writer = self._keys.writer(f"{self._writer}-{threading.get_ident():x}")
+        pending: dict[bytes, _T] = {}  # tag -> result, of attempts whose answer was lost
 
-        def attempt(lease: int) -> bytes:
-            nonlocal since
+        def attempt(lease: int) -> _T:
             while True:
-                if lost:
-                    landed = self._landed(tag_key, since, lost, key)
-                    if landed is not None:
-                        return landed
-                found = self._client.range(etcd_key)
-                if found.kvs:
-                    current: bytes | None = found.kvs[0].value
-                    if read_only:
-                        return found.kvs[0].value
-                    guard = mod_revision_is(etcd_key, found.kvs[0].mod_revision)
-                else:
-                    current, guard = None, create_revision_is(etcd_key, 0)
-                value, tag = update(current), os.urandom(12).hex().encode()
-                if not lost:
-                    since = found.revision
-                lost.append((tag, value))
-                result = self._client.txn(
-                    [guard], [put(etcd_key, value, lease=lease), put(tag_key, tag, lease=lease)]
-                )
-                lost.pop()  # answered: it landed or not, as it says
-                if result.succeeded:
-                    return value
+                found, mine = self._client.txn([], [get(etcd_key), get(writer)]).ranges
+                assert found is not None and mine is not None  # two range ops
+                if mine.kvs and mine.kvs[0].value in pending:
+                    return pending[mine.kvs[0].value]
+                ops, result = plan(found, lease)
+                if ops is None:
+                    return result
+                guard = [
+                    mod_revision_is(etcd_key, found.kvs[0].mod_revision)
+                    if found.kvs
+                    else create_revision_is(etcd_key, 0),
+                    mod_revision_is(writer, mine.kvs[0].mod_revision if mine.kvs else 0),
+                ]
+                tag = os.urandom(12).hex().encode()
+                pending[tag] = result
+                done = self._client.txn(guard, [*ops, put(writer, tag, lease=lease)])
+                del pending[tag]  # answered: it landed or not, as it says
+                if done.succeeded:
+                    return result
 
         return self._lease.write(what, attempt)
-
-    def _landed(
-        self, tag_key: bytes, since: int, lost: list[tuple[bytes, bytes]], key: str
-    ) -> bytes | None:
-        """The value of the lost attempt that landed after revision ``since``, if one did."""
-        values = dict(lost)
-        found = self._client.range(tag_key)
-        if not found.kvs or found.kvs[0].mod_revision <= since:
-            return None
-        newest = found.kvs[0].mod_revision
-        start = since + 1
-        try:
-            while start <= newest:
-                for event in self._client.watch(tag_key, start, WATCH_SLICE):
-                    if event.kind == "put" and event.kv.value in values:
-                        return values[event.kv.value]
-                    start = event.kv.mod_revision + 1
-        except EtcdRefused as refused:
-            if refused.cause != "compacted":
-                raise
-            log.warning(
-                "etcd compacted the history that tells whether a lost write landed; "
-                "counting it as landed (once, never twice): %s",
-                format_fields({"key": key, "since": since}),
-            )
-            return lost[-1][1]
-        return None
 
 
 def _batches(items: list[_T], size: Callable[[_T], int]) -> Iterator[list[_T]]:
