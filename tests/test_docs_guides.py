@@ -210,7 +210,6 @@ def test_publish_drained_per_array_job(tmp_path: Path) -> None:
     exit 0 once the array has ended (its pid file removed)."""
     (example,) = examples_under(SERVICES, PRODUCER)
     root, run = tmp_path / "decisions", tmp_path / "run"
-    run.mkdir(mode=0o755)
     text = (
         example.text.replace("root=/shared/job/segment-health-check", f"root={root}")
         .replace("/run/nvrx-seghealth", str(run))

@@ -29,23 +29,16 @@ from typing import Any
 
 from .._decision import boundedfs
 from .._decision.artifact import Outcome, judge_with_stat
-from .._decision.boundedstat import stat_within, stuck_for
+from .._decision.boundedstat import stuck_for
 from .._decision.listing import (
     DecisionFile,
     first_line,
     list_decisions,
     list_directory,
     not_regular_kind,
-    printable,
 )
 from .._decision.problems import permission_problems
-from .._producer.state import (
-    STATE_FILE,
-    ProducerHealth,
-    ProducerState,
-    StateFileError,
-    read_state_file,
-)
+from .._producer.state import ProducerHealth
 from .arguments import (
     DIRECTORY,
     FS_TIMEOUT_OPTION,
@@ -56,6 +49,7 @@ from .arguments import (
     slurm_id,
 )
 from .output import EXIT_FAILURE, EXIT_OK, format_age, print_json, render_table
+from .status_producers import producers as read_producers
 
 __all__ = ["BLOCKED_SYMLINK", "NOT_LOOKED_AT", "UNREAD", "register", "status_command"]
 
@@ -245,99 +239,6 @@ def _describe(entry: DecisionFile, now: float, timeout: float) -> _DecisionRow:
     )
 
 
-@dataclass(frozen=True)
-class _ProducerRow:
-    """One producer's state file: its :class:`ProducerHealth`, and the state read
-    (``None`` when unreadable, ``problem`` then says why)."""
-
-    producer_id: str
-    job_id: str
-    health: ProducerHealth
-    state: ProducerState | None = None
-    problem: str | None = None
-    written: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        row: dict[str, Any] = {
-            "producer_id": self.producer_id,
-            "job_id": self.job_id,
-            "state": self.health.value,
-        }
-        if self.state is None:
-            row["unreadable"] = self.problem
-        else:
-            fields = ("last_pass", "last_ok", "failing_since", "failed_passes", "last_error")
-            row.update({name: getattr(self.state, name) for name in (*fields, "interval")})
-        return row
-
-    def line(self, now: float) -> str:
-        who = f"producer {printable(self.producer_id)} (job {self.job_id})"
-        state = self.state
-        if state is None:
-            return f"{who}: state file unreadable ({printable(self.problem or '')})"
-        quiet = state.quiet_for(now, self.written)
-        ahead = state.last_pass - now  # more than 1 s: the clocks differ, say by how much
-        skew = f" (its clock is {format_age(ahead)} ahead of this host's)" if ahead > 1 else ""
-        if state.failing_since is None:
-            line = f"{who}: last pass {format_age(quiet)} ago{skew}, ok"
-        else:
-            good = "never" if state.last_ok is None else f"{_age(now, state.last_ok)} ago"
-            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.failing_since))
-            line = (
-                f"{who}: FAILING since {since} ({_age(now, state.failing_since)}, "
-                f"{state.failed_passes} passes; last good pass {good}){skew}; its decisions "
-                f"are kept as they were: {printable(state.last_error or '')}"
-            )
-        if self.health is ProducerHealth.STOPPED:
-            line += (
-                f"; STOPPED? no pass for {format_age(quiet)} by this host's clock though it "
-                f"runs one every {state.interval:g} s: its decisions are not kept up to "
-                "date, restart it (or, if it runs, set the clocks right)"
-            )
-        return line
-
-
-def _age(now: float, then: float) -> str:
-    """How long ago ``then`` (a producer's clock) was at ``now`` (this host's): a time
-    stamped ahead of this host's clock is ``0s`` old, never a negative age."""
-    return format_age(max(0.0, now - then))
-
-
-def _producers(
-    names: list[str], directory: str, job_id: str | None, timeout: float, now: float
-) -> list[_ProducerRow]:
-    """The state of each ``publish-drained`` producer that keeps it in ``directory``.
-
-    Each state file is checked (:func:`~.._producer.state.read_state_file`) and, for a
-    producer that runs every ``interval``, looked at once more for its last change
-    (:meth:`~.._producer.state.ProducerState.quiet_for`); one that cannot be read in time or is not valid is an
-    :attr:`ProducerHealth.UNREADABLE` row saying why.
-    """
-    producers = []
-    for name in sorted(names):
-        match = STATE_FILE.fullmatch(name)
-        if match is None or job_id not in (None, match["job"]):
-            continue
-        path = os.path.join(directory, name)
-        try:
-            state = read_state_file(path, timeout)
-        except (OSError, StateFileError) as error:  # HelperTimeout is an OSError
-            problem = str(error) or type(error).__name__
-            producers.append(
-                _ProducerRow(match["id"], match["job"], ProducerHealth.UNREADABLE, None, problem)
-            )
-            continue
-        if state is not None:  # else removed since the directory was listed
-            written = None
-            if state.interval:  # the file's last change (quiet_for)
-                with contextlib.suppress(OSError, ValueError):  # HelperTimeout too
-                    written = stat_within(path, timeout).st_mtime
-            health = state.health(now, written)
-            row = _ProducerRow(match["id"], match["job"], health, state, written=written)
-            producers.append(row)
-    return producers
-
-
 def _names(directory: str, timeout: float) -> list[str] | None:
     """The names in ``directory``; ``None`` when it cannot be listed (said on stderr)."""
     try:
@@ -396,7 +297,7 @@ def status_command(args: argparse.Namespace) -> int:
     rows, problem = _describe_all(decisions, now, args.fs_timeout)
     if problem is not None:
         _warn_not_looked_at(problem, rows)
-    producers = _producers(names, directory, args.job_id, args.fs_timeout, now)
+    producers = read_producers(names, directory, args.job_id, args.fs_timeout, now)
     if args.json:
         print_json(
             {
