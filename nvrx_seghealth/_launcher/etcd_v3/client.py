@@ -7,6 +7,8 @@ The rules it keeps, so that its callers can reason about a lost answer:
 - each call sends one HTTP request per attempt, and never sends it again on its own;
 - a call that a member could not answer moves :attr:`EtcdClient.member` to the next
   endpoint and raises :class:`EtcdUnavailable`; the caller's retry policy runs it again;
+- every call and watch requires a leader (:data:`REQUIRE_LEADER`): a member cut from
+  its peers answers "no leader", which moves on too;
 - an answer that asking again cannot change raises :class:`EtcdRefused`, with a stable
   ``cause`` token and a message that names the fix;
 - with credentials, each member gets its own token, fetched when first needed there; a
@@ -64,6 +66,9 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 2379
 #: Idle connections kept per member.
 IDLE_PER_MEMBER = 4
+#: etcd's require-leader metadata, through the gateway: a member cut from its leader
+#: refuses the call at once ("no leader"), and ends a watch when it loses its leader.
+REQUIRE_LEADER = "Grpc-Metadata-hasleader"
 
 #: A compare of a transaction, as the gateway takes it (:func:`mod_revision_is`, ...).
 Compare = dict[str, Any]
@@ -832,7 +837,7 @@ def _canceled(member: str, result: dict[str, Any]) -> EtcdUnavailable | EtcdRefu
 
 
 def _headers(extra: dict[str, str]) -> dict[str, str]:
-    return {"Content-Type": "application/json", **extra}
+    return {"Content-Type": "application/json", REQUIRE_LEADER: "true", **extra}
 
 
 def _span(key: bytes, range_end: bytes | None) -> dict[str, Any]:
