@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .._decision.artifact import (
     Decision,
@@ -38,6 +39,9 @@ from .._decision.helperprocess import HelperStartError
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._settings.check_settings import CheckSettings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "SegmentHealthCheck",
@@ -70,32 +74,39 @@ class SegmentHealthCheck:
         TypeError: an id is neither a ``str`` nor an ``int`` (a ``bool`` included).
     """
 
-    def __init__(
-        self,
+    # Set by :meth:`from_settings`, the one builder of every check.
+    directory: str
+    job_id: str
+    task_id: str
+    path: str
+    stat_timeout: float
+    _directory_looked_at: bool
+
+    def __new__(
+        cls,
         directory: DirectoryPath,
         job_id: str | int,
         task_id: str | int,
         *,
         stat_timeout: float = DEFAULT_STAT_TIMEOUT,
-    ) -> None:
+    ) -> Self:
+        """The door for raw values: validate them, then build as :meth:`from_settings`."""
         settings = CheckSettings.validate(directory, stat_timeout=stat_timeout)
-        self._setup(settings, unit_id("job_id", job_id), unit_id("task_id", task_id))
+        return cls.from_settings(settings, unit_id("job_id", job_id), unit_id("task_id", task_id))
 
     @classmethod
-    def from_settings(cls, settings: CheckSettings, unit: AllocationUnit) -> SegmentHealthCheck:
-        """The check of ``unit`` with ``settings``, both validated where they entered and
-        taken as they are; the constructor is the door for raw values."""
-        check = cls.__new__(cls)
-        check._setup(settings, unit.job_id, unit.task_id)
+    def from_settings(cls, settings: CheckSettings, job_id: str, task_id: str) -> Self:
+        """The check of the unit ``job_id``/``task_id`` with ``settings``, all validated
+        where they entered and taken as they are; the constructor validates raw values and
+        comes here too."""
+        check = super().__new__(cls)
+        check.directory = settings.directory
+        check.job_id = job_id
+        check.task_id = task_id
+        check.path = unit_artifact_path(settings.directory, job_id, task_id)
+        check.stat_timeout = settings.stat_timeout
+        check._directory_looked_at = False
         return check
-
-    def _setup(self, settings: CheckSettings, job_id: str, task_id: str) -> None:
-        self.directory = settings.directory
-        self.job_id = job_id
-        self.task_id = task_id
-        self.path = unit_artifact_path(settings.directory, job_id, task_id)
-        self.stat_timeout = settings.stat_timeout
-        self._directory_looked_at = False
 
     def evaluate(self, *, warn: bool = True) -> Decision:
         """Stat the artifact once and return the decision; warn when failing open
@@ -155,7 +166,7 @@ def install_check(
     """
     if unit is None or not unit.is_process_zero:
         return None
-    check = SegmentHealthCheck.from_settings(settings, unit)
+    check = SegmentHealthCheck.from_settings(settings, unit.job_id, unit.task_id)
     with contextlib.suppress(HelperStartError):  # the first stat fails open and says why
         prepare_stat_helper()
     log.info(

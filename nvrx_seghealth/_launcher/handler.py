@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from torch.distributed import Store
 from torch.distributed.elastic.rendezvous import (
@@ -32,7 +33,7 @@ from .._decision.artifact import DirectoryPath
 from .._errors import UnhealthyNodeException, When
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
-from .agentstore import EXCLUSIONS, serve_workers
+from .agentstore import EXCLUSIONS, WorkersStore, serve_workers
 from .coordinator import Coordinator
 from .events import DecisionRecorder
 from .exiting import quiet_at_exit, shut_at_exit
@@ -41,6 +42,9 @@ from .process_zero import ProcessZero
 from .rankexchange import skip_rank_exchange
 from .roles import coordinator_for
 from .watch import Member, WorldSignal
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["SegmentHealthRendezvousHandler"]
 
@@ -78,8 +82,20 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             (:class:`~.._errors.ConfigurationError`).
     """
 
-    def __init__(
-        self,
+    # Set by :meth:`from_settings`, the one builder of every handler.
+    _inner: RendezvousHandler
+    _backend: str
+    _coordinator: Coordinator | None
+    _member: Member | None  # the check on: a member of each round (.watch)
+    _leaves_joined_rounds: bool  # torch's agent skips its rank exchange
+    _workers: WorkersStore | None
+    _world: WorldSignal | None  # the joined round, the check on
+    _joined: bool  # a round of the inner rendezvous was joined
+    _left: bool
+    _heartbeats_held: bool  # at exit (:meth:`_quiet_at_exit`)
+
+    def __new__(
+        cls,
         inner: RendezvousHandler,
         *,
         store: Store | None,
@@ -89,14 +105,16 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         backend: str | None = None,
         handoff_timeout: float | None = None,
         watch_interval: float = 0.0,
-    ) -> None:
+    ) -> Self:
+        """The door for raw values: validate them, then build as :meth:`from_settings`."""
         settings = check_settings(
             directory,
             stat_timeout=stat_timeout,
             handoff_timeout=handoff_timeout,
             watch_interval=watch_interval,
         )
-        self._setup(inner, settings, store=store, environ=environ, backend=backend)
+        backend = backend or inner.get_backend()
+        return cls.from_settings(inner, settings, store=store, backend=backend, environ=environ)
 
     @classmethod
     def from_settings(
@@ -107,51 +125,39 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
         store: Store | None,
         backend: str,
         serve_workers_why: str | None = None,
-    ) -> SegmentHealthRendezvousHandler:
+        environ: Mapping[str, str] | None = None,
+    ) -> Self:
         """The handler for ``settings`` validated where they entered, taken as they are.
 
-        The registered backend's door (:mod:`.._settings.rdzv_conf`); the constructor is
-        the door for raw values. ``settings`` ``None``: the check is off.
+        The registered backend's door (:mod:`.._settings.rdzv_conf`); the constructor
+        validates raw values and comes here too. ``settings`` ``None``: the check is off.
         ``serve_workers_why``: why the workers' store is served with the check off.
         """
-        handler = cls.__new__(cls)
-        handler._setup(
-            inner, settings, store=store, environ=None, backend=backend, why=serve_workers_why
-        )
-        return handler
-
-    def _setup(
-        self,
-        inner: RendezvousHandler,
-        settings: CheckSettings | None,
-        *,
-        store: Store | None,
-        environ: Mapping[str, str] | None,
-        backend: str | None,
-        why: str | None = None,
-    ) -> None:
-        self._inner = inner
-        self._backend = backend or inner.get_backend()
-        self._coordinator: Coordinator | None = None
-        self._member: Member | None = None  # the check on: a member of each round (.watch)
-        self._leaves_joined_rounds = False  # torch's agent skips its rank exchange
-        why = EXCLUSIONS if settings is not None else why
-        self._workers = None if why is None else serve_workers(inner, why)
+        handler = super().__new__(cls)
+        handler._inner = inner
+        handler._backend = backend
+        handler._coordinator = None
+        handler._member = None
+        handler._leaves_joined_rounds = False
+        why = EXCLUSIONS if settings is not None else serve_workers_why
+        handler._workers = None if why is None else serve_workers(inner, why)
         if settings is not None:
             events = DecisionRecorder(inner)
-            self._coordinator = coordinator_for(
+            coordinator = coordinator_for(
                 settings, store=store, run_id=inner.get_run_id(), events=events, environ=environ
             )
-            self._member = _member(settings, self._coordinator, events)
-            self._leaves_joined_rounds = skip_rank_exchange()
-            if isinstance(self._coordinator, ProcessZero):
-                self._coordinator.warn_if_the_world_cannot_shrink(inner)
-        self._world: WorldSignal | None = None  # the joined round, the check on
-        self._joined = False  # a round of the inner rendezvous was joined
-        self._left = False
-        self._heartbeats_held = False  # at exit (:meth:`_quiet_at_exit`)
-        quiet_at_exit(self._quiet_at_exit)
+            handler._coordinator = coordinator
+            handler._member = _member(settings, coordinator, events)
+            handler._leaves_joined_rounds = skip_rank_exchange()
+            if isinstance(coordinator, ProcessZero):
+                coordinator.warn_if_the_world_cannot_shrink(inner)
+        handler._world = None
+        handler._joined = False
+        handler._left = False
+        handler._heartbeats_held = False
+        quiet_at_exit(handler._quiet_at_exit)
         shut_at_exit(store)
+        return handler
 
     @property
     def inner(self) -> RendezvousHandler:

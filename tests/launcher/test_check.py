@@ -125,6 +125,24 @@ def test_constructor_validates_everything(tmp_path):
     assert refused.value.setting == "stat_timeout"
 
 
+def test_the_constructor_builds_through_from_settings_the_one_path(tmp_path):
+    """The constructor validates raw values and hands them to ``from_settings``, which
+    builds every check: a subclass that extends it extends both doors."""
+
+    built: list[tuple[str, str, str]] = []
+
+    class Counted(SegmentHealthCheck):
+        @classmethod
+        def from_settings(cls, settings, job_id, task_id):
+            built.append((settings.directory, job_id, task_id))
+            return super().from_settings(settings, job_id, task_id)
+
+    check = Counted(tmp_path, 7, "8")
+    assert built == [(str(tmp_path), "7", "8")]
+    assert type(check) is Counted
+    assert check.path == os.path.join(tmp_path, "segment_health_check.7.8")
+
+
 @pytest.mark.parametrize("env", [{"SLURM_PROCID": "0"}, {}], ids=["no-job-id", "no-slurm"])
 def test_a_directory_without_a_slurm_job_says_the_check_is_off(tmp_path, caplog, env):
     """No silent off-switch: configured, but not launched under Slurm."""

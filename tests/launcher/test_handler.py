@@ -122,6 +122,26 @@ def test_configuration_is_validated_at_construction(tcp_store):
         assert refused.value.setting == setting
 
 
+def test_the_constructor_builds_through_from_settings_the_one_path(tcp_store, shc):
+    """The constructor validates raw values and hands them to ``from_settings``, which
+    builds every handler: a subclass that extends it extends both doors."""
+
+    built: list[tuple[str | None, str]] = []
+
+    class Counted(SegmentHealthRendezvousHandler):
+        @classmethod
+        def from_settings(cls, inner, settings, **given):
+            built.append((settings and settings.directory, given["backend"]))
+            return super().from_settings(inner, settings, **given)
+
+    inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
+    handler = Counted(inner, store=None, directory=shc, environ=slurm_env(task=0))
+    off = Counted(inner, store=None, directory=None, backend="segment-health")
+    assert built == [(shc, "c10d"), (None, "segment-health")]
+    assert (type(handler), type(off)) == (Counted, Counted)
+    assert coordinator_of(handler) is not None and coordinator_of(off) is None
+
+
 def test_an_excluded_launcher_leaves_its_round_without_closing_it(tcp_store, shc):
     """Once excluded, it stops heart-beating and leaves the round it was part of, so the
     others need not wait for its heartbeat to expire; the rendezvous stays open."""
