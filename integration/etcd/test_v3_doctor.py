@@ -9,6 +9,7 @@ import pytest
 
 from harness.commands import nvrx_seghealth
 from harness.ports import free_port
+from harness.session.fixtures import started_etcd
 from harness.slurmenv import slurm_env
 
 pytestmark = pytest.mark.etcd
@@ -62,3 +63,13 @@ def test_a_password_on_the_command_line_fails_before_asking(tmp_path):
     )
     assert code == 1
     assert [level for level, _ in findings] == ["FAIL"]
+
+
+def test_a_member_of_another_cluster_fails_naming_it(etcd_v3_server, tmp_path):
+    with started_etcd("nvrx-doctor-other", v2=False) as other:
+        code, findings = etcd_findings(tmp_path, f"{etcd_v3_server.endpoint},{other.endpoint}")
+    assert code == 1, findings
+    failed = [message for level, message in findings if level == "FAIL"]
+    assert len(failed) == 1 and other.endpoint in failed[0], findings
+    warned = [message for level, message in findings if level == "warn"]
+    assert len(warned) == 1 and other.endpoint in warned[0], findings  # no member of the first

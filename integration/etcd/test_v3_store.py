@@ -5,6 +5,7 @@ late commits (:mod:`harness.services.nemesis`); a run's keys go with its lease."
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -18,9 +19,11 @@ from torch.distributed import DistStoreError, PrefixStore
 
 from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, raw_v3
 from harness.services.nemesis import Action, HttpNemesis, Once, Request
+from harness.session.fixtures import started_etcd
 from harness.waits import wait_until
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 from nvrx_seghealth._launcher.etcd_v3.store import MAX_OPS
+from nvrx_seghealth._logfmt import parse_fields
 
 pytestmark = pytest.mark.etcd
 
@@ -293,3 +296,25 @@ def test_a_get_watching_a_member_cut_from_its_peers_sees_the_key_set_elsewhere(
         other.set("MASTER_ADDR", b"node-7")
         getter.join(120)
         assert found == [b"node-7"]
+
+
+def test_a_member_of_another_cluster_is_left_with_one_warning(etcd_v3_server, run, caplog):
+    """A launcher names a member of its cluster, then one of another: while the first
+    does not answer, nothing goes to the other; the write waits for its own cluster."""
+    caplog.set_level(logging.WARNING)
+    with (
+        started_etcd("nvrx-own", v2=False) as own,
+        HttpNemesis(own.endpoint) as relay,
+        open_v3_launcher(f"{relay.endpoint},{etcd_v3_server.endpoint}", run) as (_, store),
+    ):
+        store.set("hello", b"1")
+        stopped = relay.policy = Once(lambda request: True)
+        stopped.armed = True  # the next request is lost: the client moves on
+        store.set("MASTER_ADDR", b"node-7")
+        assert stopped.hit
+        assert store.check(["hello", "MASTER_ADDR"])
+        assert raw_get(own.endpoint, RunKeys(run).store("MASTER_ADDR")) == b"node-7"
+    assert raw_get(etcd_v3_server.endpoint, RunKeys(run).store("MASTER_ADDR")) is None
+    fields = [parse_fields(record.getMessage()) for record in caplog.records]
+    left = [field["member"] for field in fields if field.get("etcd") == "other-cluster"]
+    assert left == [etcd_v3_server.endpoint]

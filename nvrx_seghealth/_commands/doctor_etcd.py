@@ -2,9 +2,11 @@
 
 Each member the list names is asked alone (:func:`etcd_findings`): whether it answers, its
 version and database size, and whether it can authenticate the user the settings give.
-Then, from the first member that answers: the cluster's alarms (``NOSPACE`` stops every
-write: a ``FAIL`` with the fix), and members the list does not name (a launcher cannot
-reach them once the named ones die: a ``hint``). No member answering is a ``FAIL``; some
+A member of another cluster than the first that answered is a ``FAIL`` (a launcher that
+fails over to it splits the run). Then, from the first member that answers: the
+cluster's alarms (``NOSPACE`` stops every write: a ``FAIL`` with the fix), named
+endpoints no member advertises (a ``warn``), and members the list does not name (a
+launcher cannot reach them once the named ones die: a ``hint``). No member answering is a ``FAIL``; some
 not answering is a ``warn`` (the job lives while a majority answers). Nothing is written.
 
 The settings are the launchers' own ``--rdzv-conf`` keys (``protocol``, ``ca_cert``,
@@ -51,6 +53,7 @@ def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
         return [Finding(Level.FAIL, str(error))]
     findings: list[Finding] = []
     answering: list[EtcdClient] = []
+    clusters: dict[str, str] = {}  # endpoint -> the cluster id it answered with
     for endpoint in settings.endpoints:
         client = EtcdClient(
             (endpoint,),
@@ -59,10 +62,11 @@ def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
             protocol=settings.protocol,
             credentials=settings.credentials,
         )
-        finding = _member_finding(client, settings)
+        finding, cluster = _member_finding(client, settings)
         findings.append(finding)
         if finding.level is Level.OK:
             answering.append(client)
+            clusters[str(endpoint)] = cluster
         else:
             client.close()
     if not answering:
@@ -86,29 +90,50 @@ def etcd_findings(endpoints: str, conf_text: str) -> list[Finding]:
                 ),
             )
         )
+    findings += _other_clusters(clusters)
     findings += _cluster_findings(answering[0], settings)
     for client in answering:
         client.close()
     return findings
 
 
-def _member_finding(client: EtcdClient, settings: EtcdV3Settings) -> Finding:
-    """Whether one member answers a status and, with a user, an authenticated read."""
+def _member_finding(client: EtcdClient, settings: EtcdV3Settings) -> tuple[Finding, str]:
+    """Whether one member answers a status and, with a user, an authenticated read; the
+    cluster id it answered with."""
     try:
         status = client.status()
         if settings.credentials is not None:  # a read needs the user's token
             client.range(ROOT, count_only=True)
     except EtcdError as error:
-        return Finding(Level.WARN, f"etcd member {client.member} does not answer: {error}")
+        finding = Finding(Level.WARN, f"etcd member {client.member} does not answer: {error}")
+        return finding, ""
     size = int(status.get("dbSize", 0)) / 2**20
     as_user = f", user {settings.credentials.user} logged in" if settings.credentials else ""
+    cluster = str(status.get("header", {}).get("cluster_id", ""))
     return Finding(
         Level.OK,
         (
             f"etcd member {client.member} answers: etcd {status.get('version', '?')}, database "
-            f"{size:.1f} MiB{as_user}"
+            f"{size:.1f} MiB{as_user}, cluster {cluster}"
         ),
-    )
+    ), cluster
+
+
+def _other_clusters(clusters: dict[str, str]) -> list[Finding]:
+    """A ``FAIL`` for each named member of another cluster than the first that answered:
+    launchers that fail over to it would split the run in two."""
+    first, pinned = next(iter(clusters.items()))
+    return [
+        Finding(
+            Level.FAIL,
+            (
+                f"etcd member {endpoint} belongs to cluster {cluster}, not to cluster {pinned} "
+                f"of {first}: name only one cluster's members in --rdzv-endpoint"
+            ),
+        )
+        for endpoint, cluster in clusters.items()
+        if cluster != pinned
+    ]
 
 
 def _cluster_findings(client: EtcdClient, settings: EtcdV3Settings) -> list[Finding]:
@@ -138,6 +163,19 @@ def _cluster_findings(client: EtcdClient, settings: EtcdV3Settings) -> list[Find
         findings.append(Finding(Level.OK, f"etcd has no alarm; {len(members)} members"))
     named = {str(endpoint) for endpoint in settings.endpoints}
     missing = [_name(member) for member in members if not _client_urls(member) & named]
+    listed = set().union(*(_client_urls(member) for member in members))
+    strangers = sorted(named - listed)
+    if strangers:
+        findings.append(
+            Finding(
+                Level.WARN,
+                (
+                    f"named etcd endpoints {', '.join(strangers)} are no client URL of a "
+                    f"member of {client.member}'s cluster: name each member by a client URL "
+                    "it advertises"
+                ),
+            )
+        )
     if missing:
         findings.append(
             Finding(

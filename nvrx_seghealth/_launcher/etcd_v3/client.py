@@ -9,6 +9,8 @@ The rules it keeps, so that its callers can reason about a lost answer:
   endpoint and raises :class:`EtcdUnavailable`; the caller's retry policy runs it again;
 - every call and watch requires a leader (:data:`REQUIRE_LEADER`): a member cut from
   its peers answers "no leader", which moves on too;
+- the cluster id of the first answer is pinned: a member of another cluster is one
+  that does not answer, named in one WARNING;
 - an answer that asking again cannot change raises :class:`EtcdRefused`, with a stable
   ``cause`` token and a message that names the fix;
 - with credentials, each member gets its own token, fetched when first needed there; a
@@ -36,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._errors import ConfigurationError, SegmentHealthError
+from ..._logfmt import format_fields
 
 __all__ = [
     "Credentials",
@@ -428,6 +431,9 @@ class EtcdClient:
         self._watches: set[http.client.HTTPConnection] = set()
         self._closed = False
         self._tokens: dict[Endpoint, str] = {}  # "" where auth is off
+        self._cluster: str | None = None  # the cluster id of the first answer
+        self._strangers: set[Endpoint] = set()  # members of another cluster, warned of
+        self._members: set[Endpoint] = set()  # members that answered with its id
 
     @property
     def member(self) -> str:
@@ -553,6 +559,7 @@ class EtcdClient:
         with self._lock:
             self._check_open()
         endpoint = self._endpoints[self._index]
+        self._vouch(endpoint)
         for attempt in (1, 2):
             headers = self._auth_headers(endpoint)
             status, body = self._exchange(endpoint, path, request, headers)
@@ -576,7 +583,61 @@ class EtcdClient:
         if "error" in answer:  # a stream's error: {"error": {...}}
             raise self._failed(endpoint, error_from_answer(str(endpoint), 200, first))
         result: dict[str, Any] = answer.get("result", answer)
+        self._same_cluster(endpoint, result)
         return result
+
+    def _vouch(self, endpoint: Endpoint) -> None:
+        """Before the first call to ``endpoint`` once a cluster is pinned: its status, so
+        that a member of another cluster is never sent a write."""
+        with self._lock:
+            if self._cluster is None or endpoint in self._members:
+                return
+        status, body = self._exchange(endpoint, "/v3/maintenance/status", {}, {})
+        if status != 200:
+            raise self._failed(endpoint, error_from_answer(str(endpoint), status, body))
+        self._answer(endpoint, body)
+
+    def _same_cluster(self, endpoint: Endpoint, answer: dict[str, Any]) -> None:
+        """Pin the cluster of the first answer; a member of another cluster is one that
+        does not answer (one WARNING per member), so that a run never splits in two."""
+        header = answer.get("header")
+        cluster = str(header.get("cluster_id", "")) if isinstance(header, dict) else ""
+        if not cluster:
+            return
+        with self._lock:
+            if self._cluster is None:
+                self._cluster = cluster
+            pinned = self._cluster
+            first = cluster != pinned and endpoint not in self._strangers
+            if first:
+                self._strangers.add(endpoint)
+        if cluster == pinned:
+            with self._lock:
+                self._members.add(endpoint)
+            return
+        if first:
+            log.warning(
+                "etcd at %s belongs to another cluster than the first member that "
+                "answered; it is left: %s",
+                endpoint,
+                format_fields(
+                    {
+                        "etcd": "other-cluster",
+                        "member": str(endpoint),
+                        "cluster_id": cluster,
+                        "pinned": pinned,
+                    }
+                ),
+            )
+        raise self._failed(
+            endpoint,
+            EtcdUnavailable(
+                f"etcd at {endpoint} is a member of cluster {cluster}, not of cluster "
+                f"{pinned} that answered first: name only one cluster's members in "
+                "--rdzv-endpoint",
+                member=str(endpoint),
+            ),
+        )
 
     def _exchange(
         self, endpoint: Endpoint, path: str, request: dict[str, Any], headers: dict[str, str]
@@ -600,6 +661,7 @@ class EtcdClient:
         self, endpoint: Endpoint, request: dict[str, Any], deadline: float
     ) -> tuple[Event, ...]:
         """One watch on its own connection, closed at the end."""
+        self._vouch(endpoint)
         headers = self._auth_headers(endpoint)
         connection = self._connect(endpoint)
         try:
@@ -659,6 +721,7 @@ class EtcdClient:
             if "error" in message:
                 raise self._failed(endpoint, error_from_answer(str(endpoint), 200, line))
             result = message.get("result", {})
+            self._same_cluster(endpoint, result)
             created = created or bool(result.get("created"))
             if result.get("canceled"):
                 raise self._failed(endpoint, _canceled(str(endpoint), result))
