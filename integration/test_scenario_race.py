@@ -8,6 +8,9 @@ timeout=0``) the spec's fallback holds: at most one more rendezvous.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
+
+import pytest
 
 from harness.jobs.simjob import JOINED, JOINING, assert_excluded_by_decision
 from nvrx_seghealth._demo import JobSpec, StartAfter
@@ -138,18 +141,22 @@ def test_without_the_handoff_a_sibling_joined_first_needs_at_most_one_more_round
 
 
 def test_without_the_handoff_a_sibling_leaving_a_completed_round_costs_one_round(
-    simulate,
+    simulate, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The marker appears while the sibling waits inside round 0: it leaves after joining.
 
-    torch's agent, by default, assigns worker ranks through the store and waits for
-    every member of the round; a member that leaves after the round completed blocks
-    the others until the store read times out (60 s), and then the whole job fails
-    (measured with this very job: no world at all). TORCH_ELASTIC_WORKER_IDENTICAL=1
-    (every node runs the same workers, as here) skips that exchange; the member that
-    left then costs one more round, as the contract says. The hand-off avoids this
-    path altogether; it remains for a sibling that joined without a verdict.
+    The launchers run as the README's torchrun line does: neither
+    ``TORCH_ELASTIC_WORKER_IDENTICAL`` nor ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE`` in their
+    environment. The handler sets the first to 1, so torch's agents skip their rank
+    exchange; the member that left costs one more round, as the contract says.
+
+    - Before af8b006, which sets it, the others waited in that exchange for the member
+      that left until the store read timed out (60 s): no world at all.
+    - Plain c10d beside it, with store sharing off, trains the same launchers to the end.
+    - The hand-off avoids this path; it remains for a sibling that joined without a verdict.
     """
+    # A handler built earlier in this process may have set it in os.environ.
+    monkeypatch.delenv("TORCH_ELASTIC_WORKER_IDENTICAL", raising=False)
     spec = JobSpec(
         tasks=3,
         max_nodes=4,
@@ -165,9 +172,13 @@ def test_without_the_handoff_a_sibling_leaving_a_completed_round_costs_one_round
             "task2.proc0": StartAfter("task1.proc0"),
             "task2.proc1": StartAfter("task1.proc0"),
         },
-        agent_env={"TORCH_ELASTIC_WORKER_IDENTICAL": "1"},
+        disable_shared_store=None,
         rdzv_conf=NO_HANDOFF,
     )
+    plain = simulate(
+        replace(spec, backend="c10d", disable_shared_store="1", rdzv_conf={}), name="c10d"
+    )
+    assert plain.completed
     result = simulate(spec)
 
     sibling = result.launcher(1, 1)

@@ -50,14 +50,20 @@ def require_launcher(module: str) -> None:
     pytest.skip(message)
 
 
+#: What a handler built in this process may have set in its environment (the workers'
+#: store, torch's rank exchange): a launcher gets them only where a test asks.
+HANDLER_SETTINGS = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "TORCH_ELASTIC_WORKER_IDENTICAL")
+
+
 def launcher_env(**settings: str) -> dict[str, str]:
-    """This process's environment without Slurm, NVRx or torchrun (``PET_*``) settings, the
-    running environment's ``bin`` first on ``PATH`` (``torchrun``, ``accelerate``,
-    ``torchx``, ``nvrx-seghealth``), plus ``settings``."""
+    """This process's environment without Slurm, NVRx or torchrun (``PET_*``) settings nor
+    :data:`HANDLER_SETTINGS`, the running environment's ``bin`` first on ``PATH``
+    (``torchrun``, ``accelerate``, ``torchx``, ``nvrx-seghealth``), plus ``settings``."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("SLURM_", "NVRX_", "PET_", "TORCHELASTIC_"))
+        and key not in HANDLER_SETTINGS
     }
     env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.update(settings)

@@ -95,9 +95,8 @@ class Variant:
         min_nodes: the smallest world (``--nnodes=MIN:N``); ``None``: N, the units.
         last_call: seconds a round that has its smallest world waits for more
             (``last_call_timeout``).
-        identical_workers: ``TORCH_ELASTIC_WORKER_IDENTICAL=1`` in the launchers'
-            environment (torch's agent skips its rank exchange, as under
-            ``nvrx-seghealth run``).
+        sharing_off: ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in the launchers'
+            environment (plain c10d as the segment-health backend bootstraps workers).
         window: the longest the job runs after the mark before its workers are told to
             stop (the job "trains on the unit to its end").
         end_timeout: seconds the launchers get to end once told to stop.
@@ -115,7 +114,7 @@ class Variant:
     max_restarts: int = 0
     min_nodes: int | None = None
     last_call: float = 1.0
-    identical_workers: bool = False
+    sharing_off: bool = False
     window: float = 20.0
     end_timeout: float = 60.0
 
@@ -286,8 +285,8 @@ class _Launchers:
         }
         if variant.stall and task == MARKED:
             settings["WATCH_TRAIN_STALL_FILE"] = str(self.stall_file)
-        if variant.identical_workers:
-            settings["TORCH_ELASTIC_WORKER_IDENTICAL"] = "1"
+        if variant.sharing_off:
+            settings["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         with self.logs[task].open("wb") as sink:
             self.running[task] = subprocess.Popen(
                 _torchrun(variant, endpoint, self.decisions, task),

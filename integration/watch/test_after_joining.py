@@ -8,12 +8,13 @@ process 0 looks again right after joining and leaves before its workers start.
 On fa03698 unit 0 was not told: its worker waited in its process-group init for unit 1's
 rank until the timeout (here 20 s) and failed; with no restart left, the job ended (exit
 1). Now unit 1 tells the round as it leaves: unit 0's agent restarts its workers as a
-membership change, and the job trains on without unit 1 to its end. Plain c10d beside it:
-unit 1 has no check and trains, and the job completes.
+membership change, and the job trains on without unit 1 to its end. Plain c10d beside it,
+with store sharing off: unit 1 has no check and trains, and the job completes.
 
-The agents skip torch's rank exchange (``TORCH_ELASTIC_WORKER_IDENTICAL=1``, as
-``nvrx-seghealth run`` sets it): with it, an agent waits there for the leaving launcher
-and fails before it can ask ``num_nodes_waiting()``.
+The launchers run as the README's torchrun line does: no ``TORCH_ELASTIC_WORKER_IDENTICAL``
+in their environment. The handler sets it to 1 in its own process, so torch's agents skip
+their rank exchange. Before af8b006, which sets it, unit 0's agent waited there for the
+launcher that left until the store read timed out (60 s), and both launchers exited 1.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ JOIN = Variant(
     lagged=None,
     min_nodes=1,
     last_call=LAST_CALL,
-    identical_workers=True,
     gloo_timeout=20,
     window=LAST_CALL + 90,
 )
-PLAIN = replace(JOIN, name="join-c10d", backend="c10d")
+PLAIN = replace(JOIN, name="join-c10d", backend="c10d", sharing_off=True)
 
 
 def test_a_unit_that_leaves_right_after_joining_is_trained_without(tmp_path: Path) -> None:
