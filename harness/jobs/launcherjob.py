@@ -80,9 +80,9 @@ def slurm_task(task: int) -> dict[str, str]:
     }
 
 
-def mark_task(directory: Path) -> Path:
-    """Publish :data:`MARKED`'s decision in ``directory``, as a producer does."""
-    return Path(nvrx_seghealth.publish_decision(directory, ARRAY_JOB, MARKED, "node1: ECC errors"))
+def mark_task(directory: Path, task: int = MARKED) -> Path:
+    """Publish ``task``'s decision in ``directory``, as a producer does."""
+    return Path(nvrx_seghealth.publish_decision(directory, ARRAY_JOB, task, "node1: ECC errors"))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ printed and how it ended. Used by ``integration/watch/`` and ``bench/watch.py``.
 
 :func:`run_join_job` marks unit :data:`~harness.jobs.launcherjob.MARKED` while it waits in
 the rendezvous; unit 0 starts, the round forms, the marked unit leaves right after joining.
+:func:`run_spare_job` marks the spare while it waits, then one unit's worker fails once.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.ports import free_port
 from harness.programs import WATCH_TRAIN
-from nvrx_seghealth._demo.rendezvous_state import read_endpoint
+from nvrx_seghealth._demo.rendezvous_state import RendezvousSnapshot, read_endpoint
 from nvrx_seghealth._logfmt import parse_fields
 
 from .launcherjob import (
@@ -61,6 +62,7 @@ __all__ = [
     "Variant",
     "run_job",
     "run_join_job",
+    "run_spare_job",
 ]
 
 #: The units of the first world, and the spare task.
@@ -97,6 +99,7 @@ class Variant:
             (``last_call_timeout``).
         sharing_off: ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in the launchers'
             environment (plain c10d as the segment-health backend bootstraps workers).
+        fails: the task whose worker fails once (:func:`run_spare_job`; ``None``: none).
         window: the longest the job runs after the mark before its workers are told to
             stop (the job "trains on the unit to its end").
         end_timeout: seconds the launchers get to end once told to stop.
@@ -115,6 +118,7 @@ class Variant:
     min_nodes: int | None = None
     last_call: float = 1.0
     sharing_off: bool = False
+    fails: int | None = None
     window: float = 20.0
     end_timeout: float = 60.0
 
@@ -273,6 +277,7 @@ class _Launchers:
         self.decisions = workdir / "segment-health-check"
         self.decisions.mkdir(parents=True)
         self.stop_file, self.stall_file = workdir / "stop", workdir / "stall"
+        self.fail_file = workdir / "fail"
         self.logs = {task: workdir / f"task{task}.log" for task in variant.tasks}
         self.running: dict[int, subprocess.Popen[bytes]] = {}
         self._workdir = workdir
@@ -285,6 +290,8 @@ class _Launchers:
         }
         if variant.stall and task == MARKED:
             settings["WATCH_TRAIN_STALL_FILE"] = str(self.stall_file)
+        if task == variant.fails:
+            settings["WATCH_TRAIN_FAIL_FILE"] = str(self.fail_file)
         if variant.sharing_off:
             settings["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
         with self.logs[task].open("wb") as sink:
@@ -306,6 +313,17 @@ class _Launchers:
     def ended(self) -> dict[int, int]:
         """The exit status of each launcher that has ended."""
         return {t: p.returncode for t, p in self.running.items() if p.poll() is not None}
+
+    def over(self) -> bool:
+        """Whether every launcher started has ended."""
+        return len(self.ended()) == len(self.running)
+
+    def end_when(self, store: StoreHost, marked_at: float, done: Callable[[], object]) -> Outcome:
+        """:meth:`end` the job once ``done()`` is true, or :attr:`Variant.window` seconds
+        after ``marked_at`` (seconds since the epoch)."""
+        while time.time() - marked_at < self.variant.window and not done():
+            time.sleep(0.2)
+        return self.end(store, marked_at)
 
     def end(self, store: StoreHost, marked_at: float) -> Outcome:
         """Tell the workers to stop, give the launchers :attr:`Variant.end_timeout`
@@ -336,30 +354,74 @@ def run_job(variant: Variant, workdir: Path) -> Outcome:
     job = _Launchers(variant, workdir)
     with store_host("127.0.0.1", free_port()) as store:
         try:  # the launchers end before the store does: none of them sees it go away
-            for task in variant.units:
-                job.start(task, store.endpoint)
-            deadline = time.monotonic() + JOB_TIMEOUT
-            while len(job.formed()) < len(variant.units):
-                ended = job.ended()
-                if ended or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"the first world did not form (ended: {ended}): "
-                        f"{ {t: _read(log)[-2000:] for t, log in job.logs.items()} }"
-                    )
-                time.sleep(0.2)
+            _first_world(job, store)
             job.start(variant.spare, store.endpoint)
             time.sleep(SPARE_SETTLE)
             if variant.stall:
                 job.stall_file.touch()
             marked_at = time.time()
             mark_task(job.decisions)
-            while time.time() - marked_at < variant.window:
-                if _reformed_at(job.formed(), marked_at) is not None:
-                    break
-                time.sleep(0.2)
-            return job.end(store, marked_at)
+            return job.end_when(
+                store, marked_at, lambda: _reformed_at(job.formed(), marked_at) is not None
+            )
         finally:
             job.stop()
+
+
+def run_spare_job(variant: Variant, workdir: Path, spare: bool = True) -> Outcome:
+    """Run the job in which the spare is marked while it waits, then a worker fails, once
+    in ``workdir``.
+
+    The units train; the spare starts and waits in torch's redundancy list (the world is
+    full); it is marked there. Then the worker of task :attr:`Variant.fails` fails once,
+    and the world re-forms: the spare may be admitted to it, as torch's rendezvous admits
+    whichever node asks first. The job runs until a world of :attr:`Variant.units`
+    formed after the failure, or every launcher ended, :attr:`Variant.window` seconds at
+    most after the mark. Without ``spare``, only the units run, and the worker fails."""
+    job = _Launchers(variant, workdir)
+    run_id = f"watch-{variant.name}"
+    with store_host("127.0.0.1", free_port()) as store:
+        try:
+            _first_world(job, store)
+            if spare:
+                job.start(variant.spare, store.endpoint)
+                deadline = time.monotonic() + JOB_TIMEOUT
+                while not _snapshot(store, run_id).spares:
+                    if job.ended() or time.monotonic() > deadline:
+                        raise RuntimeError(
+                            f"the spare did not wait: {_read(job.logs[variant.spare])}"
+                        )
+                    time.sleep(0.2)
+                mark_task(job.decisions, variant.spare)
+            marked_at = time.time()  # the mark and the failure
+            job.fail_file.touch()
+            size = len(variant.units)
+            return job.end_when(
+                store, marked_at, lambda: _world_after(job.formed(), marked_at, size) or job.over()
+            )
+        finally:
+            job.stop()
+
+
+def _first_world(job: _Launchers, store: StoreHost) -> None:
+    """Start the units of ``job``, and return once each of their workers formed."""
+    for task in job.variant.units:
+        job.start(task, store.endpoint)
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while len(job.formed()) < len(job.variant.units):
+        ended = job.ended()
+        if ended or time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the first world did not form (ended: {ended}): "
+                f"{ {t: _read(log)[-2000:] for t, log in job.logs.items()} }"
+            )
+        time.sleep(0.2)
+
+
+def _world_after(records: list[Formed], since: float, size: int) -> bool:
+    """Whether every rank of a world of ``size`` formed at ``since`` or later."""
+    ranks = {(r.tasks, r.rank) for r in records if r.t >= since and len(r.tasks) == size}
+    return any(sum(t == tasks for t, _ in ranks) == size for tasks, _ in ranks)
 
 
 def run_join_job(variant: Variant, workdir: Path) -> Outcome:
@@ -376,23 +438,18 @@ def run_join_job(variant: Variant, workdir: Path) -> Outcome:
         try:
             job.start(MARKED, store.endpoint)
             deadline = time.monotonic() + JOB_TIMEOUT
-            while not _participants(store, run_id):
+            while not _snapshot(store, run_id).participants:
                 if job.ended() or time.monotonic() > deadline:
                     raise RuntimeError(f"unit {MARKED} did not join: {_read(job.logs[MARKED])}")
                 time.sleep(0.2)
             marked_at = time.time()
             mark_task(job.decisions)
             job.start(0, store.endpoint)
-            while time.time() - marked_at < variant.window:
-                if job.formed() or len(job.ended()) == len(job.running):
-                    break
-                time.sleep(0.2)
-            return job.end(store, marked_at)
+            return job.end_when(store, marked_at, lambda: job.formed() or job.over())
         finally:
             job.stop()
 
 
-def _participants(store: StoreHost, run_id: str) -> int:
-    """How many launchers stand in the current round of ``run_id``."""
-    state = read_endpoint("c10d", store.endpoint, run_id, datetime.timedelta(seconds=30))
-    return len(state.participants or ())
+def _snapshot(store: StoreHost, run_id: str) -> RendezvousSnapshot:
+    """What torch's rendezvous state of ``run_id`` says now (who stands or waits where)."""
+    return read_endpoint("c10d", store.endpoint, run_id, datetime.timedelta(seconds=30))

@@ -6,7 +6,9 @@ with exit 0. A worker whose environment names ``WATCH_TRAIN_STALL_FILE`` stops c
 collective once that file exists and sleeps (a unit whose network hung): every peer
 then blocks in the collective until the process group's timeout,
 ``WATCH_TRAIN_GLOO_TIMEOUT`` seconds (default 120). The stalled worker exits 1 after
-twice that, unless its agent stopped it before.
+twice that, unless its agent stopped it before. A worker whose environment names
+``WATCH_TRAIN_FAIL_FILE`` fails once that file exists: it removes the file and exits 1
+at once (a worker's own failure, which its agent restarts), so only one worker fails.
 
 It prints one line per event, each ending with the wall-clock time ``t=`` (seconds since
 the epoch), for the test to read:
@@ -16,6 +18,7 @@ the epoch), for the test to read:
   ``restart``: torchrun's ``TORCHELASTIC_RESTART_COUNT``, which a membership change
   leaves as it was);
 * ``watch-train stalled rank=R t=..`` when it stops calling the collective;
+* ``watch-train fails rank=R t=..`` when it fails on the fail file;
 * ``watch-train done rank=R steps=S t=..`` once it trained to the end.
 """
 
@@ -48,8 +51,12 @@ def main() -> None:
     say("formed", rank=rank, world=world, tasks=",".join(map(str, tasks)), restart=restart)
     stop_file = os.environ["WATCH_TRAIN_STOP_FILE"]
     stall_file = os.environ.get("WATCH_TRAIN_STALL_FILE")
+    fail_file = os.environ.get("WATCH_TRAIN_FAIL_FILE")
     steps = 0
     while True:
+        if fail_file is not None and _taken(fail_file):
+            say("fails", rank=rank)
+            os._exit(1)  # a crash: no clean-up, as a worker's own failure
         if stall_file is not None and os.path.exists(stall_file):
             say("stalled", rank=rank)
             time.sleep(2 * timeout)  # bounded: an orphaned worker must not sleep forever
@@ -62,6 +69,15 @@ def main() -> None:
         time.sleep(STEP_PAUSE)
     dist.destroy_process_group()
     say("done", rank=rank, steps=steps)
+
+
+def _taken(path: str) -> bool:
+    """Remove ``path``; whether it existed (so that it makes one failure only)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 if __name__ == "__main__":
