@@ -13,10 +13,10 @@ at once (a worker's own failure, which its agent restarts), so only one worker f
 It prints one line per event, each ending with the wall-clock time ``t=`` (seconds since
 the epoch), for the test to read:
 
-* ``watch-train formed rank=R world=W tasks=T,T,.. restart=N t=..`` once its process
+* ``watch-train formed rank=R world=W tasks=T,T,.. restart=N port=P t=..`` once its process
   group formed (``tasks``: the ``SLURM_ARRAY_TASK_ID`` of every rank, in rank order;
   ``restart``: torchrun's ``TORCHELASTIC_RESTART_COUNT``, which a membership change
-  leaves as it was);
+  leaves as it was; ``port``: the ``MASTER_PORT`` it bootstrapped from);
 * ``watch-train stalled rank=R t=..`` when it stops calling the collective;
 * ``watch-train fails rank=R t=..`` when it fails on the fail file;
 * ``watch-train done rank=R steps=S t=..`` once it trained to the end.
@@ -48,7 +48,15 @@ def main() -> None:
     tasks: list[object] = [None] * world
     dist.all_gather_object(tasks, os.environ.get("SLURM_ARRAY_TASK_ID", "?"))
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "?")
-    say("formed", rank=rank, world=world, tasks=",".join(map(str, tasks)), restart=restart)
+    port = os.environ.get("MASTER_PORT", "?")
+    say(
+        "formed",
+        rank=rank,
+        world=world,
+        tasks=",".join(map(str, tasks)),
+        restart=restart,
+        port=port,
+    )
     stop_file = os.environ["WATCH_TRAIN_STOP_FILE"]
     stall_file = os.environ.get("WATCH_TRAIN_STALL_FILE")
     fail_file = os.environ.get("WATCH_TRAIN_FAIL_FILE")
