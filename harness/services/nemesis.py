@@ -6,7 +6,8 @@ Two relays on 127.0.0.1, each started and stopped by its test (or a fixture):
   request by a policy: forward it, forward it and lose the answer (``drop-after``: the
   write lands, the client never hears), or keep it unsent and deliver it later
   (``hold``, then :meth:`HttpNemesis.deliver`: a proposal that commits after the client
-  gave up). Streamed answers (a watch) are relayed as they come.
+  gave up), or never answer it (``stall``: a member stopped, its sockets open).
+  Streamed answers (a watch) are relayed as they come.
 - :class:`PeerCut` stands in front of each member's peer port (the cluster advertises the
   relays, :func:`~harness.services.etcd.running_etcd_cluster`'s ``peer_relay``). Its
   :meth:`PeerCut.cut` cuts one member from the others while clients still reach it: a
@@ -34,7 +35,7 @@ from .etcd import EtcdMember
 __all__ = ["Action", "HttpNemesis", "Once", "PeerCut", "Request"]
 
 #: What :class:`HttpNemesis` does with one request.
-Action = Literal["forward", "drop-after", "hold"]
+Action = Literal["forward", "drop-after", "hold", "stall"]
 #: Seconds a relay's socket waits at most for one read or write.
 TIMEOUT = 60.0
 _LOOPBACK = "127.0.0.1"
@@ -78,6 +79,7 @@ class _Relay:
         self._sockets: set[socket.socket] = set()
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self._closing = threading.Event()
         self._spawn(self._accept)
 
     def _spawn(self, target: Callable[..., None], *args: object) -> None:
@@ -122,6 +124,7 @@ class _Relay:
 
     def close(self) -> None:
         """Stop listening, shut every connection, join every thread (bounded)."""
+        self._closing.set()
         with self._lock:
             self._closed = True
             socks, self._sockets = [*self._sockets], set()
@@ -199,6 +202,9 @@ class HttpNemesis(_Relay):
                         self.held.append(request)
                 if action == "hold":
                     return  # the client sees its connection end, unanswered
+                if action == "stall":
+                    self._closing.wait(self.timeout)  # open and silent, as a stopped member
+                    return
                 connection, response = self._send(request)
                 with closing(connection):
                     if action == "drop-after":

@@ -23,6 +23,7 @@ from harness.session.fixtures import started_etcd
 from harness.waits import wait_until
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
 from nvrx_seghealth._launcher.etcd_v3.store import MAX_OPS
+from nvrx_seghealth._launcher.retry import Unreachable
 from nvrx_seghealth._logfmt import parse_fields
 
 pytestmark = pytest.mark.etcd
@@ -318,3 +319,53 @@ def test_a_member_of_another_cluster_is_left_with_one_warning(etcd_v3_server, ru
     fields = [parse_fields(record.getMessage()) for record in caplog.records]
     left = [field["member"] for field in fields if field.get("etcd") == "other-cluster"]
     assert left == [etcd_v3_server.endpoint]
+
+
+def _stall(request: Request) -> Action:
+    return "stall"
+
+
+def _lose(request: Request) -> Action:
+    return "hold"
+
+
+def test_a_wait_on_a_member_that_never_answers_ends_at_its_own_timeout(etcd_v3_server, run):
+    """The only member stops answering (its sockets open): a 2 s wait raises torch's
+    error for a wait that ran out, long before read_timeout."""
+    with (
+        HttpNemesis(etcd_v3_server.endpoint) as relay,
+        open_v3_launcher(relay.endpoint, run, read_timeout=20) as (_, store),
+    ):
+        store.set("warm", b"1")
+        relay.policy = _stall
+        start = time.monotonic()
+        with pytest.raises(DistStoreError):
+            store.wait(["absent"], timedelta(seconds=2))
+        assert time.monotonic() - start < 20  # read_timeout; it takes about 2 s
+
+
+def test_a_get_from_a_member_that_drops_every_call_ends_at_the_store_timeout(etcd_v3_server, run):
+    with (
+        HttpNemesis(etcd_v3_server.endpoint) as relay,
+        open_v3_launcher(relay.endpoint, run, read_timeout=20) as (_, store),
+    ):
+        store.set("warm", b"1")
+        store.set_timeout(timedelta(seconds=2))
+        relay.policy = _lose
+        with pytest.raises(DistStoreError):
+            store.get("absent")
+
+
+def test_read_timeout_bounds_a_whole_call_attempts_included(etcd_v3_server, run):
+    """A write to a member that stops answering gives up after read_timeout (12 s), not
+    after an attempt's 10 s plus read_timeout."""
+    with (
+        HttpNemesis(etcd_v3_server.endpoint) as relay,
+        open_v3_launcher(relay.endpoint, run, read_timeout=12) as (_, store),
+    ):
+        store.set("warm", b"1")
+        relay.policy = _stall
+        start = time.monotonic()
+        with pytest.raises(Unreachable):
+            store.set("key", b"value")
+        assert time.monotonic() - start < 20  # 22 s when the first attempt did not count

@@ -112,10 +112,10 @@ class EtcdConnection:
         """The member the client asks now."""
         return str(self.client.base_uri)
 
-    def call(self, what: str, operation: Callable[[], _T]) -> _T:
+    def call(self, what: str, operation: Callable[[], _T], *, bounded: bool = True) -> _T:
         """``operation()`` under the policy; a member that does not answer is left for
-        the next one."""
-        return self.policy.call(what, lambda: self._attempt(operation))
+        the next one. ``bounded``: see :meth:`.RetryPolicy.call` (False for a wait)."""
+        return self.policy.call(what, lambda: self._attempt(operation), bounded=bounded)
 
     def _attempt(self, operation: Callable[[], _T]) -> _T:
         try:
@@ -187,7 +187,7 @@ class ElectionSafeEtcdStore(OneKeyEtcdStore):
 
     def get(self, key: str) -> bytes:
         """See :meth:`OneKeyEtcdStore.get`."""
-        return self._connection.call("get", lambda: OneKeyEtcdStore.get(self, key))
+        return self._connection.call("get", lambda: OneKeyEtcdStore.get(self, key), bounded=False)
 
     def check(self, keys: list[str]) -> bool:
         """See :meth:`OneKeyEtcdStore.check`."""
@@ -195,7 +195,7 @@ class ElectionSafeEtcdStore(OneKeyEtcdStore):
 
     def wait(self, keys: list[str], *args: Any) -> None:
         """See torch's ``EtcdStore.wait``."""
-        self._connection.call("wait", lambda: EtcdStore.wait(self, keys, *args))
+        self._connection.call("wait", lambda: EtcdStore.wait(self, keys, *args), bounded=False)
 
     def read_counter(self, key: str) -> int:
         """See :meth:`OneKeyEtcdStore.read_counter`."""

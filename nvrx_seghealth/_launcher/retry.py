@@ -7,7 +7,10 @@ it answers or a deadline passes:
 
 - which errors are transient is the adaptation's to say (``transient``); any other
   error, and what stops the launcher (:mod:`.signals`), passes through at once;
-- the deadline is ``timeout`` seconds after a call's first transient failure;
+- a call's deadline is ``timeout`` seconds after it starts, attempts included, or
+  sooner if the caller's own (:func:`deadline_scope`) ends first. The client bounds each
+  attempt by what is left (:func:`time_left`). A call that waits on purpose (a watch)
+  is ``bounded=False``: its deadline runs from its first transient failure;
 - the waits between attempts double from :data:`FIRST_WAIT` to :data:`LONGEST_WAIT`;
 - an *episode* runs while any call is being retried: its first failure is one WARNING
   (``retry=start``, the member and the error as logfmt fields), and the end of its
@@ -26,14 +29,22 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from .._errors import SegmentHealthError
 from .._logfmt import format_fields
 from .signals import stops_the_launcher
 
-__all__ = ["FIRST_WAIT", "LONGEST_WAIT", "RetryPolicy", "Unreachable"]
+__all__ = [
+    "FIRST_WAIT",
+    "LONGEST_WAIT",
+    "RetryPolicy",
+    "Unreachable",
+    "deadline_scope",
+    "time_left",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +56,30 @@ FIRST_WAIT = 0.05
 LONGEST_WAIT = 1.0
 
 
+#: The calling thread's deadline (``end``, a :func:`time.monotonic` time), if any.
+_scope = threading.local()
+
+
 class Unreachable(SegmentHealthError, ConnectionError):
     """The service did not answer a call within the policy's timeout."""
+
+
+@contextmanager
+def deadline_scope(end: float | None) -> Iterator[None]:
+    """Within the block, the calling thread's calls end by ``end`` (an outer scope's
+    earlier end wins); ``None``: no new bound."""
+    outer: float | None = getattr(_scope, "end", None)
+    _scope.end = outer if end is None else end if outer is None else min(outer, end)
+    try:
+        yield
+    finally:
+        _scope.end = outer
+
+
+def time_left(longest: float) -> float:
+    """Seconds left until the calling thread's deadline, at most ``longest``."""
+    end: float | None = getattr(_scope, "end", None)
+    return longest if end is None else min(longest, end - time.monotonic())
 
 
 class RetryPolicy:
@@ -78,39 +111,47 @@ class RetryPolicy:
         self._since: float | None = None  # when the episode began; None between episodes
         self._retrying = 0  # calls of the episode not answered yet
 
-    def call(self, what: str, operation: Callable[[], _T]) -> _T:
+    def call(self, what: str, operation: Callable[[], _T], *, bounded: bool = True) -> _T:
         """``operation()``, run again on a transient error until it answers.
 
-        ``what`` names the call in messages (``set_state``, ``add``).
+        ``what`` names the call in messages (``set_state``, ``add``). ``bounded``: the
+        deadline counts from the call's start, attempts included; else from its first
+        transient failure (a call that waits on purpose).
 
         Raises:
-            Unreachable: the call failed transiently for ``timeout`` seconds.
+            Unreachable: the call failed transiently until its deadline.
         """
+        start = time.monotonic()
+        outer: float | None = getattr(_scope, "end", None)
+        end = start + self.timeout if bounded else None
         deadline: float | None = None
         wait = FIRST_WAIT
         answered = False
         try:
-            while True:
-                try:
-                    result = operation()
-                    answered = True
-                    return result
-                except Exception as error:
-                    if stops_the_launcher(error) or not self._transient(error):
-                        raise
-                    now = time.monotonic()
-                    # the member that failed, if the error names it (the client has moved on)
-                    member = str(getattr(error, "member", "") or self._member())
-                    if deadline is None:
-                        deadline = now + self.timeout
-                        self._failed(what, member, error, now)
-                    if now >= deadline:
-                        raise Unreachable(
-                            f"{self.service} did not answer {what} for {self.timeout:g} s "
-                            f"(last member asked: {member}; {type(error).__name__}: {error})"
-                        ) from error
-                    time.sleep(min(wait, deadline - now))
-                    wait = min(2 * wait, LONGEST_WAIT)
+            with deadline_scope(end):
+                while True:
+                    try:
+                        result = operation()
+                        answered = True
+                        return result
+                    except Exception as error:
+                        if stops_the_launcher(error) or not self._transient(error):
+                            raise
+                        now = time.monotonic()
+                        # the member that failed, if the error names it (the client moved on)
+                        member = str(getattr(error, "member", "") or self._member())
+                        if deadline is None:
+                            deadline = end if end is not None else now + self.timeout
+                            deadline = deadline if outer is None else min(deadline, outer)
+                            self._failed(what, member, error, now)
+                        if now >= deadline:
+                            raise Unreachable(
+                                f"{self.service} did not answer {what} within "
+                                f"{now - start:.3g} s (read_timeout {self.timeout:g} s; last "
+                                f"member asked: {member}; {type(error).__name__}: {error})"
+                            ) from error
+                        time.sleep(min(wait, deadline - now))
+                        wait = min(2 * wait, LONGEST_WAIT)
         finally:
             if deadline is not None:
                 self._ended(what, answered)

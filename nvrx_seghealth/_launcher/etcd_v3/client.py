@@ -39,6 +39,7 @@ from typing import Any
 
 from ..._errors import ConfigurationError, SegmentHealthError
 from ..._logfmt import format_fields
+from ..retry import time_left
 
 __all__ = [
     "Credentials",
@@ -643,7 +644,11 @@ class EtcdClient:
         self, endpoint: Endpoint, path: str, request: dict[str, Any], headers: dict[str, str]
     ) -> tuple[int, bytes]:
         """One HTTP request on a pooled connection: the status and the body."""
+        timeout = self._time_for(endpoint)
         connection = self._take(endpoint)
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
         try:
             connection.request("POST", path, json.dumps(request).encode(), _headers(headers))
             response = connection.getresponse()
@@ -664,6 +669,7 @@ class EtcdClient:
         self._vouch(endpoint)
         headers = self._auth_headers(endpoint)
         connection = self._connect(endpoint)
+        connection.timeout = self._time_for(endpoint)
         try:
             connection.connect()
             connection.auto_open = 0  # once close() closed it, it stays closed
@@ -701,7 +707,7 @@ class EtcdClient:
         """
         created = False
         while True:
-            wait = deadline - time.monotonic() if created else self._timeout
+            wait = deadline - time.monotonic() if created else time_left(self._timeout)
             if wait <= 0:
                 return ()
             if sock is None:  # closed by close()
@@ -727,6 +733,17 @@ class EtcdClient:
                 raise self._failed(endpoint, _canceled(str(endpoint), result))
             if result.get("events"):
                 return tuple(_event(event) for event in result["events"])
+
+    def _time_for(self, endpoint: Endpoint) -> float:
+        """Seconds one request may take: the attempt's timeout, or what is left of the
+        caller's deadline (:func:`~..retry.time_left`)."""
+        seconds = time_left(self._timeout)
+        if seconds <= 0:
+            raise EtcdUnavailable(
+                f"no time left to ask etcd at {endpoint}: the call's deadline passed",
+                member=str(endpoint),
+            )
+        return seconds
 
     def _check_open(self) -> None:
         """Raise if :meth:`close` was called (with the lock held)."""

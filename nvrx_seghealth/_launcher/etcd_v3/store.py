@@ -13,8 +13,11 @@ the check keeps its markers here. Its rules:
   the order of a lost answer, a late commit and a retry (:meth:`_write_once`);
 - ``check``, ``multi_get`` and ``multi_set`` batch their keys in transactions within
   etcd's limits (:data:`MAX_OPS` operations, :data:`MAX_BYTES` bytes);
-- every call runs through the launcher's retry policy; an etcd that stays unreachable
-  past ``read_timeout`` raises ``Unreachable``, and one that refuses ``EtcdRefused``.
+- every call runs through the launcher's retry policy, within the caller's deadline:
+  a wait's timeout, else torch's store timeout and ``read_timeout`` from its start,
+  attempts included. Past torch's deadline it raises ``DistStoreError``; an etcd
+  silent for ``read_timeout`` before that ``Unreachable``; one that refuses
+  ``EtcdRefused``.
 
 torch's C++ ``PrefixStore`` reaches a Python store only by the C++ method names, so
 ``getNumKeys`` and ``deleteKey`` are defined beside ``num_keys`` and ``delete_key``.
@@ -22,18 +25,20 @@ torch's C++ ``PrefixStore`` reaches a Python store only by the C++ method names,
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
-from typing import TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 from torch.distributed import DistStoreError, Store
 
-from ..retry import RetryPolicy
+from ..retry import RetryPolicy, Unreachable, deadline_scope
 from .client import (
     EtcdClient,
     EtcdRefused,
@@ -55,6 +60,7 @@ __all__ = ["MAX_BYTES", "MAX_OPS", "WATCH_SLICE", "EtcdV3Store"]
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: Operations per transaction: etcd's default ``--max-txn-ops``.
 MAX_OPS = 128
@@ -66,6 +72,19 @@ WATCH_SLICE = 10.0
 
 def _as_bytes(value: bytes | str) -> bytes:
     return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _bounded(
+    method: Callable[Concatenate[EtcdV3Store, _P], _T],
+) -> Callable[Concatenate[EtcdV3Store, _P], _T]:
+    """``method``, its etcd calls ending by torch's store timeout and ``read_timeout``."""
+
+    @functools.wraps(method)
+    def bounded(self: EtcdV3Store, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with self._within(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return bounded
 
 
 class EtcdV3Store(Store):
@@ -110,11 +129,13 @@ class EtcdV3Store(Store):
 
     # -- writes -------------------------------------------------------------------------
 
+    @_bounded
     def set(self, key: str, value: bytes | str) -> None:
         """Set ``key`` to ``value``."""
         etcd_key, data = self._keys.store(key), _as_bytes(value)
         self._lease.write("set", lambda lease: self._client.put(etcd_key, data, lease=lease))
 
+    @_bounded
     def multi_set(self, keys: list[str], values: list[bytes | str]) -> None:
         """Set each key to its value, in as few transactions as etcd's limits allow."""
         pairs = [(self._keys.store(k), _as_bytes(v)) for k, v in zip(keys, values, strict=True)]
@@ -125,6 +146,7 @@ class EtcdV3Store(Store):
         """Write every pair in one transaction, on ``lease``."""
         self._client.txn([], [put(key, value, lease=lease) for key, value in pairs])
 
+    @_bounded
     def add(self, key: str, amount: int) -> int:
         """Add ``amount`` to the counter ``key`` (absent: 0) and return its new value.
 
@@ -141,6 +163,7 @@ class EtcdV3Store(Store):
 
         return int(self._write_once("add", etcd_key, plan))
 
+    @_bounded
     def append(self, key: str, value: bytes | str) -> None:
         """Append ``value`` to ``key``'s value (absent: set it)."""
         etcd_key, data = self._keys.store(key), _as_bytes(value)
@@ -151,6 +174,7 @@ class EtcdV3Store(Store):
 
         self._write_once("append", etcd_key, plan)
 
+    @_bounded
     def compare_set(
         self, key: str, expected_value: bytes | str, desired_value: bytes | str
     ) -> bytes:
@@ -184,6 +208,7 @@ class EtcdV3Store(Store):
 
         return self._lease.write("compare_set", swap)
 
+    @_bounded
     def delete_key(self, key: str) -> bool:
         """Delete ``key``; whether it was there (also when the answer was lost)."""
         etcd_key = self._keys.store(key)
@@ -203,8 +228,11 @@ class EtcdV3Store(Store):
         Raises:
             DistStoreError: ``key`` was not set within the timeout.
         """
-        return self._wait_for(self._keys.store(key), key, self._deadline(None))
+        deadline = self._deadline(None)
+        with self._within("get", deadline):
+            return self._wait_for(self._keys.store(key), key, deadline)
 
+    @_bounded
     def check(self, keys: list[str]) -> bool:
         """Whether every key in ``keys`` is set now."""
         return not self._absent(keys)[0]
@@ -216,19 +244,22 @@ class EtcdV3Store(Store):
             DistStoreError: a key was not set within the timeout.
         """
         deadline = self._deadline(timeout)
-        for key in self._absent(keys)[0]:
-            self._wait_for(self._keys.store(key), key, deadline)
+        with self._within("wait", deadline):
+            for key in self._absent(keys)[0]:
+                self._wait_for(self._keys.store(key), key, deadline)
 
     def multi_get(self, keys: list[str]) -> list[bytes]:
         """The values of ``keys``, once all are set (at most the store's timeout)."""
         deadline = self._deadline(None)
-        while True:
-            absent, values = self._absent(keys)
-            if not absent:
-                return [values[key] for key in keys]
-            for key in absent:
-                self._wait_for(self._keys.store(key), key, deadline)
+        with self._within("multi_get", deadline):
+            while True:
+                absent, values = self._absent(keys)
+                if not absent:
+                    return [values[key] for key in keys]
+                for key in absent:
+                    self._wait_for(self._keys.store(key), key, deadline)
 
+    @_bounded
     def num_keys(self) -> int:
         """How many keys the store holds (one counted range)."""
         start = self._keys.store_prefix
@@ -239,6 +270,7 @@ class EtcdV3Store(Store):
 
     getNumKeys = num_keys  # the name torch's C++ PrefixStore calls
 
+    @_bounded
     def read_counter(self, key: str) -> int:
         """The ``add`` counter ``key`` (``0`` when never added to); one read, no write."""
         etcd_key = self._keys.store(key)
@@ -246,6 +278,23 @@ class EtcdV3Store(Store):
         return int(found.kvs[0].value) if found.kvs else 0
 
     # -- the parts ----------------------------------------------------------------------
+
+    @contextmanager
+    def _within(self, what: str, deadline: float | None = None) -> Iterator[None]:
+        """The block's etcd calls end by ``deadline`` (a wait's), or else by torch's store
+        timeout and ``read_timeout`` from now, attempts included. Past the store's own
+        deadline, etcd's silence is torch's ``DistStoreError``."""
+        store_end = deadline if deadline is not None else self._deadline(None)
+        end = store_end if deadline is not None else time.monotonic() + self._policy.timeout
+        try:
+            with deadline_scope(min(end, store_end)):
+                yield
+        except Unreachable as error:
+            if time.monotonic() < store_end:
+                raise
+            raise DistStoreError(
+                f"etcd did not answer {what} within the store's timeout: {error}"
+            ) from error
 
     def _deadline(self, timeout: timedelta | None) -> float:
         store_timeout: timedelta = self.timeout  # type: ignore[attr-defined]  # (not in torch's stub)
@@ -279,7 +328,7 @@ class EtcdV3Store(Store):
                     watch = partial(
                         self._client.watch, etcd_key, start, min(remaining, WATCH_SLICE)
                     )
-                    events = self._policy.call("wait", watch)
+                    events = self._policy.call("wait", watch, bounded=False)
                 except EtcdRefused as refused:
                     if refused.cause != "compacted":
                         raise
@@ -303,10 +352,9 @@ class EtcdV3Store(Store):
 
         - the writer key holding its tag means it landed: its result is the answer;
         - otherwise it has not landed yet, and every later attempt is guarded on the
-          writer key as read then. A late landing fails that guard, and a later
-          attempt's landing fails the lost one's: at most one attempt ever lands.
+          writer key as read then: at most one attempt ever lands.
 
-        No history is read, so a compaction cannot make a guess of it.
+        No history is read: a compaction cannot make it guess.
         """
         writer = self._keys.writer(f"{self._writer}-{threading.get_ident():x}")
         pending: dict[bytes, _T] = {}  # tag -> result, of attempts whose answer was lost
