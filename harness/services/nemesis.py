@@ -8,6 +8,8 @@ Two relays on 127.0.0.1, each started and stopped by its test (or a fixture):
   (``hold``, then :meth:`HttpNemesis.deliver`: a proposal that commits after the client
   gave up), or never answer it (``stall``: a member stopped, its sockets open).
   Streamed answers (a watch) are relayed as they come.
+- :func:`not_etcd` answers every request with one status and body, as a proxy's page
+  or a member with its gateway off does.
 - :class:`PeerCut` stands in front of each member's peer port (the cluster advertises the
   relays, :func:`~harness.services.etcd.running_etcd_cluster`'s ``peer_relay``). Its
   :meth:`PeerCut.cut` cuts one member from the others while clients still reach it: a
@@ -21,10 +23,11 @@ the network does, never a change to the product's code.
 from __future__ import annotations
 
 import http.client
+import http.server
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import closing, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
@@ -32,7 +35,7 @@ from typing_extensions import Self
 
 from .etcd import EtcdMember
 
-__all__ = ["Action", "HttpNemesis", "Once", "PeerCut", "Request"]
+__all__ = ["Action", "HttpNemesis", "Once", "PeerCut", "Request", "not_etcd"]
 
 #: What :class:`HttpNemesis` does with one request.
 Action = Literal["forward", "drop-after", "hold", "stall"]
@@ -314,6 +317,33 @@ class _PeerRelay(_Relay):
             self._live = [pair for pair in self._live if pair not in ended]
         for _, client, upstream in ended:
             self._forget(client, upstream)
+
+
+@contextmanager
+def not_etcd(status: int, body: bytes) -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 that answers every request ``status`` and ``body`` (a
+    proxy's page, a member with its gateway off); yields its ``host:port``."""
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass  # quiet
+
+    server = http.server.ThreadingHTTPServer((_LOOPBACK, 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"{_LOOPBACK}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(TIMEOUT)
 
 
 def _requests(reader: BinaryIO) -> Iterator[Request]:

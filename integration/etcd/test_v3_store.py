@@ -18,7 +18,7 @@ import pytest
 from torch.distributed import DistStoreError, PrefixStore
 
 from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, raw_v3
-from harness.services.nemesis import Action, HttpNemesis, Once, Request
+from harness.services.nemesis import Action, HttpNemesis, Once, Request, not_etcd
 from harness.session.fixtures import started_etcd
 from harness.waits import wait_until
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
@@ -369,3 +369,17 @@ def test_read_timeout_bounds_a_whole_call_attempts_included(etcd_v3_server, run)
         with pytest.raises(Unreachable):
             store.set("key", b"value")
         assert time.monotonic() - start < 20  # 22 s when the first attempt did not count
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(404, b"404 page not found\n"), (403, b"<html>no</html>"), (200, b"{}")],
+    ids=["gateway-off", "a-proxy-page", "an-empty-200"],
+)
+def test_a_named_endpoint_that_is_not_etcd_is_left_for_the_next(etcd_v3_server, run, status, body):
+    with (
+        not_etcd(status, body) as stranger,
+        open_v3_launcher(f"{stranger},{etcd_v3_server.endpoint}", run) as (_, store),
+    ):
+        store.set("key", b"value")
+        assert store.get("key") == b"value"

@@ -346,8 +346,12 @@ def error_from_answer(member: str, status: int, body: bytes) -> EtcdUnavailable 
         answer = json.loads(body)
     except ValueError:
         answer = None
-    if not isinstance(answer, dict):
-        answer = {}
+    if not isinstance(answer, dict) or not {"code", "error", "message"} & answer.keys():
+        return EtcdUnavailable(  # a proxy's page, a member with its gateway off
+            f"etcd at {member} answered HTTP {status} without etcd's error: "
+            f"{body.decode('utf-8', 'replace')[:200]!r} (is it an etcd member's client URL?)",
+            member=member,
+        )
     error = answer.get("error")
     if isinstance(error, dict):  # an error inside a stream: {"error": {...}}
         answer, status = error, int(error.get("http_code", status) or status)
@@ -583,7 +587,13 @@ class EtcdClient:
             raise self._failed(endpoint, broken) from None
         if "error" in answer:  # a stream's error: {"error": {...}}
             raise self._failed(endpoint, error_from_answer(str(endpoint), 200, first))
-        result: dict[str, Any] = answer.get("result", answer)
+        result = answer.get("result", answer) if isinstance(answer, dict) else None
+        if not isinstance(result, dict) or not isinstance(result.get("header"), dict):
+            stranger = EtcdUnavailable(  # every answer of etcd's gateway has a header
+                f"etcd at {endpoint} sent an answer etcd does not send: {first[:200]!r}",
+                member=str(endpoint),
+            )
+            raise self._failed(endpoint, stranger)
         self._same_cluster(endpoint, result)
         return result
 

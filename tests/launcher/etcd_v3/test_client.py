@@ -176,3 +176,17 @@ def test_tls_files_over_http_or_an_unknown_protocol_are_configuration_errors(tmp
     assert raised.value.setting == "protocol"
     with pytest.raises(ConfigurationError):  # readable, but no PEM
         EtcdClient([Endpoint("h", 1)], attempt_timeout=1, protocol="https", tls=Tls(str(ca)))
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (404, b"404 page not found\n"),  # a member started with --enable-grpc-gateway=false
+        (403, b"<html>forbidden</html>"),  # a proxy's page
+        (404, b'{"detail": "not here"}'),  # JSON, but not etcd's
+    ],
+)
+def test_an_answer_that_is_not_etcds_moves_on_to_the_next_member(status, body):
+    error = error_from_answer(MEMBER, status, body)
+    assert isinstance(error, EtcdUnavailable)
+    assert error.member == MEMBER
