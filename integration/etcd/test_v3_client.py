@@ -498,6 +498,7 @@ def test_a_wrong_password_or_none_is_refused_auth(auth_etcd, credentials):
             client.range(b"a/k")
         assert refused.value.cause == "auth"
         assert client.member == str(auth_etcd.endpoint)  # not a member's fault: no move
+        assert "NVRX_SEGHEALTH_ETCD_PASSWORD" in str(refused.value)  # the variable read
 
 
 def test_an_expired_token_is_fetched_again_once_transparently(etcd_server, tmp_path, caplog):

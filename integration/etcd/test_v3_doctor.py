@@ -73,3 +73,14 @@ def test_a_member_of_another_cluster_fails_naming_it(etcd_v3_server, tmp_path):
     assert len(failed) == 1 and other.endpoint in failed[0], findings
     warned = [message for level, message in findings if level == "warn"]
     assert len(warned) == 1 and other.endpoint in warned[0], findings  # no member of the first
+
+
+def test_a_user_confined_to_its_runs_keys_passes(etcd_v3_auth, tmp_path):
+    """The set-up the docs recommend: the user may use its own prefix alone."""
+    secret = tmp_path / "password"
+    secret.write_text(etcd_v3_auth.password)
+    secret.chmod(0o600)
+    conf = f"user={etcd_v3_auth.user},password_file={secret}"
+    code, findings = etcd_findings(tmp_path, etcd_v3_auth.server.endpoint, "--etcd-conf", conf)
+    assert code == 0, findings
+    assert [level for level, _ in findings] == ["ok", "ok"], findings

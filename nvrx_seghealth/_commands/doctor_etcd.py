@@ -20,7 +20,7 @@ from typing import Any
 from .._decision.preflight import Finding, Level
 from .._errors import ConfigurationError
 from .._launcher.etcd_v3 import ATTEMPT_TIMEOUT
-from .._launcher.etcd_v3.client import EtcdClient, EtcdError
+from .._launcher.etcd_v3.client import EtcdClient, EtcdError, EtcdRefused
 from .._launcher.etcd_v3.keys import ROOT
 from .._launcher.etcd_v3.settings import EtcdV3Settings
 
@@ -103,7 +103,7 @@ def _member_finding(client: EtcdClient, settings: EtcdV3Settings) -> tuple[Findi
     try:
         status = client.status()
         if settings.credentials is not None:  # a read needs the user's token
-            client.range(ROOT, count_only=True)
+            _read_as_user(client)
     except EtcdError as error:
         finding = Finding(Level.WARN, f"etcd member {client.member} does not answer: {error}")
         return finding, ""
@@ -117,6 +117,16 @@ def _member_finding(client: EtcdClient, settings: EtcdV3Settings) -> tuple[Findi
             f"{size:.1f} MiB{as_user}, cluster {cluster}"
         ),
     ), cluster
+
+
+def _read_as_user(client: EtcdClient) -> None:
+    """A read with the user's token: a user confined to its run's keys may not read the
+    others, and that refusal still proves its credentials."""
+    try:
+        client.range(ROOT, count_only=True)
+    except EtcdRefused as refused:
+        if refused.cause != "permission":
+            raise
 
 
 def _other_clusters(clusters: dict[str, str]) -> list[Finding]:

@@ -84,6 +84,8 @@ _DEADLINE_EXCEEDED = 4
 _PERMISSION_DENIED = 7
 _UNAVAILABLE = 14
 _UNAUTHENTICATED = 16
+#: Calls etcd 3.4 may answer ``{}``, without a header (alarms, to a user not root).
+_HEADLESS = ("/v3/maintenance/alarm",)
 #: gRPC code names, as a watch's ``cancel_reason`` spells them.
 _CODE_NAMES = {
     "Canceled": 1,
@@ -121,7 +123,7 @@ _FIXES = {
     "revisions, defragment each member, then run `etcdctl alarm disarm` (or raise "
     "--quota-backend-bytes)",
     "auth": "etcd refused the credentials: check rdzv-conf user and password_file "
-    "(or ETCD_PASSWORD)",
+    "(or NVRX_SEGHEALTH_ETCD_PASSWORD)",
     "permission": "the etcd user may not use these keys: grant its role readwrite on "
     "the run's key prefix (etcdctl role grant-permission --prefix)",
     "lease-not-found": "the lease expired or was revoked",
@@ -569,13 +571,13 @@ class EtcdClient:
             headers = self._auth_headers(endpoint)
             status, body = self._exchange(endpoint, path, request, headers)
             if status == 200:
-                return self._answer(endpoint, body)
+                return self._answer(endpoint, body, path)
             error = error_from_answer(str(endpoint), status, body)
             if attempt == 2 or not self._stale_token(endpoint, error):
                 break
         raise self._failed(endpoint, error)
 
-    def _answer(self, endpoint: Endpoint, body: bytes) -> dict[str, Any]:
+    def _answer(self, endpoint: Endpoint, body: bytes, path: str = "") -> dict[str, Any]:
         """The JSON of a 200 answer; a stream's (keep-alive's) first message."""
         first = body.strip().split(b"\n", 1)[0]
         try:
@@ -585,10 +587,12 @@ class EtcdClient:
                 f"etcd at {endpoint} sent a broken answer: {error}", member=str(endpoint)
             )
             raise self._failed(endpoint, broken) from None
-        if "error" in answer:  # a stream's error: {"error": {...}}
+        if isinstance(answer, dict) and "error" in answer:  # a stream's: {"error": {...}}
             raise self._failed(endpoint, error_from_answer(str(endpoint), 200, first))
         result = answer.get("result", answer) if isinstance(answer, dict) else None
-        if not isinstance(result, dict) or not isinstance(result.get("header"), dict):
+        if not isinstance(result, dict) or not (
+            "header" in result or (not result and path in _HEADLESS)
+        ):
             stranger = EtcdUnavailable(  # every answer of etcd's gateway has a header
                 f"etcd at {endpoint} sent an answer etcd does not send: {first[:200]!r}",
                 member=str(endpoint),
