@@ -175,9 +175,11 @@ def _v2_behind_two_relays(first_policy: Once) -> Iterator[tuple[Any, HttpNemesis
 
 
 @pytest.mark.parametrize("late", [1, 2, 3, None], ids=["before-1st", "2nd", "3rd", "after"])
-def test_a_v2_add_lost_then_landing_late_counts_once(late) -> None:
+def test_a_v2_add_lost_then_landing_late_counts_once(late, caplog) -> None:
     """The add's swap is held and the client hears nothing; the held swap reaches etcd
-    before the n-th request of the next attempts, or after the call returned."""
+    before the n-th request of the next attempts, or after the call returned. The
+    WARNING names the member that failed."""
+    caplog.set_level(logging.INFO)
     hold = Once(_v2_write)
     with _v2_behind_two_relays(hold) as (store, first, second):
         store.add("n", 5)
@@ -196,6 +198,8 @@ def test_a_v2_add_lost_then_landing_late_counts_once(late) -> None:
             first.deliver()  # its guard fails
         assert hold.hit
         assert (returned, store.read_counter("n")) == (6, 6)
+        starts, _ = _episodes(caplog)
+        assert [start["member"] for start in starts] == [first.url]
 
 
 def test_a_v2_add_lost_past_etcds_history_raises_rather_than_guess() -> None:

@@ -122,6 +122,7 @@ class EtcdConnection:
             return operation()
         except Exception as error:
             if _connection_failed(error):
+                error.member = self.member()  # type: ignore[attr-defined]  # the one that failed
                 at = self.members.index(self.member()) if self.member() in self.members else -1
                 self.client._base_uri = self.members[(at + 1) % len(self.members)]
             raise
