@@ -1,5 +1,6 @@
-"""The test tiers: a folder is a tier, every whole job is on the written list, and a run
-says what ran (its closing line, each tier's coverage)."""
+"""The test tiers: a folder is a tier, every whole job is on the written list, the tiers
+stay within their written budgets, and a run says what ran (its closing line, each tier's
+coverage)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ import pytest
 from coverage import CoverageData
 
 from conftest import ROOT, TIERS, marks_for
-from harness.docs import section
+from harness.docs import ci_commands, section
 from harness.session.summary import OUTCOMES, closing_line
 from harness.session.tiercoverage import redundant, tiers
 
 SCENARIOS = section("docs/contributing.md", "Whole-job scenarios")
+BUDGETS = section("docs/contributing.md", "Budgets")
+#: The test code, weighed against the package: the tiers and what serves them.
+TEST_CODE = ("tests", "integration", "harness", "conftest.py")
 
 
 def test_tiers_lists_folders_only():
@@ -41,6 +45,43 @@ def test_every_whole_job_test_is_on_the_written_list():
     found = {p.relative_to(ROOT).as_posix() for p in (ROOT / "integration").rglob("test_*.py")}
     assert found - listed == set(), "add each to a row of docs/contributing.md"
     assert listed - found == set(), "the list names files that are gone"
+
+
+def budget(figure: str) -> float:
+    """The budget of the row of docs/contributing.md's "Budgets" table that names
+    ``figure`` first: the number of its second cell."""
+    rows = [line.split("|")[1:3] for line in BUDGETS.splitlines() if line.startswith("| ")]
+    (cell,) = [limit for name, limit in rows if figure in name]
+    return float(re.sub(r"[^\d.]", "", cell))
+
+
+def lines_of(*names: str) -> int:
+    """The lines of the Python files under each of ``names`` (a folder or a file)."""
+    total = 0
+    for name in names:
+        path = ROOT / name
+        files = [path] if path.is_file() else path.rglob("*.py")
+        total += sum(len(f.read_text().splitlines()) for f in files)
+    return total
+
+
+def test_ci_fails_under_the_written_coverage_floor_of_the_fast_tier():
+    floors = re.findall(r"--fail-under=(\d+)", "\n".join(ci_commands()))
+    assert [float(f) for f in floors] == [budget("branch coverage")]
+
+
+def test_the_whole_job_tier_stays_within_its_budget():
+    """The whole jobs are the slow tier: a new one replaces one, or raises the budget in
+    docs/contributing.md with its reason."""
+    files = len(list((ROOT / "integration").rglob("test_*.py")))
+    assert files <= budget("whole-job test files"), files
+    lines = lines_of("integration")
+    assert lines <= budget("lines of `integration/`"), lines
+
+
+def test_the_test_code_stays_within_its_weight_against_the_package():
+    weight = lines_of(*TEST_CODE) / lines_of("nvrx_seghealth")
+    assert weight <= budget("test code per package line"), f"{weight:.2f}"
 
 
 def counts(exit: int, **given: int) -> dict[str, int]:
