@@ -9,9 +9,10 @@ registry call :func:`register`. The creator:
 * shares that backend's store for the replacement-group markers;
 * wraps it in a :class:`SegmentHealthRendezvousHandler` that reports this backend's name.
 
-With the check off, the workers' store is still served (:mod:`.agentstore`), so that the
-launchers of one world bootstrap alike whichever of them has a directory; the creator
-says the check is off in one WARNING. A :class:`ConfigurationError` leaves the creator as it is; if
+With the check off, the workers' store is still served (:mod:`.agentstore`) and torch's
+rank exchange still skipped (:mod:`.rankexchange`), so that the launchers of one world
+bootstrap alike whichever of them has a directory; the creator says the check is off in
+one WARNING. A :class:`ConfigurationError` leaves the creator as it is; if
 nothing catches it, Python prints only its message (:func:`_said_in_one_line`). torch is
 imported only inside functions: torch loads the entry point while it imports its own
 rendezvous package.
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
 from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
-from . import bypass
+from . import bypass, rankexchange
 from .agentstore import CHECK_OFF, OUTSIDE_STORE
 from .logs import ensure_visible
 
@@ -178,6 +179,7 @@ def create_segment_health_handler(
     with _said_in_one_line():
         inner, store = _create_inner(inner_params)
     if settings.check is None:
+        rankexchange.skip_rank_exchange(rankexchange.CHECK_OFF)  # as its checked peers
         log.warning(
             "Segment health check: check=off, no decision directory on this launcher "
             "(segment_health_check_dir, NVRX_SEGMENT_HEALTH_CHECK_DIR): it joins as plain %s "

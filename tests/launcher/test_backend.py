@@ -29,6 +29,7 @@ from nvrx_seghealth import (
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._launcher.agentstore import SHARED_STORE_ENV
 from nvrx_seghealth._launcher.backend import create_segment_health_handler
+from nvrx_seghealth._launcher.rankexchange import IDENTICAL_ENV
 
 #: The logger of the workers' store.
 STORE = "nvrx_seghealth._launcher.agentstore"
@@ -183,16 +184,19 @@ def test_a_hosting_launcher_without_the_check_serves_its_workers_as_a_checked_on
     monkeypatch, caplog
 ):
     """No directory on one launcher, a directory on another (a partial roll-out): both
-    serve the workers' store, so the round's workers bootstrap from one port. The
+    serve the workers' store, so the round's workers bootstrap from one port, and both
+    skip torch's rank exchange (integration/test_scenario_mixed_check.py). The
     launcher without the check says so in one WARNING, with the token ``check=off``."""
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    monkeypatch.delenv(IDENTICAL_ENV, raising=False)
     caplog.set_level(logging.INFO, logger="nvrx_seghealth")
     handler = create_segment_health_handler(
         RendezvousParameters(BACKEND_NAME, f"127.0.0.1:{free_port()}", "run", 1, 1)
     )
     assert os.environ[SHARED_STORE_ENV] == "1" and handler.use_agent_store
+    assert os.environ[IDENTICAL_ENV] == "1"  # as its checked peers: no one waits in the exchange
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "check=off" in warnings[0], warnings
     handler.shutdown()
