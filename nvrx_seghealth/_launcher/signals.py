@@ -8,16 +8,23 @@ this package that keeps a launcher going (the fail-open funnel, the recording of
 asks :func:`stops_the_launcher` first and re-raises: a launcher told to stop leaves
 through torch's own exit path as fast as plain torchrun's, as torch's own catch-alls
 do (its exit barrier and ``launch_agent`` re-raise the same exception).
+
+It imports no torch: a process that never loaded torch's agent holds no such exception, and
+the operators' commands (``doctor --etcd``) run on nodes without torch.
 """
 
 from __future__ import annotations
 
-from torch.distributed.elastic.multiprocessing.api import SignalException
+import sys
 
 __all__ = ["stops_the_launcher"]
+
+#: The torch module that defines ``SignalException``.
+_AGENT_API = "torch.distributed.elastic.multiprocessing.api"
 
 
 def stops_the_launcher(error: Exception) -> bool:
     """Whether ``error`` is a request to stop the launcher (torch's ``SignalException``),
     which must pass through unchanged."""
-    return isinstance(error, SignalException)
+    api = sys.modules.get(_AGENT_API)
+    return api is not None and isinstance(error, api.SignalException)
