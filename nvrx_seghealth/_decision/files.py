@@ -20,8 +20,8 @@ docs/cluster.md, "Who may write decisions", tells why each rule is there.
 
 This module imports only the standard library, nothing from the package. The operators'
 helper process runs it by path (:mod:`.boundedfs`) and serves JSON requests, one per line.
-So it is one module of about 810 lines, over the package's 400. The operations and their
-wire format cannot be split into modules that import each other.
+So it is one module, over the package's 400 lines: the operations and their wire format
+cannot be split into modules that import each other.
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ story. The rules:
 - :func:`close_calls` ends every pending call at the interpreter's exit.
 - A call without an answer says ``no answer after N s``: slow and hung look the same.
 
-One module of about 540 lines, over the package's 400. A call's path, from an idle helper
-to its abandonment and its end at exit, keeps every rule above.
+One module, over the package's 400 lines: a call's path, from an idle helper to its
+abandonment and its end at exit, keeps every rule above.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ then writes. docs/operators.md, "The reference producer", tells the story. The r
   to publish.
 - Each pass returns its :class:`~.audit.AuditEvent` s, for ``--audit-log``.
 
-One module of about 440 lines, over the package's 400. One class keeps every rule above
-for a pass, from Slurm's answer to its last write and its state file.
+One module, over the package's 400 lines: one class keeps every rule above for a pass,
+from Slurm's answer to its last write and its state file.
 """
 
 from __future__ import annotations

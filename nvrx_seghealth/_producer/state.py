@@ -15,8 +15,8 @@ accounts, so whatever the file holds is input, never trusted as it is:
 Every refusal is one :class:`StateFileError` naming the file and the field. Standard
 library only.
 
-One module of about 500 lines, over the package's 400: the field checks, the schema and
-the loader together are what a planted file meets, and are read whole here.
+One module, over the package's 400 lines: the field checks, the schema and the loader
+together are what a planted file meets, and are read whole here.
 """
 
 from __future__ import annotations
