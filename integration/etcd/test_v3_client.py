@@ -606,12 +606,22 @@ def test_https_with_a_client_certificate_reads_writes_and_watches(tls_etcd, pki)
         assert [e.kv.value for e in client.watch(b"k", written, AT_ONCE_BOUND)] == [b"1"]
 
 
-def test_https_without_the_client_certificate_fails_naming_ssl_cert(tls_etcd, pki):
-    # The member ends the handshake: like a member that dies in it, so it stays transient.
+def test_https_without_the_client_certificate_is_refused_at_once_naming_ssl_cert(tls_etcd, pki):
+    # The member's alert says so: asking again cannot change it.
     tls = tls_of(pki, client=False)
     client = EtcdClient([tls_etcd.endpoint], attempt_timeout=ATTEMPT, protocol="https", tls=tls)
-    with closing(client), pytest.raises(EtcdUnavailable, match="ssl_cert"):
+    with closing(client), pytest.raises(EtcdRefused, match="ssl_cert"):
         client.range(b"k")
+
+
+def test_https_to_a_member_named_otherwise_than_its_certificate_names_the_endpoint(tls_etcd, pki):
+    port = int(str(tls_etcd.endpoint).rpartition(":")[2])
+    client = EtcdClient(
+        [Endpoint("localhost", port)], attempt_timeout=ATTEMPT, protocol="https", tls=tls_of(pki)
+    )
+    with closing(client), pytest.raises(EtcdRefused) as refused:
+        client.range(b"k")
+    assert "--rdzv-endpoint" in str(refused.value) and "ca_cert" not in str(refused.value)
 
 
 def test_https_to_a_member_this_ca_did_not_sign_is_refused_naming_ca_cert(tls_etcd):

@@ -426,6 +426,7 @@ class EtcdClient:
         self._endpoints = tuple(endpoints)
         self._timeout = attempt_timeout
         self._context = _ssl_context(tls) if protocol == "https" else None
+        self._client_cert = tls is not None and tls.cert is not None
         if self._context is None and tls is not None and any(vars(tls).values()):
             raise ConfigurationError(
                 "TLS files are given but protocol is http: set protocol=https",
@@ -660,6 +661,7 @@ class EtcdClient:
         """One HTTP request on a pooled connection: the status and the body."""
         timeout = self._time_for(endpoint)
         connection = self._take(endpoint)
+        fresh = connection.sock is None
         connection.timeout = timeout
         if connection.sock is not None:
             connection.sock.settimeout(timeout)
@@ -668,8 +670,9 @@ class EtcdClient:
             response = connection.getresponse()
             body = response.read()
         except (OSError, http.client.HTTPException) as error:
+            asked = fresh and self._asked_for_a_certificate(error)
             connection.close()
-            raise self._failed(endpoint, _unreachable(endpoint, error)) from error
+            raise self._failed(endpoint, _unreachable(endpoint, error, asked)) from error
         except BaseException:
             connection.close()
             raise
@@ -702,7 +705,8 @@ class EtcdClient:
         except (OSError, http.client.HTTPException, ValueError) as error:
             with self._lock:
                 self._check_open()  # close() ended the watch
-            raise self._failed(endpoint, _unreachable(endpoint, error)) from error
+            asked = self._asked_for_a_certificate(error)  # a watch has a fresh connection
+            raise self._failed(endpoint, _unreachable(endpoint, error, asked)) from error
         finally:
             with self._lock:
                 self._watches.discard(connection)
@@ -747,6 +751,16 @@ class EtcdClient:
                 raise self._failed(endpoint, _canceled(str(endpoint), result))
             if result.get("events"):
                 return tuple(_event(event) for event in result["events"])
+
+    def _asked_for_a_certificate(self, error: BaseException) -> bool:
+        """Whether a member ended a new TLS connection of this client, which has no
+        certificate: it wants one. A member that dies just then is rarer than this
+        mistake, which asking again cannot mend."""
+        return (
+            self._context is not None
+            and not self._client_cert
+            and isinstance(error, (ssl.SSLEOFError, ssl.SSLZeroReturnError))
+        )
 
     def _time_for(self, endpoint: Endpoint) -> float:
         """Seconds one request may take: the attempt's timeout, or what is left of the
@@ -894,10 +908,43 @@ def _still_open(connection: http.client.HTTPConnection) -> bool:
         return False
 
 
-def _unreachable(endpoint: Endpoint, error: BaseException) -> EtcdUnavailable | EtcdRefused:
+#: OpenSSL's verify code of a certificate for another name than the one asked.
+_NAME_MISMATCH = 62
+#: The TLS alerts of a member that refuses this client's certificate, or its lack of one.
+_CLIENT_CERT_REFUSED = frozenset(
+    {
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "SSLV3_ALERT_BAD_CERTIFICATE",
+        "TLSV1_ALERT_UNKNOWN_CA",
+        "SSLV3_ALERT_CERTIFICATE_UNKNOWN",
+    }
+)
+
+
+def _unreachable(
+    endpoint: Endpoint, error: BaseException, asked_for_a_certificate: bool = False
+) -> EtcdUnavailable | EtcdRefused:
     """The error of a connection that failed: transient, unless this client rejected the
     member's certificate (asking again cannot change that)."""
     what = f"{type(error).__name__}: {error}"
+    if isinstance(error, ssl.SSLCertVerificationError) and error.verify_code == _NAME_MISMATCH:
+        return EtcdRefused(
+            f"etcd at {endpoint} shows a certificate for another name ({what}): name the "
+            "member in --rdzv-endpoint as its certificate does",
+            cause="other",
+            member=str(endpoint),
+            detail=what,
+        )
+    if asked_for_a_certificate or (
+        isinstance(error, ssl.SSLError) and error.reason in _CLIENT_CERT_REFUSED
+    ):
+        return EtcdRefused(
+            f"etcd at {endpoint} refused this client's certificate ({what}): give one its "
+            "CA signed (rdzv-conf ssl_cert and ssl_cert_key)",
+            cause="other",
+            member=str(endpoint),
+            detail=what,
+        )
     if isinstance(error, ssl.SSLCertVerificationError):
         return EtcdRefused(
             f"this client does not trust etcd at {endpoint} ({what}): give the CA that "
