@@ -108,6 +108,10 @@ class SegmentHealthCheck:
         check._directory_looked_at = False
         return check
 
+    def __getnewargs_ex__(self) -> tuple[tuple[str, str, str], dict[str, float]]:
+        """``pickle`` and ``copy`` rebuild a check through its constructor."""
+        return (self.directory, self.job_id, self.task_id), {"stat_timeout": self.stat_timeout}
+
     def evaluate(self, *, warn: bool = True) -> Decision:
         """Stat the artifact once and return the decision; warn when failing open
         (``warn=False``: the caller warns, e.g. once for a run of failing looks)."""

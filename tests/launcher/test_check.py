@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import pickle
 
 import pytest
 
@@ -141,6 +143,17 @@ def test_the_constructor_builds_through_from_settings_the_one_path(tmp_path):
     assert built == [(str(tmp_path), "7", "8")]
     assert type(check) is Counted
     assert check.path == os.path.join(tmp_path, "segment_health_check.7.8")
+
+
+def test_a_check_survives_pickle_and_copy(tmp_path):
+    """A check goes to another process as any plain object does (multiprocessing's spawn
+    pickles it)."""
+    check = SegmentHealthCheck(tmp_path, 5, 6, stat_timeout=3)
+    publish_decision(tmp_path, 5, 6, "drained")
+    for twin in (pickle.loads(pickle.dumps(check)), copy.copy(check)):
+        assert repr(twin) == repr(check)
+        assert (twin.path, twin.stat_timeout) == (check.path, 3)
+        assert twin() is False
 
 
 @pytest.mark.parametrize("env", [{"SLURM_PROCID": "0"}, {}], ids=["no-job-id", "no-slurm"])
