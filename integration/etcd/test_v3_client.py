@@ -20,12 +20,20 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from harness.ports import free_port
-from harness.services.etcd import START_TIMEOUT, EtcdCluster, EtcdServer
+from harness.services.etcd import (
+    ETCD_RELEASES,
+    START_TIMEOUT,
+    EtcdCluster,
+    EtcdServer,
+    etcd_binary,
+)
+from harness.services.etcd_v3 import open_v3_launcher
 from harness.waits import AT_ONCE_BOUND
 from nvrx_seghealth._launcher.etcd_v3.client import (
     Credentials,
@@ -61,6 +69,7 @@ class OwnEtcd:
     endpoint: Endpoint = field(default_factory=lambda: Endpoint("127.0.0.1", free_port()))
     peer_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    binary: str = "etcd"  # the one on PATH, Debian's 3.4
 
     @property
     def url(self) -> str:
@@ -71,7 +80,7 @@ class OwnEtcd:
         with open(self.directory / "etcd.log", "ab") as log:
             self.process = subprocess.Popen(
                 [
-                    "etcd",
+                    self.binary,
                     "--name=own",
                     f"--data-dir={self.directory / 'data'}",
                     f"--listen-client-urls={self.url}",
@@ -113,10 +122,14 @@ class OwnEtcd:
 
 @contextmanager
 def own_etcd(
-    directory: Path, *flags: str, scheme: str = "http", tls: Tls | None = None
+    directory: Path,
+    *flags: str,
+    scheme: str = "http",
+    tls: Tls | None = None,
+    binary: str = "etcd",
 ) -> Iterator[OwnEtcd]:
     """A running :class:`OwnEtcd` in ``directory``, stopped at the end."""
-    etcd = OwnEtcd(directory, flags, scheme)
+    etcd = OwnEtcd(directory, flags, scheme, binary=binary)
     etcd.start()
     try:
         with closing(EtcdClient([etcd.endpoint], attempt_timeout=2, protocol=scheme, tls=tls)) as c:
@@ -431,6 +444,28 @@ def test_a_write_over_the_quota_is_refused_nospace_naming_alarm_disarm(etcd_serv
         assert refused.value.code == 8
         assert "etcdctl alarm disarm" in str(refused.value)
         assert client.range(b"fill/0").count == 1  # reads still answer
+
+
+@pytest.mark.parametrize("release", ETCD_RELEASES)
+def test_a_stores_reads_answer_under_nospace(etcd_server, tmp_path, release):
+    """``check``, ``wait`` and ``multi_get`` read; only the writes stop (etcd 3.5 refuses
+    a transaction that only reads, too)."""
+    quota = f"--quota-backend-bytes={1 << 20}"
+    with (
+        own_etcd(tmp_path, quota, binary=etcd_binary(release)) as etcd,
+        closing(EtcdClient([etcd.endpoint], attempt_timeout=ATTEMPT)) as client,
+        open_v3_launcher(str(etcd.endpoint), "nospace") as (_, store),
+    ):
+        store.set("a", b"1")
+        with pytest.raises(EtcdRefused):
+            for number in range(200):
+                client.put(f"fill/{number}".encode(), b"x" * 100_000)
+        assert store.check(["a"]) and not store.check(["a", "never"])
+        store.wait(["a"], timedelta(seconds=5))
+        assert store.multi_get(["a"]) == [b"1"]
+        with pytest.raises(EtcdRefused) as refused:
+            store.set("b", b"2")
+        assert refused.value.cause == "nospace"
 
 
 # --- auth -------------------------------------------------------------------------------
