@@ -35,6 +35,8 @@ _FOREIGN_PREFIXES = ("SLURM", "TORCHELASTIC_", DIRECTORY_ENV)
 #: torch's switch between sharing the agent's store with the workers or not; set as
 #: :attr:`JobSpec.disable_shared_store` says, never inherited.
 SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: What a handler sets in its own process, never inherited: a launcher decides it alone.
+_SET_BY_A_HANDLER = (SHARED_STORE_ENV, "TORCH_ELASTIC_WORKER_IDENTICAL")
 
 
 def rendezvous_config(
@@ -139,7 +141,7 @@ class Launcher:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(_FOREIGN_PREFIXES) and k != SHARED_STORE_ENV
+            if not k.startswith(_FOREIGN_PREFIXES) and k not in _SET_BY_A_HANDLER
         }
         if spec.disable_shared_store is not None:
             env[SHARED_STORE_ENV] = spec.disable_shared_store
