@@ -5,6 +5,7 @@ format, and runs kept apart."""
 from __future__ import annotations
 
 import gc
+import os
 import uuid
 import warnings
 from datetime import timedelta
@@ -17,8 +18,9 @@ from torch.distributed.elastic.rendezvous import RendezvousStateError
 from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, v3_launcher
 from nvrx_seghealth._demo.rendezvous_state import read_endpoint
 from nvrx_seghealth._launcher.etcd_v3.backend import FORMAT
-from nvrx_seghealth._launcher.etcd_v3.client import EtcdError
+from nvrx_seghealth._launcher.etcd_v3.client import EtcdError, EtcdRefused
 from nvrx_seghealth._launcher.etcd_v3.keys import RunKeys
+from nvrx_seghealth._launcher.etcd_v3.settings import PASSWORD_ENV
 
 pytestmark = pytest.mark.etcd
 
@@ -139,3 +141,16 @@ def test_reading_a_runs_state_closes_its_client(etcd_v3_server, run):
         gc.collect()
     assert snapshot.round is None
     assert [str(w.message) for w in caught if w.category is ResourceWarning] == []
+
+
+def test_the_etcd_password_leaves_the_environment_the_workers_inherit(etcd_v3_auth, monkeypatch):
+    """torchrun hands its environment to every worker: the launcher takes the password out
+    of it, and a second launcher in the same process still logs in."""
+    monkeypatch.setenv(PASSWORD_ENV, etcd_v3_auth.password)
+    conf = {"user": etcd_v3_auth.user}
+    for _ in range(2):
+        with open_v3_launcher(etcd_v3_auth.server.endpoint, "run", **conf) as (_, store):
+            assert PASSWORD_ENV not in os.environ
+            with pytest.raises(EtcdRefused) as refused:
+                store.num_keys()  # logged in (not "auth"), outside the user's one prefix
+            assert refused.value.cause == "permission"

@@ -23,6 +23,7 @@ it imports its own rendezvous package.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,7 @@ def create_backend(params: RendezvousParameters) -> tuple[EtcdV3Backend, EtcdV3S
     from .settings import EtcdV3Settings
     from .store import EtcdV3Store
 
-    settings = EtcdV3Settings.from_conf(params.endpoint, params.config)
+    settings = EtcdV3Settings.from_conf(params.endpoint, params.config, _environ())
     client = EtcdClient(
         settings.endpoints,
         attempt_timeout=min(settings.read_timeout, ATTEMPT_TIMEOUT),
@@ -71,6 +72,21 @@ def create_backend(params: RendezvousParameters) -> tuple[EtcdV3Backend, EtcdV3S
     keys = RunKeys(params.run_id)
     lease = RunLease(client, policy, keys.lease, settings.lease_ttl)
     return EtcdV3Backend(client, policy, keys, lease), EtcdV3Store(client, policy, keys, lease)
+
+
+#: The etcd password taken out of this process's environment (:func:`_environ`).
+_taken: dict[str, str] = {}
+
+
+def _environ() -> dict[str, str]:
+    """The environment, the etcd password taken out of ``os.environ`` for good: torchrun
+    hands its environment to every training worker, which has no use for it."""
+    from .settings import PASSWORD_ENV
+
+    password = os.environ.pop(PASSWORD_ENV, None)
+    if password is not None:
+        _taken[PASSWORD_ENV] = password
+    return {**os.environ, **_taken}
 
 
 def create_handler(params: RendezvousParameters) -> RendezvousHandler:
