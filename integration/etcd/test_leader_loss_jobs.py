@@ -10,6 +10,10 @@ Three one-node array tasks run real ``torchrun`` through ``segment-health`` over
 - *first-member-mark*: the member named first is killed, then task 1 is marked; the world
   re-forms as tasks 0 and 2.
 - *cluster-down*: every member is stopped (SIGSTOP) for :data:`DOWN` seconds.
+- *gather-cut*, *exit-barrier-cut*: the member named first is cut from its peers
+  (``etcd_v3_partition``), clients still reaching it, in the last call or while tasks 0
+  and 1 wait in the exit barrier; *marked-cut*: task 1 is marked, and the member is cut
+  while tasks 0 and 2 gather.
 
 On etcd-v3 every launcher of a completing unit exits 0 and no launcher's thread died. So
 does plain ``torchrun --rdzv-backend=etcd-v3`` in the phases without a mark (etcd 3.5).
@@ -38,6 +42,7 @@ import pytest
 
 from harness.jobs.launcherjob import MARKED, launcher_env, mark_task, slurm_task
 from harness.services.etcd import EtcdCluster
+from harness.services.nemesis import PeerCut
 from harness.waits import AT_ONCE_BOUND, wait_until
 from nvrx_seghealth._demo.store_host import StoreHost
 
@@ -194,6 +199,7 @@ class Members:
 
     cluster: EtcdCluster | None = None
     store: StoreHost | None = None
+    peers: PeerCut | None = None
 
     def pids(self) -> list[int]:
         if self.cluster is not None:
@@ -213,6 +219,11 @@ class Members:
         first = self.cluster.members[0]
         first.process.kill()
         first.process.wait(timeout=10)
+
+    def cut_first(self) -> None:
+        """Cut the member named first from its peers; clients still reach it."""
+        assert self.cluster is not None and self.peers is not None, "no peers to cut"
+        self.peers.cut(self.cluster.members[0])
 
     def stop_all(self, seconds: float) -> None:
         """SIGSTOP every member for ``seconds``, then SIGCONT them (resumed in any case)."""
@@ -276,15 +287,57 @@ def _cluster_down(job: Job, members: Members) -> None:
     job.stop.touch()
 
 
+def _gather_cut(job: Job, members: Members) -> None:
+    for task in TASKS:
+        job.start(task)
+    job.wait_for(RENDEZVOUS, TASKS)
+    time.sleep(2)  # all three joined: the last call runs, each writes its heartbeat
+    members.cut_first()
+    job.wait_for(FORMED, TASKS)
+    job.stop.touch()
+
+
+def _exit_barrier_cut(job: Job, members: Members) -> None:
+    for task in TASKS:
+        job.start(task, hold=task == 2)
+    job.wait_for(FORMED, TASKS)
+    job.stop.touch()
+    job.wait_for(BARRIER, (0, 1))
+    members.cut_first()
+    time.sleep(0.5)
+    job.release.touch()
+
+
+def _marked_cut(job: Job, members: Members) -> None:
+    mark_task(job.workdir)
+    for task in TASKS:
+        job.start(task)
+    job.wait_for(RENDEZVOUS, (0, 2))
+    members.cut_first()
+    job.wait_for(FORMED, (0, 2))
+    job.stop.touch()
+
+
+#: Phases with one member cut from its peers (``etcd_v3_partition``), named first.
+CUT_PHASES: dict[str, Callable[[Job, Members], None]] = {
+    "gather-cut": _gather_cut,
+    "exit-barrier-cut": _exit_barrier_cut,
+    "marked-cut": _marked_cut,
+}
+
 PHASES: dict[str, Callable[[Job, Members], None]] = {
     "gather": _gather,
     "train": _train,
     "exit-barrier": _exit_barrier,
     "first-member-mark": _first_member_mark,
     "cluster-down": _cluster_down,
+    **CUT_PHASES,
 }
 #: What each phase needs of the job: ``--nnodes`` and the watch.
-SHAPES: dict[str, dict[str, Any]] = {"first-member-mark": {"nnodes": "2:3", "watch": True}}
+SHAPES: dict[str, dict[str, Any]] = {
+    "first-member-mark": {"nnodes": "2:3", "watch": True},
+    "marked-cut": {"nnodes": "2:3"},
+}
 #: The phases whose member dies while leading.
 LEADER_PHASES = ("gather", "train", "exit-barrier")
 
@@ -309,6 +362,12 @@ def _run(job: Job, phase: str, members: Members, timeout: float = JOB_TIMEOUT) -
 def _assert_completed(phase: str, outcome: Outcome) -> None:
     """Every launcher of a unit that stays exits 0, and the worlds are the phase's."""
     three = [f"{FORMED} rank={r} world=3" for r in range(3)]
+    two = [f"{FORMED} rank={r} world=2" for r in (0, 1)]
+    if phase == "marked-cut":
+        assert outcome.returncodes[MARKED] not in (None, 0), outcome.returncodes
+        assert [outcome.returncodes[t] for t in TASKS if t != MARKED] == [0, 0]
+        assert outcome.worlds() == two
+        return
     if phase == "first-member-mark":
         assert outcome.returncodes[MARKED] not in (None, 0), outcome.returncodes
         assert [outcome.returncodes[t] for t in TASKS if t != MARKED] == [0, 0]
@@ -332,7 +391,36 @@ def _segment_health(
     return _run(job, phase, members)
 
 
-@pytest.mark.parametrize("phase", list(PHASES))
+@pytest.mark.parametrize("phase", list(CUT_PHASES))
+def test_the_job_completes_through_a_member_cut_from_its_peers(
+    phase, etcd_v3_partition, tmp_path
+) -> None:
+    """segment-health over etcd-v3, the member named first cut from the other two while
+    clients still reach it: the job completes, without the marked unit where one is."""
+    cluster, peers = etcd_v3_partition
+    endpoint = ",".join(m.server.endpoint for m in cluster.members)
+    members = Members(cluster, peers=peers)
+    outcome = _segment_health(phase, "etcd-v3", endpoint, members, tmp_path)
+    _assert_completed(phase, outcome)
+    _assert_no_thread_died(outcome)
+
+
+@pytest.mark.parametrize("etcd_v3_partition", ["3.5"], indirect=True, ids=["etcd3.5"])
+@pytest.mark.parametrize("phase", [phase for phase in CUT_PHASES if phase != "marked-cut"])
+def test_plain_torchrun_on_etcd_v3_through_a_member_cut_from_its_peers(
+    phase, etcd_v3_partition, tmp_path
+) -> None:
+    """Plain ``torchrun --rdzv-backend=etcd-v3`` beside it: the backend alone leaves the
+    cut member (etcd 3.5 only; the mark needs the check)."""
+    cluster, peers = etcd_v3_partition
+    endpoint = ",".join(m.server.endpoint for m in cluster.members)
+    job = Job("etcd-v3", "etcd-v3", endpoint, tmp_path)
+    outcome = _run(job, phase, Members(cluster, peers=peers))
+    _assert_completed(phase, outcome)
+    _assert_no_thread_died(outcome)
+
+
+@pytest.mark.parametrize("phase", [phase for phase in PHASES if phase not in CUT_PHASES])
 def test_the_job_completes_on_etcd_v3(phase, etcd_v3_cluster, tmp_path) -> None:
     """segment-health over etcd-v3, every member named: the job completes as said."""
     endpoint = ",".join(_endpoints(etcd_v3_cluster, phase))
@@ -342,7 +430,9 @@ def test_the_job_completes_on_etcd_v3(phase, etcd_v3_cluster, tmp_path) -> None:
 
 
 @pytest.mark.parametrize("etcd_v3_cluster", ["3.5"], indirect=True, ids=["etcd3.5"])
-@pytest.mark.parametrize("phase", [phase for phase in PHASES if phase != "first-member-mark"])
+@pytest.mark.parametrize(
+    "phase", [phase for phase in PHASES if phase != "first-member-mark" and phase not in CUT_PHASES]
+)
 def test_plain_torchrun_on_etcd_v3(phase, etcd_v3_cluster, tmp_path) -> None:
     """Plain ``torchrun --rdzv-backend=etcd-v3``, without segment-health's own retries:
     the backend alone rides out each loss (etcd 3.5 only; the mark needs the check)."""
@@ -353,7 +443,7 @@ def test_plain_torchrun_on_etcd_v3(phase, etcd_v3_cluster, tmp_path) -> None:
     _assert_no_thread_died(outcome)
 
 
-@pytest.mark.parametrize("phase", list(PHASES))
+@pytest.mark.parametrize("phase", [phase for phase in PHASES if phase not in CUT_PHASES])
 def test_etcd_v2_beside_it(phase, etcd_cluster, tmp_path) -> None:
     """segment-health over etcd-v2 (one member named: the one that dies first) completes
     as over etcd-v3: its own retries ride out what plain etcd-v2 does not."""
