@@ -173,6 +173,8 @@ def test_an_add_lost_then_landing_late_counts_once(etcd_v3_server, run, late):
             assert first.deliver() == [200]  # etcd answers it; its guard fails
         assert hold.hit
         assert (returned, store.read_counter("n")) == (6, 6)
+        writes = [r.body for r, _ in [*first.seen, *second.seen] if _write(r)]
+        assert len(writes) == len(set(writes))  # each attempt sent once, never again
 
 
 def test_an_add_whose_answer_was_lost_while_another_launcher_added_counts_once(etcd_v3_server, run):
