@@ -55,6 +55,8 @@ class SegmentHealthError(Exception):
         │                                      a hung filesystem did not answer, or was not sent
         ├── Unreachable(ConnectionError)       _launcher/retry.py: a replicated service did not
         │                                      answer a call within the retry timeout
+        ├── AddUnsettled(RuntimeError)         _launcher/etcd_v2.py: an add whose answer was lost
+        │                                      cannot tell if it landed (etcd's v2 history passed)
         ├── EtcdError                          _launcher/etcd_v3/client.py: etcd v3, the base of
         │   ├── EtcdUnavailable(ConnectionError)   a member did not answer (transient)
         │   └── EtcdRefused(RuntimeError)      etcd answered no: a cause token and the fix

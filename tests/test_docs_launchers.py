@@ -226,7 +226,7 @@ def test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member():
 
     (block,) = examples_under("docs/reference/etcd-v3.md", "The etcd-v3 backend")
     (pip, torchrun) = commands(block.text)
-    assert pip == ["pip", "install", "nvrx-seghealth[etcd3]"]
+    assert pip == ["pip", "install", ".[etcd3]"]
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert "\netcd3 = [" in pyproject.split("[project.optional-dependencies]")[1]
     config = _torchrun_config(torchrun[1:])
