@@ -41,6 +41,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "integration/dev/": ("serial",),  # counts the CPU hogs of ./dev loaded-test
     # Unit tests of what imports torch: what a second torch version must pass.
     "tests/launcher/": ("torch",),
+    "tests/rendezvous/": ("torch",),
     "tests/settings/": ("torch",),
     "tests/demo/": ("torch",),
 }

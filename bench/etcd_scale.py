@@ -20,7 +20,7 @@ torch's ``EtcdStore`` ("before") and the backend's store (:class:`OneKeyEtcdStor
 What it takes from the launcher is named in each module's ``__all__``: the watch's key and
 look interval (``watch.EXCLUDED_KEY``, ``LOOK_INTERVAL``), process 0's responder interval
 (``process_zero.RESPONDER_INTERVAL``), and the inner rendezvous creators the backend uses
-(``backend.INNER_BACKEND_CREATORS``, then torch's ``create_handler`` as the backend calls it).
+(``registry.create``, then torch's ``create_handler`` as the backend calls it).
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def _look_rows(server: EtcdServer, quick: bool) -> list[Row]:
     import torch.distributed as dist
     from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
-    from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
     from nvrx_seghealth._launcher.watch import EXCLUDED_KEY
+    from nvrx_seghealth._rendezvous.etcd_reads import OneKeyEtcdStore
 
     stores = {"before": EtcdStore, "now": OneKeyEtcdStore}
     traffic: dict[str, Traffic] = {}
@@ -172,7 +172,7 @@ def _trained_round(
     from torch.distributed.elastic.rendezvous.etcd_store import EtcdStore
 
     from nvrx_seghealth import SegmentHealthRendezvousHandler
-    from nvrx_seghealth._launcher.backend import INNER_BACKEND_CREATORS
+    from nvrx_seghealth._rendezvous import registry
 
     run = f"bench-{name}-{uuid.uuid4().hex[:8]}"
     launchers = TASKS * NODES  # a world that can lose one task
@@ -184,7 +184,7 @@ def _trained_round(
         for task in range(TASKS):
             for procid in range(NODES):
                 if name == "now":  # the backend's etcd-v2 backend and store
-                    etcd_backend, store = INNER_BACKEND_CREATORS["etcd-v2"](params)
+                    etcd_backend, store = registry.create(params)
                 else:  # torch's etcd-v2 backend and store as they come
                     etcd_backend, store = create_backend(params)
                 inner = create_handler(store, etcd_backend, params)

@@ -24,7 +24,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import _NodeDesc, _
 from harness.bench.measure import Row
 from harness.services.etcd import EtcdServer, running_etcd
 from harness.services.etcd_v3 import raw_put, v3_launcher
-from nvrx_seghealth._launcher.etcd_v3.backend import FORMAT
+from nvrx_seghealth._rendezvous.etcd_v3.backend import FORMAT
 
 #: torch's default ``keep_alive_interval``: each launcher rewrites the state this often.
 KEEP_ALIVE_SECONDS = 5.0

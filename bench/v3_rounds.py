@@ -78,7 +78,7 @@ class Requests:
         """Count the requests of every client of this process until the block ends."""
         import etcd
 
-        from nvrx_seghealth._launcher.etcd_v3.client import EtcdClient
+        from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdClient
 
         patched: list[tuple[type, str, Any]] = []
         for name in V3_REQUESTS:

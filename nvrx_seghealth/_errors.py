@@ -53,11 +53,11 @@ class SegmentHealthError(Exception):
         ├── HelperStartError(OSError)          _decision/helperprocess.py: no helper process
         ├── HelperTimeout(TimeoutError)        _decision/helperprocess.py: a bounded call into
         │                                      a hung filesystem did not answer, or was not sent
-        ├── Unreachable(ConnectionError)       _launcher/retry.py: a replicated service did not
+        ├── Unreachable(ConnectionError)       _rendezvous/retry.py: a replicated service did not
         │                                      answer a call within the retry timeout
-        ├── AddUnsettled(RuntimeError)         _launcher/etcd_v2.py: an add whose answer was lost
+        ├── AddUnsettled(RuntimeError)         _rendezvous/etcd_v2.py: an add whose answer was lost
         │                                      cannot tell if it landed (etcd's v2 history passed)
-        ├── EtcdError                          _launcher/etcd_v3/client.py: etcd v3, the base of
+        ├── EtcdError                          _rendezvous/etcd_v3/client.py: etcd v3, the base of
         │   ├── EtcdUnavailable(ConnectionError)   a member did not answer (transient)
         │   └── EtcdRefused(RuntimeError)      etcd answered no: a cause token and the fix
         ├── SlurmError(RuntimeError)           _producer/slurm.py: a Slurm command failed

@@ -222,7 +222,7 @@ def test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member():
     """The etcd-v3 page's install line names an extra of the package, and its torchrun
     line selects etcd-v3 with an endpoint list of three members (the jobs of
     ``integration/etcd/test_v3_jobs.py`` run such lines for real)."""
-    from nvrx_seghealth._launcher.etcd_v3.settings import EtcdV3Settings
+    from nvrx_seghealth._rendezvous.etcd_v3.settings import EtcdV3Settings
 
     (block,) = examples_under("docs/reference/etcd-v3.md", "The etcd-v3 backend")
     (pip, torchrun) = commands(block.text)

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nvrx_seghealth._launcher.etcd_v3.backend import EtcdV3Backend
-    from nvrx_seghealth._launcher.etcd_v3.store import EtcdV3Store
+    from nvrx_seghealth._rendezvous.etcd_v3.backend import EtcdV3Backend
+    from nvrx_seghealth._rendezvous.etcd_v3.store import EtcdV3Store
 
 __all__ = ["open_v3_launcher", "raw_get", "raw_put", "raw_v3", "v3_launcher", "v3_params"]
 
@@ -29,7 +29,7 @@ def v3_params(endpoint: str, run_id: str, min_nodes: int = 1, max_nodes: int = 1
 
 def v3_launcher(endpoint: str, run_id: str, **conf: Any) -> tuple[EtcdV3Backend, EtcdV3Store]:
     """The backend and store one launcher of run ``run_id`` builds (``conf``: rdzv-conf)."""
-    from nvrx_seghealth._launcher.etcd_v3 import create_backend
+    from nvrx_seghealth._rendezvous.etcd_v3 import create_backend
 
     return create_backend(v3_params(endpoint, run_id, **conf))
 

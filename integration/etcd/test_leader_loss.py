@@ -28,9 +28,9 @@ from harness.services.etcd import STORE
 from harness.services.nemesis import Action, HttpNemesis, Once, Request
 from harness.session.fixtures import started_etcd
 from harness.waits import AT_ONCE_BOUND, wait_until
-from nvrx_seghealth._launcher import backend
-from nvrx_seghealth._launcher.etcd_v2 import AddUnsettled
+from nvrx_seghealth._rendezvous.etcd_v2 import AddUnsettled
 from nvrx_seghealth._logfmt import parse_fields
+from nvrx_seghealth._rendezvous import registry
 
 pytestmark = pytest.mark.etcd
 
@@ -44,7 +44,7 @@ def _built(cluster):
     params = RendezvousParameters(
         "etcd-v2", cluster.endpoint, f"run-{uuid.uuid4().hex[:8]}", 1, 3, read_timeout=30
     )
-    return backend.INNER_BACKEND_CREATORS["etcd-v2"](params)
+    return registry.create(params)
 
 
 def _through_a_leader_loss(cluster, call: Callable[[int], object]) -> list[BaseException]:
@@ -79,7 +79,7 @@ def _through_a_leader_loss(cluster, call: Callable[[int], object]) -> list[BaseE
 
 def _episodes(caplog) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
     """The ``retry=start`` WARNINGs and ``retry=end`` INFOs of the policy, as fields."""
-    records = [r for r in caplog.records if r.name == "nvrx_seghealth._launcher.retry"]
+    records = [r for r in caplog.records if r.name == "nvrx_seghealth._rendezvous.retry"]
     fields = [(r.levelno, parse_fields(r.getMessage())) for r in records]
     starts = [f for level, f in fields if f.get("retry") == "start" and level == logging.WARNING]
     ends = [f for level, f in fields if f.get("retry") == "end" and level == logging.INFO]
@@ -160,7 +160,7 @@ def _v2_write(request: Request) -> bool:
 def _v2_store(endpoint: str, run: str) -> Any:
     """The etcd-v2 store of one launcher of ``run``, as the registered backend builds it."""
     params = RendezvousParameters("etcd-v2", endpoint, run, 1, 1, read_timeout=30)
-    return backend.INNER_BACKEND_CREATORS["etcd-v2"](params)[1]
+    return registry.create(params)[1]
 
 
 @contextmanager

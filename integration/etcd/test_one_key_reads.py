@@ -24,9 +24,9 @@ from harness.slurmenv import slurm_env
 from harness.waits import wait_until
 from nvrx_seghealth import SegmentHealthRendezvousHandler, publish_decision
 from nvrx_seghealth._launcher import backend, watch
-from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
 from nvrx_seghealth._launcher.handoff import Answer, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
+from nvrx_seghealth._rendezvous.etcd_reads import OneKeyEtcdStore
 
 pytestmark = pytest.mark.etcd
 

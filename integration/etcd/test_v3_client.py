@@ -35,7 +35,7 @@ from harness.services.etcd import (
 )
 from harness.services.etcd_v3 import open_v3_launcher
 from harness.waits import AT_ONCE_BOUND
-from nvrx_seghealth._launcher.etcd_v3.client import (
+from nvrx_seghealth._rendezvous.etcd_v3.client import (
     Credentials,
     Endpoint,
     EtcdClient,
@@ -495,7 +495,7 @@ AUTH_ON: list[tuple[str, dict[str, object]]] = [
 ]
 ALICE = Credentials("alice", "alice-pw")
 #: The client's logger: one DEBUG record when it authenticates again.
-CLIENT_LOG = "nvrx_seghealth._launcher.etcd_v3.client"
+CLIENT_LOG = "nvrx_seghealth._rendezvous.etcd_v3.client"
 
 
 @pytest.fixture(scope="module")

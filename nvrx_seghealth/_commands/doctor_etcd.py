@@ -19,10 +19,10 @@ from typing import Any
 
 from .._decision.preflight import Finding, Level
 from .._errors import ConfigurationError
-from .._launcher.etcd_v3 import ATTEMPT_TIMEOUT
-from .._launcher.etcd_v3.client import EtcdClient, EtcdError, EtcdRefused
-from .._launcher.etcd_v3.keys import ROOT
-from .._launcher.etcd_v3.settings import EtcdV3Settings
+from .._rendezvous.etcd_v3 import ATTEMPT_TIMEOUT
+from .._rendezvous.etcd_v3.client import EtcdClient, EtcdError, EtcdRefused
+from .._rendezvous.etcd_v3.keys import ROOT
+from .._rendezvous.etcd_v3.settings import EtcdV3Settings
 
 __all__ = ["etcd_findings", "parse_conf"]
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from .._errors import ConfigurationError
 from .._launcher.backend import BACKEND_NAME
+from .._rendezvous import registry
 from .._settings.launcher_options import (
     CFG_FLAG,
     DIRECTORY_FLAG,
@@ -47,7 +48,6 @@ from .._settings.launcher_options import (
 from .._settings.rdzv_conf import (
     DIRECTORY_KEY,
     INNER_BACKEND_KEY,
-    INNER_BACKENDS,
     WATCH_INTERVAL_KEY,
 )
 from .arguments import add_options, option
@@ -150,7 +150,7 @@ def launch_parser() -> argparse.ArgumentParser:
 
 def _inner_backends() -> str:
     """The backends the wrapper can run inside, as a sentence lists them: ``a, b or c``."""
-    *others, last = INNER_BACKENDS
+    *others, last = registry.names()
     return f"{', '.join(others)} or {last}" if others else last
 
 
@@ -195,7 +195,7 @@ def _inner_backend(args: argparse.Namespace, source: str) -> str:
         args.standalone = False
         args.rdzv_endpoint, args.rdzv_id = "localhost:0", str(uuid.uuid4())
         return "c10d"
-    if args.rdzv_backend not in INNER_BACKENDS:
+    if args.rdzv_backend not in registry.names():
         raise ConfigurationError(
             f"--rdzv-backend={args.rdzv_backend} cannot carry the segment health check "
             f"(set by {source}); use --rdzv-backend={_inner_backends()}, or drop "
@@ -223,7 +223,7 @@ def select_segment_health(
 
     ``--rdzv-backend`` becomes ``segment-health``, and ``--rdzv-conf`` gains
     ``segment_health_check_dir`` and ``inner_backend`` (one of
-    :data:`~.._settings.rdzv_conf.INNER_BACKENDS`). A positive ``watch`` interval (from the
+    :func:`~.._rendezvous.registry.names`). A positive ``watch`` interval (from the
     flag or the YAML file) travels as the ``segment_health_check_watch_interval`` key;
     ``None`` or ``0`` adds no key.
     ``args`` stay untouched when the user configured the backend by hand

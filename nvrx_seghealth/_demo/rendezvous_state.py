@@ -26,17 +26,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .._rendezvous import registry
+
 __all__ = [
-    "ETCD_BACKENDS",
     "RendezvousSnapshot",
     "decode",
     "etcd_rendezvous",
     "read_endpoint",
     "read_store",
 ]
-
-#: The rendezvous backends that keep their state and store in etcd.
-ETCD_BACKENDS = ("etcd-v2", "etcd-v3")
 
 
 @dataclass(frozen=True)
@@ -130,27 +128,20 @@ def etcd_rendezvous(
     backend: str, endpoint: str, run_id: str, read_timeout: float = 60.0
 ) -> tuple[Any, Any]:
     """The rendezvous backend and store of run ``run_id`` in the etcd at ``endpoint``
-    (one member or a comma-separated list), built by the backend's own ``create_backend``:
-    torch's for ``etcd-v2``, the package's etcd-v3 room for ``etcd-v3``, so the keys are
-    theirs and not a copy.
+    (one member or a comma-separated list), built by the backend's own creator
+    (:func:`~.._rendezvous.registry.create`), so the keys are theirs and not a copy.
 
     Raises:
-        ValueError: ``backend`` is not one of :data:`ETCD_BACKENDS`.
+        ValueError: ``backend`` is not an inner backend that lives in an etcd.
     """
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
-    if backend not in ETCD_BACKENDS:
-        raise ValueError(f"{backend!r} is not one of the etcd backends {ETCD_BACKENDS}")
+    if backend not in registry.etcd_names():
+        raise ValueError(f"{backend!r} is not one of the etcd backends {registry.etcd_names()}")
     params = RendezvousParameters(
         backend, endpoint, run_id, 1, 1, read_timeout=max(1, int(read_timeout))
     )
-    if backend == "etcd-v2":
-        from torch.distributed.elastic.rendezvous.etcd_rendezvous_backend import create_backend
-
-        return create_backend(params)
-    from .._launcher.etcd_v3 import create_backend as create_v3_backend
-
-    return create_v3_backend(params)
+    return registry.create(params)
 
 
 def read_endpoint(
@@ -169,12 +160,13 @@ def read_endpoint(
 
         host, port = endpoint.rsplit(":", 1)
         return read_store(TCPStore(host, int(port), is_master=False, timeout=timeout), run_id)
-    if backend in ETCD_BACKENDS:
+    if backend in registry.etcd_names():
         rendezvous = etcd_rendezvous(backend, endpoint, run_id, timeout.total_seconds())[0]
         try:
             state = rendezvous.get_state()
         finally:
-            if backend == "etcd-v3":  # torch's etcd-v2 backend has no close
-                rendezvous.close()
+            close = getattr(rendezvous, "close", None)  # torch's etcd-v2 backend has none
+            if close is not None:
+                close()
         return decode(None if state is None else state[0])
     raise ValueError(f"no rendezvous state reader for backend {backend!r}")

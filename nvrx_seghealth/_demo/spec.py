@@ -11,15 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .._rendezvous import registry
 from .._settings.durations import WATCH_INTERVAL, validate_seconds
-from .._settings.rdzv_conf import INNER_BACKENDS, WATCH_INTERVAL_KEY
+from .._settings.rdzv_conf import WATCH_INTERVAL_KEY
 
-__all__ = ["BACKENDS", "ETCD_RENDEZVOUS", "JobSpec", "StartAfter"]
+__all__ = ["BACKENDS", "JobSpec", "StartAfter"]
 
 #: Rendezvous backends a simulated launcher can use.
 BACKENDS = ("segment-health", "c10d", "etcd-v3")
-#: The rendezvous backends whose state and store live in an etcd the caller runs.
-ETCD_RENDEZVOUS = ("etcd-v2", "etcd-v3")
 
 
 @dataclass(frozen=True)
@@ -149,13 +148,13 @@ class JobSpec:
             raise ValueError(f"unit indices must be in {list(self.units)}")
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if self.inner_backend not in INNER_BACKENDS:
+        if self.inner_backend not in registry.names():
             raise ValueError(
-                f"inner_backend must be one of {INNER_BACKENDS}, got {self.inner_backend!r}"
+                f"inner_backend must be one of {registry.names()}, got {self.inner_backend!r}"
             )
         if self.inner_backend != "c10d" and self.backend != "segment-health":
             raise ValueError("inner_backend is the rendezvous that segment-health wraps")
-        if (self.etcd_endpoint is None) != (self.rendezvous not in ETCD_RENDEZVOUS):
+        if (self.etcd_endpoint is None) != (self.rendezvous not in registry.etcd_names()):
             raise ValueError("etcd_endpoint is required by, and only for, etcd-v2 and etcd-v3")
         if self.store_in_launcher is not None and (
             self.rendezvous != "c10d" or self.store_in_launcher not in self.labels

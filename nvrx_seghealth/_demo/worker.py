@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from .._logfmt import format_fields
-from .._settings.rdzv_conf import INNER_BACKENDS
+from .._rendezvous import registry
 from .logtokens import BROKEN_NODE_FAULT, FAULT_FIELD
 from .records import LAUNCHER_ENV, WorkerRecord, write_record
 from .rendezvous_state import read_endpoint
@@ -70,7 +70,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--rdzv-backend",
-        choices=INNER_BACKENDS,
+        choices=registry.names(),
         default="c10d",
         help="the rendezvous that keeps the round (default: c10d)",
     )

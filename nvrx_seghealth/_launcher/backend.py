@@ -4,8 +4,8 @@ torch finds it through the ``torchrun.handlers`` entry-point group: it calls
 :func:`entry_point` and registers the creator it returns. Launchers that keep their own
 registry call :func:`register`. The creator:
 
-* builds the inner handler named by ``inner_backend`` (:data:`INNER_BACKEND_CREATORS`:
-  ``c10d`` by default, ``etcd-v2``, ``etcd-v3``) from the same parameters;
+* builds the inner handler named by ``inner_backend`` (the table of
+  :mod:`.._rendezvous.registry`: ``c10d`` by default) from the same parameters;
 * shares that backend's store for the replacement-group markers;
 * wraps it in a :class:`SegmentHealthRendezvousHandler` that reports this backend's name.
 
@@ -29,7 +29,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .._errors import ConfigurationError
-from .._settings.rdzv_conf import INNER_BACKEND_KEY, BackendSettings
+from .._rendezvous import registry
+from .._rendezvous.creators import store_outside
+from .._settings.rdzv_conf import BackendSettings
 from . import bypass, rankexchange
 from .agentstore import CHECK_OFF, OUTSIDE_STORE
 from .logs import ensure_visible
@@ -41,13 +43,11 @@ if TYPE_CHECKING:
         RendezvousHandlerRegistry,
         RendezvousParameters,
     )
-    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend
 
     from .handler import SegmentHealthRendezvousHandler
 
 __all__ = [
     "BACKEND_NAME",
-    "INNER_BACKEND_CREATORS",
     "create_segment_health_handler",
     "entry_point",
     "register",
@@ -57,64 +57,11 @@ BACKEND_NAME = "segment-health"
 log = logging.getLogger(__name__)
 
 
-def _create_c10d(params: RendezvousParameters) -> tuple[RendezvousBackend, Store]:
-    from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
-
-    if _store_outside(params):
-        # torch waits for the store without a word until its timeout (minutes)
-        log.info(
-            "Connecting to the rendezvous store at %s; with is_host=false it must already "
-            "be served there (e.g. by nvrx-seghealth store-host)",
-            params.endpoint,
-        )
-    return c10d_rendezvous_backend.create_backend(params)
-
-
-def _create_etcd_v2(params: RendezvousParameters) -> tuple[RendezvousBackend, Store]:
-    try:
-        import etcd  # noqa: F401  (python-etcd; torch silently stubs it when missing)
-    except ImportError:
-        raise ConfigurationError(
-            "inner_backend=etcd-v2 needs the python-etcd client: pip install python-etcd "
-            "(the package's etcd extra: pip install '.[etcd]' from a checkout)",
-            setting=f"rdzv-conf {INNER_BACKEND_KEY}=etcd-v2",
-        ) from None
-    from torch.distributed.elastic.rendezvous import etcd_rendezvous_backend
-
-    from .etcd_v2 import election_safe
-
-    # Through an etcd leader election; the store reads one key, not torch's whole directory.
-    return election_safe(*etcd_rendezvous_backend.create_backend(params))
-
-
-def _create_etcd_v3(params: RendezvousParameters) -> tuple[RendezvousBackend, Store]:
-    from .etcd_v3 import create_backend
-
-    return create_backend(params)
-
-
-#: The inner backends by name (``inner_backend``, :data:`~.._settings.rdzv_conf.INNER_BACKENDS`
-#: in the same order), as torch's registry keeps its handlers: each creates torch's
-#: rendezvous backend and the store it shares from the inner parameters.
-INNER_BACKEND_CREATORS: dict[
-    str, Callable[[RendezvousParameters], tuple[RendezvousBackend, Store]]
-] = {
-    "c10d": _create_c10d,
-    "etcd-v2": _create_etcd_v2,
-    "etcd-v3": _create_etcd_v3,
-}
-
-
 def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Store]:
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
-    backend, store = INNER_BACKEND_CREATORS[params.backend](params)
+    backend, store = registry.create(params)
     return create_handler(store, backend, params), store
-
-
-def _store_outside(params: RendezvousParameters) -> bool:
-    """Whether the c10d store is served outside this launcher (``is_host=false``)."""
-    return params.backend == "c10d" and not params.get_as_bool("is_host", True)
 
 
 #: The creator's latest :class:`ConfigurationError`, which the hook of
@@ -186,7 +133,7 @@ def create_segment_health_handler(
             "would; give every launcher of the job the same directory",
             settings.inner_backend,
         )
-    why = OUTSIDE_STORE if _store_outside(inner_params) else CHECK_OFF  # unused: the check on
+    why = OUTSIDE_STORE if store_outside(inner_params) else CHECK_OFF  # unused: the check on
     return SegmentHealthRendezvousHandler.from_settings(
         inner, settings.check, store=store, backend=params.backend, serve_workers_why=why
     )

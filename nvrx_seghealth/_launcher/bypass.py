@@ -283,7 +283,7 @@ def asked(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> Aske
         try:
             return parse(options)
         except Exception as error:  # ArgumentError, ImportError, a parser's own failure
-            from .signals import stops_the_launcher
+            from .._rendezvous.signals import stops_the_launcher
 
             if stops_the_launcher(error):
                 raise

@@ -30,7 +30,7 @@ from .._decision.artifact import Decision, Outcome
 from .._decision.unit import AllocationUnit
 from .._errors import Exclusion, ExclusionReason, When
 from .._logfmt import FieldValue, format_fields, parse_fields
-from .signals import stops_the_launcher
+from .._rendezvous.signals import stops_the_launcher
 
 __all__ = [
     "EVENT_DESTINATION",

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from .._rendezvous.signals import stops_the_launcher
 from .events import DecisionRecorder
-from .signals import stops_the_launcher
 
 __all__ = ["FailOpen"]
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigurationError
+from .._rendezvous import registry
+from .._rendezvous.registry import INNER_BACKEND_KEY
 from .check_settings import (
     DIRECTORY_ENV,
     ENVIRONMENT_SOURCE,
@@ -38,7 +40,6 @@ from .durations import DEFAULT_STAT_TIMEOUT
 __all__ = [
     "DIRECTORY_KEY",
     "HANDOFF_TIMEOUT_KEY",
-    "INNER_BACKENDS",
     "INNER_BACKEND_KEY",
     "STAT_TIMEOUT_KEY",
     "WATCH_INTERVAL_KEY",
@@ -50,9 +51,6 @@ DIRECTORY_KEY = "segment_health_check_dir"
 STAT_TIMEOUT_KEY = "segment_health_check_stat_timeout"
 HANDOFF_TIMEOUT_KEY = "segment_health_check_handoff_timeout"
 WATCH_INTERVAL_KEY = "segment_health_check_watch_interval"
-INNER_BACKEND_KEY = "inner_backend"
-#: The rendezvous backends the wrapper can run inside, the default first.
-INNER_BACKENDS = ("c10d", "etcd-v2", "etcd-v3")
 
 
 #: The keys this package reads from ``--rdzv-conf``.
@@ -143,11 +141,12 @@ def _refuse_keys_without_directory(config: Mapping[str, Any]) -> None:
 
 
 def _inner_backend(config: Mapping[str, Any]) -> str:
-    value = config.get(INNER_BACKEND_KEY, INNER_BACKENDS[0])
-    if value not in INNER_BACKENDS:
+    backends = registry.names()
+    value = config.get(INNER_BACKEND_KEY, backends[0])
+    if value not in backends:
         raise ConfigurationError(
             f"rdzv-conf {INNER_BACKEND_KEY}={value!r} is not supported; use one of "
-            f"{', '.join(INNER_BACKENDS)} (the inner backend must share its store for "
+            f"{', '.join(backends)} (the inner backend must share its store for "
             "replacement-group markers)",
             setting=f"rdzv-conf {INNER_BACKEND_KEY}",
         )

@@ -24,7 +24,6 @@ from harness.commands import (
 from harness.docs import ROOT
 from nvrx_seghealth import publish_decision
 from nvrx_seghealth._commands import main
-from nvrx_seghealth._commands import run as run_command
 from nvrx_seghealth._commands.run import (
     agent_environment,
     launch_parser,
@@ -32,13 +31,15 @@ from nvrx_seghealth._commands.run import (
     use_local_rendezvous,
 )
 from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._rendezvous import registry
+from nvrx_seghealth._rendezvous.registry import InnerBackend
 from nvrx_seghealth._settings.launcher_options import (
     WATCH_INTERVAL_FLAG,
     DirectorySetting,
     WatchIntervalSetting,
     resolve_launcher_settings,
 )
-from nvrx_seghealth._settings.rdzv_conf import INNER_BACKENDS, BackendSettings
+from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
 pytestmark = pytest.mark.torch  # the rewriting reads torchrun's parser and config
 
@@ -205,10 +206,11 @@ def _listed(text: str) -> list[str]:
 
 @pytest.mark.parametrize("added", [(), ("etcd-v9",)], ids=["today", "one-more"])
 def test_the_help_and_the_refusals_name_every_inner_backend(added, monkeypatch):
-    """They read the tuple the backend checks ``inner_backend`` against: a backend added
+    """They read the table the backend checks ``inner_backend`` against: a backend added
     there is named in them at once (a written-out list once left etcd-v3 out)."""
-    backends = (*INNER_BACKENDS, *added)
-    monkeypatch.setattr(run_command, "INNER_BACKENDS", backends)
+    for name in added:
+        monkeypatch.setitem(registry.INNER_BACKENDS, name, InnerBackend(name, True, "m:f"))
+    backends = registry.names()
     described = re.search(r"--rdzv-backend \(([^)]*)\)", launch_parser().format_help())
     assert described is not None
     assert _listed(described.group(1)) == list(backends)
@@ -235,7 +237,7 @@ def test_the_run_page_lists_every_inner_backend():
     page = " ".join((ROOT / "docs" / "reference" / "run.md").read_text().split())
     listed = re.search(r"\[inner backends\]\(backend\.md\) \(([^)]*)\)", page)
     assert listed is not None
-    assert re.findall(r"`([^`]+)`", listed.group(1)) == list(INNER_BACKENDS)
+    assert re.findall(r"`([^`]+)`", listed.group(1)) == list(registry.names())
 
 
 # --- how the command line is rewritten (torchrun's real parser, no launch) ---------------

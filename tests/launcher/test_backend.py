@@ -144,11 +144,12 @@ def test_a_store_client_says_where_it_waits_for_the_store(tcp_store, caplog):
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     endpoint = f"127.0.0.1:{tcp_store.port}"
-    caplog.set_level(logging.INFO, logger="nvrx_seghealth._launcher.backend")
+    creators = "nvrx_seghealth._rendezvous.creators"
+    caplog.set_level(logging.INFO, logger=creators)
     handler = create_segment_health_handler(
         RendezvousParameters(BACKEND_NAME, endpoint, "run", 1, 1, is_host="false")
     )
-    said = [r.getMessage() for r in caplog.records if r.name == "nvrx_seghealth._launcher.backend"]
+    said = [r.getMessage() for r in caplog.records if r.name == creators]
     assert any(endpoint in line and "store-host" in line for line in said), said
     handler.shutdown()
 
@@ -521,12 +522,3 @@ def test_a_composed_handler_validates_its_arguments_once_up_to_the_stat(shc, mon
         handler.next_rendezvous()
     handler.shutdown()
     assert sorted(calls) == ["require_absolute_directory", "validate_seconds", "validate_seconds"]
-
-
-def test_every_inner_backend_the_settings_accept_has_a_creator_in_the_table():
-    """The inner backends are a name -> creator table (as torch's registry keeps its
-    handlers), and the names ``inner_backend`` accepts are exactly its keys."""
-    from nvrx_seghealth._launcher.backend import INNER_BACKEND_CREATORS
-    from nvrx_seghealth._settings.rdzv_conf import INNER_BACKENDS
-
-    assert tuple(INNER_BACKEND_CREATORS) == INNER_BACKENDS

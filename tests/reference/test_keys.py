@@ -14,13 +14,13 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from harness.docs import section
-from nvrx_seghealth._launcher.etcd_v3.settings import PASSWORD_ENV, EtcdV3Settings
+from nvrx_seghealth._rendezvous import registry
+from nvrx_seghealth._rendezvous.etcd_v3.settings import PASSWORD_ENV, EtcdV3Settings
 from nvrx_seghealth._settings import durations
 from nvrx_seghealth._settings.rdzv_conf import (
     DIRECTORY_KEY,
     HANDOFF_TIMEOUT_KEY,
     INNER_BACKEND_KEY,
-    INNER_BACKENDS,
     OUR_KEYS,
     STAT_TIMEOUT_KEY,
     WATCH_INTERVAL_KEY,
@@ -62,8 +62,8 @@ def test_the_segment_health_keys_are_the_code_s():
     ):
         assert setting.range_text.removeprefix("0, or ") in _CODE.findall(rows[key][0]), key
     meaning, default = rows[INNER_BACKEND_KEY]
-    assert _CODE.findall(default) == [INNER_BACKENDS[0]]
-    assert set(INNER_BACKENDS) <= set(_CODE.findall(meaning))
+    assert _CODE.findall(default) == [registry.names()[0]]
+    assert set(registry.names()) <= set(_CODE.findall(meaning))
 
 
 class _Asked(Mapping[str, Any]):

@@ -14,9 +14,9 @@ import torch.distributed as dist
 
 from harness.ports import free_port
 from harness.rendezvous import CountingStore
-from nvrx_seghealth._launcher.etcd_reads import OneKeyEtcdStore
 from nvrx_seghealth._launcher.handoff import Answer, CounterReads, Verdict, VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
+from nvrx_seghealth._rendezvous.etcd_reads import OneKeyEtcdStore
 
 
 @pytest.fixture(params=["hash", "file", "tcp", "prefix"])

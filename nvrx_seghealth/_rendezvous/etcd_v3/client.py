@@ -17,8 +17,8 @@ The rules it keeps, so that its callers can reason about a lost answer:
   token the member no longer knows is fetched again once, and the call sent again;
 - calls are thread-safe: a small pool of connections per member, a watch on its own.
 
-About 860 lines, over the package's 400: the wire format, the error mapping and the
-connections of one protocol belong together. Standard library only.
+One module, over the package's 400 lines: the wire format, the error mapping and the
+connections of one protocol, not yet split by concern. Standard library only.
 """
 
 from __future__ import annotations

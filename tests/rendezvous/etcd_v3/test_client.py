@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._launcher.etcd_v3.client import (
+from nvrx_seghealth._rendezvous.etcd_v3.client import (
     Endpoint,
     EtcdClient,
     EtcdRefused,

@@ -1,4 +1,4 @@
-"""The retry policy alone (:mod:`nvrx_seghealth._launcher.retry`), on calls that fail on
+"""The retry policy alone (:mod:`nvrx_seghealth._rendezvous.retry`), on calls that fail on
 purpose; the etcd-v2 backend and store on it, against a real three-member etcd:
 ``integration/etcd/test_leader_loss.py``."""
 
@@ -13,8 +13,8 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from harness.waits import wait_until
 from nvrx_seghealth._errors import SegmentHealthError
-from nvrx_seghealth._launcher.retry import RetryPolicy, Unreachable
 from nvrx_seghealth._logfmt import parse_fields
+from nvrx_seghealth._rendezvous.retry import RetryPolicy, Unreachable
 
 
 class Flaky(ConnectionError):
@@ -42,7 +42,7 @@ def episodes(caplog) -> list[tuple[int, dict[str, str]]]:
     return [
         (record.levelno, parse_fields(record.getMessage()))
         for record in caplog.records
-        if record.name == "nvrx_seghealth._launcher.retry"
+        if record.name == "nvrx_seghealth._rendezvous.retry"
     ]
 
 

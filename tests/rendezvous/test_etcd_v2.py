@@ -1,5 +1,5 @@
 """Which etcd-v2 errors the retry policy runs a call again for
-(:func:`nvrx_seghealth._launcher.etcd_v2.is_transient`), on python-etcd's own exceptions
+(:func:`nvrx_seghealth._rendezvous.etcd_v2.is_transient`), on python-etcd's own exceptions
 as its client raises them. The backend and store against a real three-member etcd:
 ``integration/etcd/test_leader_loss.py``."""
 
@@ -9,7 +9,7 @@ import etcd
 import pytest
 from torch.distributed.elastic.rendezvous import RendezvousConnectionError, RendezvousStateError
 
-from nvrx_seghealth._launcher.etcd_v2 import is_transient
+from nvrx_seghealth._rendezvous.etcd_v2 import is_transient
 
 
 def answer(status: int, code: int | None, message: str) -> Exception:
