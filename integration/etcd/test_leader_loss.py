@@ -28,9 +28,9 @@ from harness.services.etcd import STORE
 from harness.services.nemesis import Action, HttpNemesis, Once, Request
 from harness.session.fixtures import started_etcd
 from harness.waits import AT_ONCE_BOUND, wait_until
-from nvrx_seghealth._rendezvous.etcd_v2 import AddUnsettled
 from nvrx_seghealth._logfmt import parse_fields
 from nvrx_seghealth._rendezvous import registry
+from nvrx_seghealth._rendezvous.etcd_v2 import AddUnsettled
 
 pytestmark = pytest.mark.etcd
 

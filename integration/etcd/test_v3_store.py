@@ -21,10 +21,10 @@ from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, raw_v3
 from harness.services.nemesis import Action, HttpNemesis, Once, Request, not_etcd
 from harness.session.fixtures import started_etcd
 from harness.waits import wait_until
+from nvrx_seghealth._logfmt import parse_fields
 from nvrx_seghealth._rendezvous.etcd_v3.keys import RunKeys
 from nvrx_seghealth._rendezvous.etcd_v3.store import MAX_OPS
 from nvrx_seghealth._rendezvous.retry import Unreachable
-from nvrx_seghealth._logfmt import parse_fields
 
 pytestmark = pytest.mark.etcd
 
