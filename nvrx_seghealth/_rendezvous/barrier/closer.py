@@ -1,0 +1,165 @@
+"""Deciding a round: the one launcher that reads every slot and writes every rank.
+
+The closer of round ``r`` (its arrival 1, or a waiter that took over from a dead one)
+runs :func:`close`. Each of its waits ends:
+
+* Round ``r - 1``'s world ending (``<r-1>/over``): set by a member that joins again, or
+  by this closer on finding a member's heartbeat stale. It looks once per keep-alive
+  interval, one ``multi_get`` of the members' heartbeats; the world may run for days.
+* ``<r>/min``: set by arrival ``min_nodes``; past ``join_timeout`` the round is decided
+  ``timeout`` and every waiter raises torch's ``RendezvousTimeoutError``.
+* ``<r>/full``: at most ``last_call_timeout``, then the round closes with who is there.
+* The slots: each is written right after its number is taken; a slot still empty after
+  ``dead_after`` belongs to a dead joiner and is left out.
+
+``<r>/done`` is written by compare-and-set, so ``set_closed`` and a closer that took
+over never both decide a round.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from torch.distributed import DistStoreError
+from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousTimeoutError
+
+from . import keys
+from .heartbeat import is_stale
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+__all__ = ["Outcome", "close", "outcome", "wait_for"]
+
+log = logging.getLogger(__name__)
+
+
+def wait_for(store: Store, key: str, timeout: float) -> bool:
+    """Block until ``key`` exists (``True``) or ``timeout`` seconds pass (``False``)."""
+    try:
+        store.wait([key], timedelta(seconds=max(timeout, 0.001)))
+    except DistStoreError:
+        return bool(store.check([key]))
+    return True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A decided round: slots ``1..slots`` were ranked, ``world`` of them are members."""
+
+    slots: int
+    world: int
+
+
+def outcome(done: bytes, run_id: str) -> Outcome:
+    """The decision ``done`` holds.
+
+    Raises:
+        RendezvousClosedError: the rendezvous was closed instead.
+        RendezvousTimeoutError: too few launchers came within ``join_timeout``.
+    """
+    text = done.decode("ascii")
+    if text == keys.DONE_CLOSED:
+        raise RendezvousClosedError(f"the rendezvous '{run_id}' is closed")
+    if text == keys.DONE_TIMEOUT:
+        raise RendezvousTimeoutError(
+            f"the rendezvous '{run_id}' did not get enough launchers within its join "
+            "timeout; start more launchers or raise join_timeout"
+        )
+    slots, world = text.split()
+    return Outcome(int(slots), int(world))
+
+
+def _decide(store: Store, rnd: keys.Round, value: str, run_id: str) -> Outcome:
+    """Write ``value`` to ``<r>/done`` unless something was decided first; the decision."""
+    return outcome(store.compare_set(rnd.done, "", value), run_id)
+
+
+def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: float) -> None:
+    """Return once round ``prev``'s world has ended (if it had one)."""
+    if not store.check([prev.done]):
+        return
+    if store.get(prev.done).decode("ascii") in (keys.DONE_CLOSED, keys.DONE_TIMEOUT):
+        return
+    members: list[str] | None = None
+    while not wait_for(store, prev.over, interval):
+        if members is None:
+            members = store.get(prev.members).decode("ascii").split("\n")
+        beats = store.multi_get([keys.heartbeat(node) for node in members])
+        now = time.time()
+        dead = [node for node, beat in zip(members, beats) if is_stale(beat, now, dead_after)]
+        if dead:
+            log.warning("barrier rendezvous: round %d's member %s is dead", prev.number, dead[0])
+            store.compare_set(prev.over, "", f"dead {dead[0]}")
+            return
+
+
+def _live_slots(
+    store: Store, rnd: keys.Round, count: int, dead_after: float
+) -> list[tuple[int, str]]:
+    """The slots ``1..count`` whose launcher is alive, with its node, in arrival order."""
+    slot_keys = [rnd.slot(i) for i in range(1, count + 1)]
+    try:
+        store.wait(slot_keys, timedelta(seconds=dead_after))
+        present = list(range(1, count + 1))
+    except DistStoreError:
+        present = [i for i, key in enumerate(slot_keys, 1) if store.check([key])]
+    nodes = [v.decode("ascii") for v in store.multi_get([rnd.slot(i) for i in present])]
+    beats = store.multi_get([keys.heartbeat(node) for node in nodes])
+    now = time.time()
+    return [
+        (i, node)
+        for i, node, beat in zip(present, nodes, beats)
+        if not is_stale(beat, now, dead_after)
+    ]
+
+
+def close(
+    store: Store,
+    rnd: keys.Round,
+    *,
+    run_id: str,
+    min_nodes: int,
+    max_nodes: int,
+    join_timeout: float,
+    last_call_timeout: float,
+    interval: float,
+    dead_after: float,
+) -> Outcome:
+    """Decide round ``rnd`` (see the module documentation); the decision.
+
+    Raises:
+        RendezvousClosedError, RendezvousTimeoutError: as :func:`outcome`.
+    """
+    if rnd.number > 0:
+        _watch_world(store, keys.Round(rnd.number - 1), interval, dead_after)
+    deadline = time.monotonic() + join_timeout
+    if not wait_for(store, rnd.min, join_timeout):
+        return _decide(store, rnd, keys.DONE_TIMEOUT, run_id)
+    if store.check([keys.CLOSED]):
+        return _decide(store, rnd, keys.DONE_CLOSED, run_id)
+    wait_for(store, rnd.full, last_call_timeout)
+    while True:
+        count = store.add(rnd.arrivals, 0)
+        live = _live_slots(store, rnd, count, dead_after)
+        missing = min_nodes - len(live)
+        if missing <= 0:
+            break
+        # joiners died: wait for as many more arrivals as the round still needs
+        if not wait_for(store, rnd.slot(count + missing), deadline - time.monotonic()):
+            return _decide(store, rnd, keys.DONE_TIMEOUT, run_id)
+    members = live[:max_nodes]
+    rank_of = {slot: rank for rank, (slot, _) in enumerate(members)}
+    # Store.multi_set is not in torch's stubs
+    store.multi_set(  # type: ignore[attr-defined]
+        [rnd.rank(i) for i in range(1, count + 1)],
+        [str(rank_of.get(i, -1)) for i in range(1, count + 1)],
+    )
+    store.set(rnd.members, "\n".join(node for _, node in members))
+    decided = _decide(store, rnd, f"{count} {len(members)}", run_id)
+    store.compare_set(keys.ROUND, str(rnd.number), str(rnd.number + 1))
+    return decided
