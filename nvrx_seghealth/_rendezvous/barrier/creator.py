@@ -1,0 +1,80 @@
+"""torchrun's door to the barrier rendezvous: settings from ``--rdzv-conf``, the store from
+``--rdzv-endpoint``, the handler (the ``torchrun.handlers`` entry point ``barrier``).
+
+* The keys are torch's dynamic rendezvous' own: ``join_timeout`` (600 s),
+  ``last_call_timeout`` (30 s), ``keep_alive_interval`` (5 s), ``keep_alive_max_attempt``
+  (3), ``read_timeout``, ``is_host``, ``local_addr``. A job moves from ``c10d`` to
+  ``barrier`` by its backend's name alone.
+* Each setting is checked once here; a bad one is a :class:`ConfigurationError` naming it,
+  before any store is opened.
+* The store is c10d's TCPStore at ``HOST:PORT``, served by the launcher on that host or
+  by ``nvrx-seghealth store-host`` (``is_host=false``), made the way torch's ``c10d``
+  backend makes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..._errors import ConfigurationError
+from .handler import BarrierRendezvousHandler, BarrierSettings
+
+if TYPE_CHECKING:
+    from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
+
+__all__ = ["create_handler", "entry_point", "settings_from"]
+
+#: Each numeric key, its default and its least value.
+_NUMBERS: dict[str, tuple[int, int]] = {
+    "join_timeout": (600, 1),
+    "last_call_timeout": (30, 0),
+    "keep_alive_interval": (5, 1),
+    "keep_alive_max_attempt": (3, 1),
+}
+
+
+def _number(params: RendezvousParameters, key: str) -> int:
+    default, least = _NUMBERS[key]
+    try:
+        value = params.get_as_int(key, default)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise ConfigurationError(
+            f"rdzv-conf {key} must be a whole number of at least {least}, got "
+            f"{params.get(key)!r}; fix it in --rdzv-conf",
+            setting=f"rdzv-conf {key}",
+        )
+    return value
+
+
+def settings_from(params: RendezvousParameters) -> BarrierSettings:
+    """The barrier settings ``params`` give (torch checked ``--nnodes`` already).
+
+    Raises:
+        ConfigurationError: a key's value is not a number in its range.
+    """
+    return BarrierSettings(
+        run_id=params.run_id,
+        min_nodes=params.min_nodes,
+        max_nodes=params.max_nodes,
+        join_timeout=_number(params, "join_timeout"),
+        last_call_timeout=_number(params, "last_call_timeout"),
+        keep_alive_interval=_number(params, "keep_alive_interval"),
+        keep_alive_max_attempt=_number(params, "keep_alive_max_attempt"),
+        local_addr=params.local_addr,
+    )
+
+
+def create_handler(params: RendezvousParameters) -> BarrierRendezvousHandler:
+    """The barrier handler for ``params`` (the creator torch calls)."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import _create_tcp_store
+
+    settings = settings_from(params)
+    return BarrierRendezvousHandler(_create_tcp_store(params), settings)
+
+
+def entry_point() -> Callable[[RendezvousParameters], RendezvousHandler]:
+    """The ``torchrun.handlers`` entry point ``barrier``: returns :func:`create_handler`."""
+    return create_handler

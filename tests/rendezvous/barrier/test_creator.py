@@ -1,0 +1,40 @@
+"""torchrun's door to the barrier rendezvous: torch's keys read once, a bad one refused
+with its name before any store is opened, and the entry point torchrun loads."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+from nvrx_seghealth._errors import ConfigurationError
+from nvrx_seghealth._rendezvous.barrier.creator import create_handler, settings_from
+
+
+def params(**conf: str) -> RendezvousParameters:
+    # port 1: nothing listens there, so a store opened by mistake fails the test
+    return RendezvousParameters("barrier", "127.0.0.1:1", "job", 2, 4, is_host=False, **conf)
+
+
+def test_torchs_keys_and_defaults_are_read() -> None:
+    settings = settings_from(params(last_call_timeout="7", local_addr="10.0.0.5"))
+    assert (settings.min_nodes, settings.max_nodes, settings.run_id) == (2, 4, "job")
+    assert (settings.join_timeout, settings.last_call_timeout) == (600, 7)
+    assert (settings.keep_alive_interval, settings.dead_after) == (5, 15)
+    assert settings.local_addr == "10.0.0.5"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("join_timeout", "soon"), ("keep_alive_interval", "0"), ("last_call_timeout", "-1")],
+)
+def test_a_bad_key_is_refused_by_name_before_the_store(key: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        create_handler(params(**{key: value}))
+    assert refused.value.setting == f"rdzv-conf {key}"
+
+
+def test_torchrun_finds_the_entry_point() -> None:
+    (point,) = [e for e in entry_points(group="torchrun.handlers") if e.name == "barrier"]
+    assert point.load()() is create_handler
