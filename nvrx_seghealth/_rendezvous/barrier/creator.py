@@ -21,9 +21,10 @@ from ..._errors import ConfigurationError
 from .handler import BarrierRendezvousHandler, BarrierSettings
 
 if TYPE_CHECKING:
+    from torch.distributed import Store
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
 
-__all__ = ["create_handler", "entry_point", "settings_from"]
+__all__ = ["create_handler", "entry_point", "inner", "settings_from"]
 
 #: Each numeric key, its default and its least value.
 _NUMBERS: dict[str, tuple[int, int]] = {
@@ -73,6 +74,13 @@ def create_handler(params: RendezvousParameters) -> BarrierRendezvousHandler:
 
     settings = settings_from(params)
     return BarrierRendezvousHandler(_create_tcp_store(params), settings)
+
+
+def inner(params: RendezvousParameters) -> tuple[BarrierRendezvousHandler, Store]:
+    """The handler and the store it runs on, for ``segment-health``'s
+    ``inner_backend=barrier`` (the check's markers live in that store)."""
+    handler = create_handler(params)
+    return handler, handler.store
 
 
 def entry_point() -> Callable[[RendezvousParameters], RendezvousHandler]:

@@ -96,6 +96,11 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._world = 0
 
     @property
+    def store(self) -> Store:
+        """The rendezvous store this handler runs on (its rounds' stores are inside)."""
+        return self._base_store
+
+    @property
     def node(self) -> str:
         """This launcher's name in the store."""
         return self._node

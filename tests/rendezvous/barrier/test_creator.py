@@ -6,10 +6,11 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 
 import pytest
+from torch.distributed import TCPStore
 from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._rendezvous.barrier.creator import create_handler, settings_from
+from nvrx_seghealth._rendezvous.barrier.creator import create_handler, inner, settings_from
 
 
 def params(**conf: str) -> RendezvousParameters:
@@ -38,3 +39,12 @@ def test_a_bad_key_is_refused_by_name_before_the_store(key: str, value: str) -> 
 def test_torchrun_finds_the_entry_point() -> None:
     (point,) = [e for e in entry_points(group="torchrun.handlers") if e.name == "barrier"]
     assert point.load()() is create_handler
+
+
+def test_the_inner_creator_gives_the_handler_and_the_store_the_check_shares() -> None:
+    master = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, use_libuv=True)
+    endpoint = f"127.0.0.1:{master.port}"
+    handler, store = inner(RendezvousParameters("barrier", endpoint, "job", 1, 1, is_host="false"))
+    store.set("marker", "seen")
+    assert master.get("marker") == b"seen"
+    assert handler.get_backend() == "barrier" and handler.store is store
