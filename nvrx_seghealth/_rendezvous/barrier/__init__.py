@@ -13,7 +13,8 @@ The protocol, in the store's ``barrier/<run_id>/`` namespace (:mod:`.keys`):
 * The closer waits for round ``r - 1``'s world to end (``<r-1>/over``), for ``<r>/min``
   within ``join_timeout``, then for ``<r>/full`` at most ``last_call_timeout``
   (:mod:`.closer`). It reads the slots and their heartbeats, ranks the first
-  ``max_nodes`` live ones, writes ``<r>/rank/<i>``, ``<r>/members`` and ``<r>/done``.
+  ``max_nodes`` live ones, writes the ranks and members under its name, then
+  ``<r>/done``.
 * Every other joiner blocks on ``<r>/done``, then reads its rank. A slot past the
   decided ones, or rank -1 (a spare, or found dead), joins round ``r + 1``.
 * A member that joins again, or leaves, sets ``<r>/over``; so does the next closer on

@@ -49,10 +49,12 @@ def wait_for(store: Store, key: str, timeout: float) -> bool:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A decided round: slots ``1..slots`` were ranked, ``world`` of them are members."""
+    """A decided round: slots ``1..slots`` were ranked by ``closer``, ``world`` of them
+    are members."""
 
     slots: int
     world: int
+    closer: str
 
 
 def outcome(done: bytes, run_id: str) -> Outcome:
@@ -70,8 +72,8 @@ def outcome(done: bytes, run_id: str) -> Outcome:
             f"the rendezvous '{run_id}' did not get enough launchers within its join "
             "timeout; start more launchers or raise join_timeout"
         )
-    slots, world = text.split()
-    return Outcome(int(slots), int(world))
+    slots, world, closer = text.split(" ", 2)
+    return Outcome(int(slots), int(world), closer)
 
 
 def _decide(store: Store, rnd: keys.Round, value: str, run_id: str) -> Outcome:
@@ -83,12 +85,14 @@ def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: fl
     """Return once round ``prev``'s world has ended (if it had one)."""
     if not store.check([prev.done]):
         return
-    if store.get(prev.done).decode("ascii") in (keys.DONE_CLOSED, keys.DONE_TIMEOUT):
+    done = store.get(prev.done).decode("ascii")
+    if done in (keys.DONE_CLOSED, keys.DONE_TIMEOUT):
         return
     members: list[str] | None = None
     while not wait_for(store, prev.over, interval):
         if members is None:
-            members = store.get(prev.members).decode("ascii").split("\n")
+            closer = done.split(" ", 2)[2]
+            members = store.get(prev.members(closer)).decode("ascii").split("\n")
         beats = store.multi_get([keys.heartbeat(node) for node in members])
         now = time.time()
         dead = [node for node, beat in zip(members, beats) if is_stale(beat, now, dead_after)]
@@ -121,6 +125,7 @@ def _live_slots(
 def close(
     store: Store,
     rnd: keys.Round,
+    node: str,
     *,
     run_id: str,
     min_nodes: int,
@@ -130,7 +135,7 @@ def close(
     interval: float,
     dead_after: float,
 ) -> Outcome:
-    """Decide round ``rnd`` (see the module documentation); the decision.
+    """Decide round ``rnd`` as ``node`` (see the module documentation); the decision.
 
     Raises:
         RendezvousClosedError, RendezvousTimeoutError: as :func:`outcome`.
@@ -156,10 +161,10 @@ def close(
     rank_of = {slot: rank for rank, (slot, _) in enumerate(members)}
     # Store.multi_set is not in torch's stubs
     store.multi_set(  # type: ignore[attr-defined]
-        [rnd.rank(i) for i in range(1, count + 1)],
+        [rnd.rank(node, i) for i in range(1, count + 1)],
         [str(rank_of.get(i, -1)) for i in range(1, count + 1)],
     )
-    store.set(rnd.members, "\n".join(node for _, node in members))
-    decided = _decide(store, rnd, f"{count} {len(members)}", run_id)
+    store.set(rnd.members(node), "\n".join(member for _, member in members))
+    decided = _decide(store, rnd, f"{count} {len(members)} {node}", run_id)
     store.compare_set(keys.ROUND, str(rnd.number), str(rnd.number + 1))
     return decided

@@ -140,7 +140,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 left = None
             decided = outcome(self._await_done(rnd, closer=slot == 1), settings.run_id)
             if slot <= decided.slots:
-                rank = int(store.get(rnd.rank(slot)))
+                rank = int(store.get(rnd.rank(decided.closer, slot)))
                 if rank >= 0:
                     break
             number += 1
@@ -190,6 +190,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         close(
             self._store,
             rnd,
+            self._node,
             run_id=settings.run_id,
             min_nodes=settings.min_nodes,
             max_nodes=settings.max_nodes,

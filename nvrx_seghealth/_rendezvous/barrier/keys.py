@@ -11,9 +11,12 @@ All keys live under ``barrier/<run_id>/`` of the rendezvous store. Values are AS
   * ``slot/<i>`` (arrival ``i``): its node. ``min`` / ``full`` (arrival ``min_nodes`` /
     ``max_nodes``): enough arrivals to close / no need to wait longer.
   * ``closer`` (compare-and-set): the node deciding the round.
-  * ``rank/<i>`` (the closer, one ``multi_set``): slot ``i``'s rank, -1 if not a member.
-  * ``members`` (the closer): the members' nodes in rank order, one per line.
-  * ``done`` (compare-and-set, once): ``"<slots> <world>"``, or ``closed`` / ``timeout``.
+  * ``<closer>/rank/<i>`` (that closer, one ``multi_set``): slot ``i``'s rank, -1 if not
+    a member. Under the closer's name: a closer taken for dead but still running cannot
+    overwrite the ranks of the decision that won.
+  * ``<closer>/members`` (that closer): the members' nodes in rank order, one a line.
+  * ``done`` (compare-and-set, once): ``"<slots> <world> <closer>"``, or ``closed`` /
+    ``timeout``.
   * ``over`` (a member leaving or rejoining, the next closer, ``set_closed``): why the
     round's world ended.
 """
@@ -48,7 +51,6 @@ class Round:
         self.min = base + "min"
         self.full = base + "full"
         self.closer = base + "closer"
-        self.members = base + "members"
         self.done = base + "done"
         self.over = base + "over"
         self._base = base
@@ -57,6 +59,10 @@ class Round:
         """Arrival ``i``'s node (1-based)."""
         return f"{self._base}slot/{i}"
 
-    def rank(self, i: int) -> str:
-        """Arrival ``i``'s rank."""
-        return f"{self._base}rank/{i}"
+    def rank(self, closer: str, i: int) -> str:
+        """Arrival ``i``'s rank, as ``closer`` decided it."""
+        return f"{self._base}{closer}/rank/{i}"
+
+    def members(self, closer: str) -> str:
+        """The members' nodes, as ``closer`` decided them."""
+        return f"{self._base}{closer}/members"

@@ -23,6 +23,7 @@ from torch.distributed.elastic.rendezvous import (
 from harness.rendezvous import tcp_client
 from harness.waits import wait_until
 from nvrx_seghealth._rendezvous.barrier import BarrierRendezvousHandler, BarrierSettings, keys
+from nvrx_seghealth._rendezvous.barrier.closer import close
 
 #: Seconds a test waits for a round it expects; far beyond any round's own timeouts.
 BOUND = 60.0
@@ -207,3 +208,29 @@ def test_shutdown_closes_and_releases_a_waiting_spare(launchers) -> None:
     assert members[1].is_closed()
     assert members[0]._heartbeat._thread is not None
     assert not members[0]._heartbeat._thread.is_alive()
+
+
+def test_a_closer_taken_for_dead_cannot_change_the_ranks_that_won(launchers) -> None:
+    group = launchers()
+    first, second, third = group.new(3)
+    rnd = keys.Round(0)
+    for handler in (first, second, third):
+        handler._heartbeat.beat()
+    assert [first._arrive(rnd), second._arrive(rnd)] == [1, 2]
+    timing = {
+        "run_id": "job",
+        "min_nodes": 2,
+        "max_nodes": 2,
+        "join_timeout": BOUND,
+        "last_call_timeout": 1.0,
+        "interval": 0.5,
+        "dead_after": 4.0,
+    }
+    won = close(first._store, rnd, first.node, **timing)
+    # a third arrives; the second launcher took the first for dead and decides again
+    assert third._arrive(rnd) == 3
+    first._store.set(keys.heartbeat(first.node), "0")
+    assert close(second._store, rnd, second.node, **timing) == won
+    assert won.closer == first.node
+    ranks_read = [int(second._store.get(rnd.rank(won.closer, slot))) for slot in (1, 2)]
+    assert ranks_read == [0, 1]
