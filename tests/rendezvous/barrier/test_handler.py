@@ -9,6 +9,7 @@ a state, bounded generously; nothing asserts how long a round took.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -217,20 +218,21 @@ def test_a_closer_taken_for_dead_cannot_change_the_ranks_that_won(launchers) -> 
     for handler in (first, second, third):
         handler._heartbeat.beat()
     assert [first._arrive(rnd), second._arrive(rnd)] == [1, 2]
-    timing = {
-        "run_id": "job",
-        "min_nodes": 2,
-        "max_nodes": 2,
-        "join_timeout": BOUND,
-        "last_call_timeout": 1.0,
-        "interval": 0.5,
-        "dead_after": 4.0,
-    }
-    won = close(first._store, rnd, first.node, **timing)
+    decide = functools.partial(
+        close,
+        run_id="job",
+        min_nodes=2,
+        max_nodes=2,
+        join_timeout=BOUND,
+        last_call_timeout=1.0,
+        interval=0.5,
+        dead_after=4.0,
+    )
+    won = decide(first._store, rnd, first.node)
     # a third arrives; the second launcher took the first for dead and decides again
     assert third._arrive(rnd) == 3
     first._store.set(keys.heartbeat(first.node), "0")
-    assert close(second._store, rnd, second.node, **timing) == won
+    assert decide(second._store, rnd, second.node) == won
     assert won.closer == first.node
     ranks_read = [int(second._store.get(rnd.rank(won.closer, slot))) for slot in (1, 2)]
     assert ranks_read == [0, 1]
