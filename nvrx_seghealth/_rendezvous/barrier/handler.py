@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 __all__ = ["BACKEND_NAME", "BarrierRendezvousHandler", "BarrierSettings"]
 
 BACKEND_NAME = "barrier"
+#: Seconds ``num_nodes_waiting`` answers from its last look: torchrun's agent asks every
+#: 0.1 s (``--monitor-interval``); torch's c10d state is cached for 1 s the same way.
+WAITING_CACHE = 1.0
 log = logging.getLogger(__name__)
 
 
@@ -94,6 +97,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
         #: The round this launcher is a member of, and that round's world size.
         self._round: int | None = None
         self._world = 0
+        #: ``num_nodes_waiting``'s last answer and when it was read (monotonic).
+        self._waiting = (0, -WAITING_CACHE)
 
     @property
     def store(self) -> Store:
@@ -145,6 +150,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                     break
             number += 1
         self._round, self._world = number, decided.world
+        self._waiting = (0, -WAITING_CACHE)
         log.info(
             "barrier rendezvous '%s': round %d, rank %d of %d",
             settings.run_id,
@@ -214,8 +220,18 @@ class BarrierRendezvousHandler(RendezvousHandler):
             store.compare_set(keys.Round(ended).over, "", keys.DONE_CLOSED)
 
     def num_nodes_waiting(self) -> int:
+        """See torch's handler; read from the store at most once per :data:`WAITING_CACHE`."""
         if self._round is None:
             return 0
+        answer, read = self._waiting
+        if time.monotonic() - read < WAITING_CACHE:
+            return answer
+        answer = self._count_waiting()
+        self._waiting = (answer, time.monotonic())
+        return answer
+
+    def _count_waiting(self) -> int:
+        assert self._round is not None
         store = self._store
         waiting = keys.Round(self._round + 1).arrivals
         if store.check([keys.Round(self._round).over]):

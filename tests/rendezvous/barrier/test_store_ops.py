@@ -107,3 +107,18 @@ def test_a_launchers_store_operations_do_not_grow_with_the_world(master) -> None
     joiner, closer = large
     # measured: 11 and 23 (the bootstrap store's keys included)
     assert joiner <= 12 and closer <= 25
+
+
+def test_the_agents_frequent_question_reads_the_store_once_a_second(master) -> None:
+    settings = BarrierSettings("asked", 1, 1, last_call_timeout=0, local_addr="127.0.0.1")
+    store = CountingStore(tcp_client(master))
+    handler = BarrierRendezvousHandler(store, settings)
+    try:
+        handler.next_rendezvous()
+        before = sum(store.calls.values())
+        # torchrun's agent asks every 0.1 s; twenty questions in a row take far less than
+        # a second, so at most two of them read the store
+        assert [handler.num_nodes_waiting() for _ in range(20)] == [0] * 20
+        assert sum(store.calls.values()) - before <= 2
+    finally:
+        handler.shutdown()
