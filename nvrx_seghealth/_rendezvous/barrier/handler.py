@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from torch.distributed import PrefixStore
+from torch.distributed import PrefixStore, TCPStore
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousHandler,
@@ -82,6 +82,23 @@ class BarrierSettings:
         return self.keep_alive_interval * self.keep_alive_max_attempt
 
 
+def _second_client(store: Store) -> Store:
+    """Another connection to ``store``'s server: a new TCPStore client (0.7 ms here), or
+    ``clone`` for another kind of store (a TCPStore's took 250 ms here).
+
+    ``timeout``, ``libuvBackend`` and ``clone`` are not in torch's stubs.
+    """
+    if isinstance(store, TCPStore):
+        return TCPStore(
+            store.host,
+            store.port,
+            is_master=False,
+            timeout=store.timeout,  # type: ignore[attr-defined]
+            use_libuv=store.libuvBackend,  # type: ignore[attr-defined]
+        )
+    return store.clone()  # type: ignore[attr-defined]
+
+
 class BarrierRendezvousHandler(RendezvousHandler):
     """torch's ``RendezvousHandler`` over the barrier protocol (see the package)."""
 
@@ -91,8 +108,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._settings = settings
         addr = settings.local_addr or socket.getfqdn()
         self._node = f"{addr}_{uuid.uuid4().hex[:12]}"
-        # its own client: this one may block in a wait (Store.clone is not in the stubs)
-        own_client = self._store.clone()  # type: ignore[attr-defined]
+        # its own client: this one may block in a wait
+        own_client = PrefixStore(keys.prefix(settings.run_id), _second_client(store))
         self._heartbeat = Heartbeat(own_client, self._node, settings.keep_alive_interval)
         #: The round this launcher is a member of, and that round's world size.
         self._round: int | None = None

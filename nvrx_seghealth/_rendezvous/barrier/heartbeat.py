@@ -2,7 +2,7 @@
 
 * Only ``hb/<node>`` of this launcher is written; nobody reads it on a schedule. A
   closer reads the heartbeats it needs in one ``multi_get`` (:mod:`.closer`).
-* The thread has its own store client (``clone``): a TCPStore client serves one call
+* The thread has its own store client: a TCPStore client serves one call
   at a time, and the launcher's own client may block in a ``wait`` for minutes.
 * A heartbeat older than ``dead_after`` seconds means the launcher is dead. Clocks must
   agree to well within that, as torch's dynamic rendezvous assumes for its keep-alives.
