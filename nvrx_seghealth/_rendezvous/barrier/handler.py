@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from torch.distributed import PrefixStore, TCPStore
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
+    RendezvousGracefulExitError,
     RendezvousHandler,
     RendezvousInfo,
     RendezvousStoreInfo,
@@ -142,6 +143,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
 
         Raises:
             RendezvousClosedError: the rendezvous is closed.
+            RendezvousGracefulExitError: it closed while this launcher waited as a spare
+                behind a world (torch's agent then exits 0).
             RendezvousTimeoutError: the round got too few launchers in ``join_timeout``.
         """
         store, settings = self._store, self._settings
@@ -150,6 +153,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._heartbeat.start()
         number = store.add(keys.ROUND, 0)
         left, self._round = self._round, None
+        was_member = left is not None
         if left is not None:
             number = max(number, left + 1)
         while True:
@@ -160,7 +164,15 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 # the world ends, and the others' num_nodes_waiting() says so
                 store.compare_set(keys.Round(left).over, "", f"rejoined {self._node}")
                 left = None
-            decided = outcome(self._await_done(rnd, closer=slot == 1), settings.run_id)
+            try:
+                decided = outcome(self._await_done(rnd, closer=slot == 1), settings.run_id)
+            except RendezvousClosedError:
+                if was_member or not self._behind_a_world(number):
+                    raise
+                # a spare: the job ended without it, as torch's redundancy list ends
+                raise RendezvousGracefulExitError(
+                    f"the rendezvous '{settings.run_id}' is closed; this spare was not needed"
+                ) from None
             if slot <= decided.slots:
                 rank = int(store.get(rnd.rank(decided.closer, slot)))
                 if rank >= 0:
@@ -178,6 +190,13 @@ class BarrierRendezvousHandler(RendezvousHandler):
         round_store = PrefixStore(f"torch.rendezvous.{settings.run_id}.{number}", self._base_store)
         bootstrap = RendezvousStoreInfo.build(rank, round_store, local_addr=settings.local_addr)
         return RendezvousInfo(round_store, rank, decided.world, bootstrap)
+
+    def _behind_a_world(self, number: int) -> bool:
+        """Whether round ``number - 1`` formed a world (this launcher waited behind it)."""
+        if number == 0 or not self._store.check([keys.Round(number - 1).done]):
+            return False
+        done = self._store.get(keys.Round(number - 1).done).decode("ascii")
+        return done not in (keys.DONE_CLOSED, keys.DONE_TIMEOUT)
 
     def _arrive(self, rnd: keys.Round) -> int:
         """Take a slot in ``rnd`` and write this launcher's keys; the slot number."""
