@@ -144,7 +144,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         Raises:
             RendezvousClosedError: the rendezvous is closed.
             RendezvousGracefulExitError: it closed while this launcher waited as a spare
-                behind a world (torch's agent then exits 0).
+                behind a world (torch's agent then ends its run without an error).
             RendezvousTimeoutError: the round got too few launchers in ``join_timeout``.
         """
         store, settings = self._store, self._settings

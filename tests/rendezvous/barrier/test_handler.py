@@ -205,7 +205,7 @@ def test_shutdown_closes_and_lets_a_waiting_spare_exit_gracefully(launchers) -> 
     (spare_joined,) = group.join(spare)
     wait_until(lambda: group.master.add(keys.prefix("job") + "/1/n", 0) == 1, BOUND)
     assert members[0].shutdown()
-    # torch's agent exits 0 on this error: the job ended without needing the spare
+    # torch's agent ends its run on this error: the job ended without needing the spare
     with pytest.raises(RendezvousGracefulExitError):
         spare_joined.result(timeout=BOUND)
     assert members[1].is_closed()
