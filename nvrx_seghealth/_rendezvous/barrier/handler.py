@@ -109,8 +109,10 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._settings = settings
         addr = settings.local_addr or socket.getfqdn()
         self._node = f"{addr}_{uuid.uuid4().hex[:12]}"
-        # its own client: this one may block in a wait
-        own_client = PrefixStore(keys.prefix(settings.run_id), _second_client(store))
+        # its own client: this one may block in a wait. Held here too: a store written in
+        # Python (etcd-v3's) is gone once only the PrefixStore's C++ half refers to it.
+        self._heartbeat_client = _second_client(store)
+        own_client = PrefixStore(keys.prefix(settings.run_id), self._heartbeat_client)
         self._heartbeat = Heartbeat(own_client, self._node, settings.keep_alive_interval)
         #: The round this launcher is a member of, and that round's world size.
         self._round: int | None = None
