@@ -7,7 +7,8 @@ runs :func:`close`. Each of its waits ends:
   by this closer on finding a member's heartbeat stale. It looks once per keep-alive
   interval, one ``multi_get`` of the members' heartbeats; the world may run for days.
 * ``<r>/min``: set by arrival ``min_nodes``; past ``join_timeout`` the round is decided
-  ``timeout`` and every waiter raises torch's ``RendezvousTimeoutError``.
+  ``timeout`` for the slots taken so far: those raise torch's ``RendezvousTimeoutError``,
+  later arrivals go on to the next round.
 * ``<r>/full``: at most ``last_call_timeout``, then the round closes with who is there.
 * The slots: each is written right after its number is taken; a slot still empty after
   ``dead_after`` belongs to a dead joiner and is left out.
@@ -33,7 +34,7 @@ from .heartbeat import is_stale
 if TYPE_CHECKING:
     from torch.distributed import Store
 
-__all__ = ["Outcome", "close", "outcome", "wait_for"]
+__all__ = ["Outcome", "close", "formed_a_world", "outcome", "wait_for"]
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,16 @@ class Outcome:
     closer: str
 
 
-def outcome(done: bytes, run_id: str) -> Outcome:
-    """The decision ``done`` holds.
+def formed_a_world(done: str) -> bool:
+    """Whether the decision ``done`` formed a world (not closed, not timed out)."""
+    return done != keys.DONE_CLOSED and not done.startswith(keys.DONE_TIMEOUT)
+
+
+def outcome(done: bytes, run_id: str, slot: int) -> Outcome:
+    """The decision ``done`` holds, for the launcher of ``slot``.
+
+    A round that timed out names the slots it had: a later arrival gets an outcome
+    without it (``slots`` below its own) and goes on to the next round.
 
     Raises:
         RendezvousClosedError: the rendezvous was closed instead.
@@ -67,18 +76,31 @@ def outcome(done: bytes, run_id: str) -> Outcome:
     text = done.decode("ascii")
     if text == keys.DONE_CLOSED:
         raise RendezvousClosedError(f"the rendezvous '{run_id}' is closed")
-    if text == keys.DONE_TIMEOUT:
-        raise RendezvousTimeoutError(
-            f"the rendezvous '{run_id}' did not get enough launchers within its join "
-            "timeout; start more launchers or raise join_timeout"
-        )
+    if text.startswith(keys.DONE_TIMEOUT):
+        taken = int(text.split()[1])
+        if slot <= taken:
+            raise RendezvousTimeoutError(
+                f"the rendezvous '{run_id}' did not get enough launchers within its join "
+                "timeout; start more launchers or raise join_timeout"
+            )
+        return Outcome(taken, 0, "")
     slots, world, closer = text.split(" ", 2)
     return Outcome(int(slots), int(world), closer)
 
 
 def _decide(store: Store, rnd: keys.Round, value: str, run_id: str) -> Outcome:
-    """Write ``value`` to ``<r>/done`` unless something was decided first; the decision."""
-    return outcome(store.compare_set(rnd.done, "", value), run_id)
+    """Write ``value`` to ``<r>/done`` unless something was decided first, and send later
+    joiners to the next round; the decision, for the closer (an arrival of the round)."""
+    decided = store.compare_set(rnd.done, "", value)
+    if decided != keys.DONE_CLOSED.encode():
+        store.compare_set(keys.ROUND, str(rnd.number), str(rnd.number + 1))
+    return outcome(decided, run_id, slot=0)
+
+
+def _time_out(store: Store, rnd: keys.Round, run_id: str) -> Outcome:
+    """Decide ``rnd`` timed out for the slots taken so far."""
+    taken = store.add(rnd.arrivals, 0)
+    return _decide(store, rnd, f"{keys.DONE_TIMEOUT} {taken}", run_id)
 
 
 def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: float) -> None:
@@ -86,7 +108,7 @@ def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: fl
     if not store.check([prev.done]):
         return
     done = store.get(prev.done).decode("ascii")
-    if done in (keys.DONE_CLOSED, keys.DONE_TIMEOUT):
+    if not formed_a_world(done):
         return
     members: list[str] | None = None
     while not wait_for(store, prev.over, interval):
@@ -144,7 +166,7 @@ def close(
         _watch_world(store, keys.Round(rnd.number - 1), interval, dead_after)
     deadline = time.monotonic() + join_timeout
     if not wait_for(store, rnd.min, join_timeout):
-        return _decide(store, rnd, keys.DONE_TIMEOUT, run_id)
+        return _time_out(store, rnd, run_id)
     if store.check([keys.CLOSED]):
         return _decide(store, rnd, keys.DONE_CLOSED, run_id)
     wait_for(store, rnd.full, last_call_timeout)
@@ -156,7 +178,7 @@ def close(
             break
         # joiners died: wait for as many more arrivals as the round still needs
         if not wait_for(store, rnd.slot(count + missing), deadline - time.monotonic()):
-            return _decide(store, rnd, keys.DONE_TIMEOUT, run_id)
+            return _time_out(store, rnd, run_id)
     members = live[:max_nodes]
     rank_of = {slot: rank for rank, (slot, _) in enumerate(members)}
     # Store.multi_set is not in torch's stubs
@@ -165,6 +187,4 @@ def close(
         [str(rank_of.get(i, -1)) for i in range(1, count + 1)],
     )
     store.set(rnd.members(node), "\n".join(member for _, member in members))
-    decided = _decide(store, rnd, f"{count} {len(members)} {node}", run_id)
-    store.compare_set(keys.ROUND, str(rnd.number), str(rnd.number + 1))
-    return decided
+    return _decide(store, rnd, f"{count} {len(members)} {node}", run_id)

@@ -39,7 +39,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from . import keys
-from .closer import close, outcome, wait_for
+from .closer import close, formed_a_world, outcome, wait_for
 from .heartbeat import Heartbeat, is_stale
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
                 store.compare_set(keys.Round(left).over, "", f"rejoined {self._node}")
                 left = None
             try:
-                decided = outcome(self._await_done(rnd, closer=slot == 1), settings.run_id)
+                decided = outcome(self._await_done(rnd, closer=slot == 1), settings.run_id, slot)
             except RendezvousClosedError:
                 if was_member or not self._behind_a_world(number):
                     raise
@@ -197,8 +197,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         """Whether round ``number - 1`` formed a world (this launcher waited behind it)."""
         if number == 0 or not self._store.check([keys.Round(number - 1).done]):
             return False
-        done = self._store.get(keys.Round(number - 1).done).decode("ascii")
-        return done not in (keys.DONE_CLOSED, keys.DONE_TIMEOUT)
+        return formed_a_world(self._store.get(keys.Round(number - 1).done).decode("ascii"))
 
     def _arrive(self, rnd: keys.Round) -> int:
         """Take a slot in ``rnd`` and write this launcher's keys; the slot number."""

@@ -15,8 +15,8 @@ All keys live under ``barrier/<run_id>/`` of the rendezvous store. Values are AS
     a member. Under the closer's name: a closer taken for dead but still running cannot
     overwrite the ranks of the decision that won.
   * ``<closer>/members`` (that closer): the members' nodes in rank order, one a line.
-  * ``done`` (compare-and-set, once): ``"<slots> <world> <closer>"``, or ``closed`` /
-    ``timeout``.
+  * ``done`` (compare-and-set, once): ``"<slots> <world> <closer>"``, ``closed``, or
+    ``"timeout <slots>"``. A decision other than ``closed`` moves ``round`` on.
   * ``over`` (a member leaving or rejoining, the next closer, ``set_closed``): why the
     round's world ended.
 """

@@ -123,11 +123,14 @@ def test_min_max_closes_after_the_last_call_with_who_came(launchers) -> None:
     assert {info.world_size for info in infos} == {3}
 
 
-def test_too_few_launchers_time_out(launchers) -> None:
+def test_too_few_launchers_time_out_and_later_ones_form_the_next_round(launchers) -> None:
     group = launchers(join_timeout=1.0)
     (future,) = group.join(group.new(1))
     with pytest.raises(RendezvousTimeoutError):
         future.result(timeout=BOUND)
+    # the launchers that come after it are not told that round's timeout
+    infos = results(group.join(group.new(2)))
+    assert ranks(infos) == [0, 1]
 
 
 def test_a_launcher_that_comes_later_is_waited_for_and_joins_the_next_round(launchers) -> None:
