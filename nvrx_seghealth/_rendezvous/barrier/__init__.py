@@ -17,8 +17,8 @@ The protocol, in the store's ``barrier/<run_id>/`` namespace (:mod:`.keys`):
   ``<r>/done``.
 * Every other joiner blocks on ``<r>/done``, then reads its rank. A slot past the
   decided ones, or rank -1 (a spare, or found dead), joins round ``r + 1``.
-* A member that joins again, or leaves, sets ``<r>/over``; so does the next closer on
-  finding a member's heartbeat stale. ``num_nodes_waiting`` reads it.
+* A member that joins again sets ``<r>/over``; so do the next closer, on finding a
+  member's heartbeat stale, and ``set_closed``. ``num_nodes_waiting`` reads it.
 * Heartbeats (:mod:`.heartbeat`): each launcher sets ``hb/<node>`` to its clock.
 
 Why each wait ends: see :mod:`.handler` and :mod:`.closer`. Rules: torch and the error

@@ -13,7 +13,7 @@ The agent's other calls:
 
 * ``num_nodes_waiting``: nonzero once the world ended (``<r>/over``), or when launchers
   wait for the next round and the world has room (``max_nodes`` not reached). One or
-  two small reads.
+  two small reads, at most once a second however often the agent asks.
 * ``set_closed``: ``closed``, then the open rounds decided ``closed`` and the last
   world ended, which wakes every wait. ``shutdown`` stops the heartbeat and closes.
 * The round's store is ``torch.rendezvous.<run_id>.<round>/`` of the rendezvous store;
