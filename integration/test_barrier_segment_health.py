@@ -8,8 +8,6 @@ over ``c10d`` (``harness/jobs/launcherjob.py``).
 
 from __future__ import annotations
 
-import pytest
-
 from harness.jobs.launcherjob import (
     TASKS,
     TRAIN,
@@ -22,12 +20,6 @@ from harness.jobs.launcherjob import (
     store_host,
 )
 from harness.ports import free_port
-from nvrx_seghealth._rendezvous import registry
-
-pytestmark = pytest.mark.skipif(
-    "barrier" not in registry.names(),
-    reason="inner_backend=barrier is not a row of the inner backends' table yet",
-)
 
 
 def test_a_marked_unit_leaves_and_the_others_train_over_barrier(tmp_path) -> None:

@@ -58,9 +58,12 @@ log = logging.getLogger(__name__)
 
 
 def _create_inner(params: RendezvousParameters) -> tuple[RendezvousHandler, Store]:
+    from torch.distributed.elastic.rendezvous import RendezvousHandler
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
 
     backend, store = registry.create(params)
+    if isinstance(backend, RendezvousHandler):  # a rendezvous with its own handler
+        return backend, store
     return create_handler(store, backend, params), store
 
 

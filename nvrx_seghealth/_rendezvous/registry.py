@@ -9,8 +9,8 @@ module in this folder. The rules:
   never a copy made at import: a row added at run time is seen everywhere.
 * A row names its creator as ``module:function``, loaded when a launcher creates it, as an
   entry point is: the table imports neither torch nor a client, so the settings read it.
-* A creator takes torch's ``RendezvousParameters`` and returns torch's rendezvous backend
-  and the store it shares (the check's markers live there).
+* A creator takes torch's ``RendezvousParameters`` and returns torch's rendezvous backend,
+  or a handler of its own, and the store it shares (the check's markers live there).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ INNER_BACKENDS: dict[str, InnerBackend] = {
         InnerBackend("c10d", False, "nvrx_seghealth._rendezvous.creators:c10d"),
         InnerBackend("etcd-v2", True, "nvrx_seghealth._rendezvous.creators:etcd_v2"),
         InnerBackend("etcd-v3", True, "nvrx_seghealth._rendezvous.creators:etcd_v3"),
+        InnerBackend("barrier", False, "nvrx_seghealth._rendezvous.barrier.creator:inner"),
     )
 }
 

@@ -88,7 +88,8 @@ def job(tmp_path):
             "static backend",
             (
                 "--rdzv-backend=static cannot carry the segment health check (set by "
-                "--ft-segment-health-check-dir); use --rdzv-backend=c10d, etcd-v2 or etcd-v3"
+                "--ft-segment-health-check-dir); use --rdzv-backend=c10d, etcd-v2, etcd-v3 "
+                "or barrier"
             ),
         ),
         ("configured twice", "already configure it: give --rdzv-backend the inner rendezvous"),

@@ -50,6 +50,7 @@ def test_every_row_names_a_creator_of_this_folder():
         assert callable(getattr(importlib.import_module(module), function)), row
     assert registry.names()[0] == "c10d"  # the default
     assert registry.etcd_names() == ("etcd-v2", "etcd-v3")
+    assert "barrier" in registry.names()
 
 
 def test_a_backend_added_as_one_row_is_accepted_named_and_created(added, tmp_path):
