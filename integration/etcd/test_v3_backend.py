@@ -18,7 +18,7 @@ from torch.distributed.elastic.rendezvous import RendezvousStateError
 from harness.services.etcd_v3 import open_v3_launcher, raw_get, raw_put, v3_launcher
 from nvrx_seghealth._demo.rendezvous_state import read_endpoint
 from nvrx_seghealth._rendezvous.etcd_v3.backend import FORMAT
-from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdError, EtcdRefused
+from nvrx_seghealth._rendezvous.etcd_v3.errors import EtcdError, EtcdRefused
 from nvrx_seghealth._rendezvous.etcd_v3.keys import RunKeys
 from nvrx_seghealth._rendezvous.etcd_v3.settings import PASSWORD_ENV
 

@@ -35,14 +35,10 @@ from harness.services.etcd import (
 )
 from harness.services.etcd_v3 import open_v3_launcher
 from harness.waits import AT_ONCE_BOUND
-from nvrx_seghealth._rendezvous.etcd_v3.client import (
-    Credentials,
-    Endpoint,
-    EtcdClient,
-    EtcdError,
-    EtcdRefused,
-    EtcdUnavailable,
-    Tls,
+from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdClient
+from nvrx_seghealth._rendezvous.etcd_v3.endpoints import Credentials, Endpoint, Tls
+from nvrx_seghealth._rendezvous.etcd_v3.errors import EtcdError, EtcdRefused, EtcdUnavailable
+from nvrx_seghealth._rendezvous.etcd_v3.wire import (
     create_revision_is,
     delete,
     get,

@@ -20,7 +20,8 @@ from typing import Any
 from .._decision.preflight import Finding, Level
 from .._errors import ConfigurationError
 from .._rendezvous.etcd_v3 import ATTEMPT_TIMEOUT
-from .._rendezvous.etcd_v3.client import EtcdClient, EtcdError, EtcdRefused
+from .._rendezvous.etcd_v3.client import EtcdClient
+from .._rendezvous.etcd_v3.errors import EtcdError, EtcdRefused
 from .._rendezvous.etcd_v3.keys import ROOT
 from .._rendezvous.etcd_v3.settings import EtcdV3Settings
 

@@ -8,9 +8,10 @@ runs over it with ``inner_backend=etcd-v3`` (:func:`create_backend`).
 
 The room, one concept per module:
 
-- :mod:`.client`: etcd's JSON gateway (``/v3``) over the standard library: the members
-  in turn, TLS, user and password, errors as :class:`~.client.EtcdUnavailable`
-  (transient) or :class:`~.client.EtcdRefused` (cause and fix);
+- :mod:`.client`: etcd's JSON gateway (``/v3``) over the standard library, its calls;
+  beneath it :mod:`.wire` (the JSON), :mod:`.errors` (:class:`~.errors.EtcdUnavailable`,
+  transient, or :class:`~.errors.EtcdRefused`, cause and fix), :mod:`.transport` (the
+  members in turn, TLS, tokens) and :mod:`.endpoints` (what a user names);
 - :mod:`.settings` (the rdzv-conf keys), :mod:`.keys` (a run's keys), :mod:`.lease`
   (the run lease), :mod:`.backend` (torch's state), :mod:`.store` (torch's store).
 
@@ -41,7 +42,7 @@ ATTEMPT_TIMEOUT = 10.0
 
 def is_transient(error: Exception) -> bool:
     """Whether a call that failed with ``error`` may answer when run again."""
-    from .client import EtcdUnavailable
+    from .errors import EtcdUnavailable
 
     return isinstance(error, EtcdUnavailable)
 

@@ -27,9 +27,11 @@ from torch.distributed.elastic.rendezvous import RendezvousConnectionError, Rend
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import RendezvousBackend, Token
 
 from ..retry import RetryPolicy, Unreachable
-from .client import EtcdClient, EtcdRefused, Range, create_revision_is, get, mod_revision_is, put
+from .client import EtcdClient
+from .errors import EtcdRefused
 from .keys import RunKeys
 from .lease import RunLease
+from .wire import Range, create_revision_is, get, mod_revision_is, put
 
 __all__ = ["BACKEND_NAME", "FORMAT", "EtcdV3Backend"]
 

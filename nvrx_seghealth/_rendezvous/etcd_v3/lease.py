@@ -23,15 +23,9 @@ from functools import partial
 from typing import TypeVar
 
 from ..retry import RetryPolicy
-from .client import (
-    Compare,
-    EtcdClient,
-    EtcdRefused,
-    create_revision_is,
-    get,
-    mod_revision_is,
-    put,
-)
+from .client import EtcdClient
+from .errors import EtcdRefused
+from .wire import Compare, create_revision_is, get, mod_revision_is, put
 
 __all__ = ["RunLease"]
 

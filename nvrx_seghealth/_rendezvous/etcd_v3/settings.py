@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..._errors import ConfigurationError
-from .client import Credentials, Endpoint, Tls, parse_endpoints
+from .endpoints import Credentials, Endpoint, Tls, parse_endpoints
 
 __all__ = ["DEFAULT_LEASE_TTL", "DEFAULT_READ_TIMEOUT", "PASSWORD_ENV", "EtcdV3Settings"]
 

@@ -41,9 +41,11 @@ from typing import Concatenate, ParamSpec, TypeVar
 from torch.distributed import DistStoreError, Store
 
 from ..retry import RetryPolicy, Unreachable, deadline_scope
-from .client import (
-    EtcdClient,
-    EtcdRefused,
+from .client import EtcdClient
+from .errors import EtcdRefused
+from .keys import RunKeys
+from .lease import RunLease
+from .wire import (
     Op,
     Range,
     create_revision_is,
@@ -54,8 +56,6 @@ from .client import (
     put,
     value_is,
 )
-from .keys import RunKeys
-from .lease import RunLease
 
 __all__ = ["MAX_BYTES", "MAX_OPS", "WATCH_SLICE", "EtcdV3Store"]
 

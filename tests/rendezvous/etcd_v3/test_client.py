@@ -9,18 +9,14 @@ from __future__ import annotations
 import pytest
 
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._rendezvous.etcd_v3.client import (
-    Endpoint,
-    EtcdClient,
+from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdClient
+from nvrx_seghealth._rendezvous.etcd_v3.endpoints import Endpoint, Tls, parse_endpoints
+from nvrx_seghealth._rendezvous.etcd_v3.errors import (
     EtcdRefused,
     EtcdUnavailable,
-    Tls,
     error_from_answer,
-    get,
-    parse_endpoints,
-    prefix_end,
-    put,
 )
+from nvrx_seghealth._rendezvous.etcd_v3.wire import get, prefix_end, put
 
 MEMBER = "127.0.0.1:2379"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nvrx_seghealth._errors import ConfigurationError
-from nvrx_seghealth._rendezvous.etcd_v3.client import Endpoint
+from nvrx_seghealth._rendezvous.etcd_v3.endpoints import Endpoint
 from nvrx_seghealth._rendezvous.etcd_v3.settings import (
     DEFAULT_LEASE_TTL,
     DEFAULT_READ_TIMEOUT,
