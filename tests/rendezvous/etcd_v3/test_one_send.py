@@ -1,0 +1,191 @@
+"""The etcd-v3 client sends each request once per attempt, proved at the socket.
+
+A fake gateway on 127.0.0.1, a plain socket server, records every request with the number
+of the connection it came on. It answers from a script: close without answering, a 503,
+a 401 for a token the member no longer knows. A real etcd cannot be made to do these on
+cue; what the client does against one is in ``integration/etcd/test_v3_client.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdClient
+from nvrx_seghealth._rendezvous.etcd_v3.endpoints import Credentials, Endpoint
+from nvrx_seghealth._rendezvous.etcd_v3.errors import EtcdRefused, EtcdUnavailable
+
+RANGE = "/v3/kv/range"
+AUTH = "/v3/auth/authenticate"
+HEADER = {"cluster_id": "7", "revision": "3"}
+#: Seconds each request may take: a bound on a hang, never reached when all is well.
+ATTEMPT = 30.0
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: ``status`` and ``body``; ``status`` 0 closes without one."""
+
+    status: int = 200
+    body: dict[str, Any] = field(default_factory=lambda: {"header": HEADER})
+
+
+CLOSE = Reply(0)
+TOKEN_UNKNOWN = Reply(401, {"code": 16, "message": "etcdserver: invalid auth token"})
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the gateway received: its connection's number (from 1), path and token."""
+
+    connection: int
+    path: str
+    token: str | None
+
+
+class FakeGateway:
+    """A socket server on 127.0.0.1 that answers each path from its own script.
+
+    A path whose script ran out gets a 200 with a header.
+    """
+
+    def __init__(self, script: dict[str, list[Reply]]) -> None:
+        self._script = {path: list(replies) for path, replies in script.items()}
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = Endpoint("127.0.0.1", self._server.getsockname()[1])
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, daemon=True)
+        self._accept.start()
+
+    def paths(self) -> list[tuple[int, str]]:
+        """Each request's connection and path, in the order they arrived."""
+        with self._lock:
+            return [(request.connection, request.path) for request in self.requests]
+
+    def close(self) -> None:
+        self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept; close() alone does not
+        self._server.close()
+        self._accept.join()
+        for thread in self._threads:
+            thread.join()
+
+    def _serve(self) -> None:
+        number = 0
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            number += 1
+            thread = threading.Thread(
+                target=self._answer_all, args=(connection, number), daemon=True
+            )
+            self._threads.append(thread)
+            thread.start()
+
+    def _answer_all(self, connection: socket.socket, number: int) -> None:
+        with connection, connection.makefile("rb") as stream:
+            while True:
+                request = _read_request(stream, number)
+                if request is None:
+                    return  # the client closed the connection
+                with self._lock:
+                    self.requests.append(request)
+                    replies = self._script.get(request.path)
+                    reply = replies.pop(0) if replies else Reply()
+                if not reply.status:
+                    connection.shutdown(socket.SHUT_RDWR)
+                    return
+                body = json.dumps(reply.body).encode()
+                head = f"HTTP/1.1 {reply.status} X\r\nContent-Length: {len(body)}\r\n\r\n"
+                connection.sendall(head.encode() + body)
+
+
+def _read_request(stream: Any, number: int) -> Request | None:
+    """One HTTP request from ``stream``; ``None`` at its end."""
+    line = stream.readline()
+    if not line:
+        return None
+    path = line.split()[1].decode()
+    headers: dict[str, str] = {}
+    while (header := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = header.decode().partition(":")
+        headers[name.strip().lower()] = value.strip()
+    stream.read(int(headers.get("content-length", 0)))
+    return Request(number, path, headers.get("authorization"))
+
+
+@contextmanager
+def serving(script: dict[str, list[Reply]]) -> Iterator[FakeGateway]:
+    """A fake gateway answering from ``script``, closed at the end."""
+    fake = FakeGateway(script)
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def client_of(gateway: FakeGateway, credentials: Credentials | None = None) -> EtcdClient:
+    return EtcdClient([gateway.endpoint], attempt_timeout=ATTEMPT, credentials=credentials)
+
+
+def test_a_member_that_closes_without_answering_was_sent_the_request_once():
+    with serving({RANGE: [CLOSE]}) as gateway:
+        with closing(client_of(gateway)) as client:
+            with pytest.raises(EtcdUnavailable):
+                client.range(b"k")
+            assert gateway.paths() == [(1, RANGE)]
+            client.range(b"k")  # the caller's next attempt: once more, on a new connection
+        assert gateway.paths() == [(1, RANGE), (2, RANGE)]
+
+
+def test_a_member_that_answers_503_was_sent_the_request_once():
+    with serving(
+        {RANGE: [Reply(503, {"code": 14, "message": "etcdserver: leader changed"})]}
+    ) as gateway:
+        with closing(client_of(gateway)) as client:
+            with pytest.raises(EtcdUnavailable):
+                client.range(b"k")
+            assert gateway.paths() == [(1, RANGE)]
+            client.range(b"k")
+        assert gateway.paths() == [(1, RANGE), (2, RANGE)]
+
+
+def test_a_token_the_member_forgot_is_fetched_once_and_the_call_sent_once_more():
+    with serving(
+        {
+            AUTH: [
+                Reply(body={"header": HEADER, "token": "t1"}),
+                Reply(body={"header": HEADER, "token": "t2"}),
+            ],
+            RANGE: [TOKEN_UNKNOWN],
+        }
+    ) as gateway:
+        with closing(client_of(gateway, Credentials("alice", "secret"))) as client:
+            client.range(b"k")
+        assert [(r.path, r.token) for r in gateway.requests] == [
+            (AUTH, None),
+            (RANGE, "t1"),
+            (AUTH, None),
+            (RANGE, "t2"),
+        ]
+
+
+def test_a_token_refused_twice_ends_the_call_after_two_sends():
+    with (
+        serving({RANGE: [TOKEN_UNKNOWN, TOKEN_UNKNOWN]}) as gateway,
+        closing(client_of(gateway, Credentials("alice", "secret"))) as client,
+        pytest.raises(EtcdRefused) as raised,
+    ):
+        client.range(b"k")
+    assert raised.value.cause == "auth"
+    assert [path for _, path in gateway.paths()] == [AUTH, RANGE, AUTH, RANGE]
