@@ -8,7 +8,8 @@ Its rules, so that a caller can reason about a lost answer:
   (:meth:`Transport.failed`);
 - the cluster id of the first answer is pinned: a member of another cluster is one that
   does not answer, named in one WARNING, and a new member is vouched for first;
-- with credentials, each member gets its own token, fetched when first needed there;
+- with credentials, each member gets its own token, fetched when first needed there,
+  once however many threads need it (its member's token lock);
 - it is thread-safe: a small pool of idle connections per member, TLS from :class:`Tls`.
 
 It maps failures through :mod:`.errors` and speaks :mod:`.wire`; it knows no call.
@@ -90,6 +91,8 @@ class Transport:
         self._watches: set[http.client.HTTPConnection] = set()
         self._closed = False
         self._tokens: dict[Endpoint, str] = {}  # "" where auth is off
+        #: A member's token is read, fetched and forgotten only under its lock.
+        self._token_locks = {endpoint: threading.Lock() for endpoint in self._endpoints}
         self._cluster: str | None = None  # the cluster id of the first answer
         self._strangers: set[Endpoint] = set()  # members of another cluster, warned of
         self._members: set[Endpoint] = set()  # members that answered with its id
@@ -273,10 +276,11 @@ class Transport:
         """The ``Authorization`` header for ``endpoint``, authenticating first if needed."""
         if self._credentials is None:
             return {}
-        token = self._tokens.get(endpoint)
-        if token is None:
-            token = self._authenticate(endpoint, self._credentials)
-            self._tokens[endpoint] = token
+        with self._token_locks[endpoint]:  # held while fetching: one fetch per member at once
+            token = self._tokens.get(endpoint)
+            if token is None:
+                token = self._authenticate(endpoint, self._credentials)
+                self._tokens[endpoint] = token
         return {"Authorization": token} if token else {}
 
     def _authenticate(self, endpoint: Endpoint, credentials: Credentials) -> str:
@@ -313,7 +317,8 @@ class Transport:
         if not stale and not (watch and error.cause == "permission"):
             return False
         log.debug("etcd at %s no longer knows this client's token; authenticating again", endpoint)
-        self._tokens.pop(endpoint, None)
+        with self._token_locks[endpoint]:
+            self._tokens.pop(endpoint, None)
         return True
 
     def failed(self, endpoint: Endpoint, error: EtcdError) -> EtcdError:

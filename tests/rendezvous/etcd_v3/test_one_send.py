@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pytest
@@ -27,14 +29,20 @@ AUTH = "/v3/auth/authenticate"
 HEADER = {"cluster_id": "7", "revision": "3"}
 #: Seconds each request may take: a bound on a hang, never reached when all is well.
 ATTEMPT = 30.0
+#: Seconds a held answer waits for another request.
+HOLD = 2.0
 
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: ``status`` and ``body``; ``status`` 0 closes without one."""
+    """One scripted answer: ``status`` and ``body``; ``status`` 0 closes without one.
+
+    ``hold`` is seconds to wait, before answering, for one more request to arrive.
+    """
 
     status: int = 200
     body: dict[str, Any] = field(default_factory=lambda: {"header": HEADER})
+    hold: float = 0.0
 
 
 CLOSE = Reply(0)
@@ -61,15 +69,23 @@ class FakeGateway:
         self._server = socket.create_server(("127.0.0.1", 0))
         self.endpoint = Endpoint("127.0.0.1", self._server.getsockname()[1])
         self.requests: list[Request] = []
-        self._lock = threading.Lock()
+        self._arrived = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._accept = threading.Thread(target=self._serve, daemon=True)
         self._accept.start()
 
     def paths(self) -> list[tuple[int, str]]:
         """Each request's connection and path, in the order they arrived."""
-        with self._lock:
+        with self._arrived:
             return [(request.connection, request.path) for request in self.requests]
+
+    def wait_for(self, count: int) -> None:
+        """Return once ``count`` requests arrived."""
+        with self._arrived:
+            assert self._arrived.wait_for(lambda: len(self.requests) >= count, ATTEMPT)
+
+    def _more_than(self, count: int) -> bool:
+        return len(self.requests) > count
 
     def close(self) -> None:
         self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept; close() alone does not
@@ -98,10 +114,14 @@ class FakeGateway:
                 request = _read_request(stream, number)
                 if request is None:
                     return  # the client closed the connection
-                with self._lock:
+                with self._arrived:
                     self.requests.append(request)
+                    seen = len(self.requests)
+                    self._arrived.notify_all()
                     replies = self._script.get(request.path)
                     reply = replies.pop(0) if replies else Reply()
+                    if reply.hold:
+                        self._arrived.wait_for(partial(self._more_than, seen), reply.hold)
                 if not reply.status:
                     connection.shutdown(socket.SHUT_RDWR)
                     return
@@ -189,3 +209,23 @@ def test_a_token_refused_twice_ends_the_call_after_two_sends():
         client.range(b"k")
     assert raised.value.cause == "auth"
     assert [path for _, path in gateway.paths()] == [AUTH, RANGE, AUTH, RANGE]
+
+
+def test_two_threads_that_need_a_token_at_once_fetch_it_once():
+    # The first fetch is held until another request comes, or for HOLD seconds: a second
+    # thread that fetched on its own would come at once, and both would be answered.
+    first_token = Reply(body={"header": HEADER, "token": "t1"}, hold=HOLD)
+    with (
+        serving({AUTH: [first_token]}) as gateway,
+        closing(client_of(gateway, Credentials("alice", "secret"))) as client,
+    ):
+        threads = [threading.Thread(target=client.range, args=(b"k",)) for _ in range(2)]
+        threads[0].start()
+        gateway.wait_for(1)  # the first thread's fetch is held
+        threads[1].start()
+        for thread in threads:
+            thread.join()
+    assert Counter((r.path, r.token) for r in gateway.requests) == {
+        (AUTH, None): 1,
+        (RANGE, "t1"): 2,
+    }
