@@ -18,6 +18,7 @@ from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.events import RdzvEvent, handlers
 
 from nvrx_seghealth import ExclusionReason, UnhealthyNodeException
+from nvrx_seghealth._errors import When
 from nvrx_seghealth._launcher.events import EVENT_DESTINATION, METRIC_GROUP, parse_fields
 from nvrx_seghealth._logfmt import format_fields
 
@@ -25,15 +26,24 @@ __all__ = ["Telemetry", "captured", "exclusion_tokens", "routed"]
 
 
 def exclusion_tokens(
-    job_id: str, task_id: str, reason: str = "decision-file", *, after_joining: bool = False
+    job_id: str,
+    task_id: str,
+    reason: str = "decision-file",
+    *,
+    after_joining: bool = False,
+    when: When | None = None,
 ) -> str:
-    """The stable tokens an exclusion's ERROR line carries (``reason=... job_id=...``)."""
+    """The stable tokens an exclusion's ERROR line carries (``reason=... job_id=...``);
+    ``when`` defaults to what ``after_joining`` says (right after joining, or before)."""
+    if when is None:
+        when = When.AFTER_JOINING if after_joining else When.BEFORE_JOINING
     error = UnhealthyNodeException(
         "",
         job_id=job_id,
         task_id=task_id,
         reason=ExclusionReason(reason),
-        after_joining=after_joining,
+        after_joining=when.joined,
+        when=when,
     )
     return format_fields(error.fields())
 

@@ -161,6 +161,7 @@ class Exclusion:
             task_id=task_id,
             reason=self.reason,
             after_joining=self.when.joined,
+            when=self.when,
             path=self.path,
             size=self.size,
             marker=self.marker,
@@ -181,6 +182,8 @@ class UnhealthyNodeException(SegmentHealthError):
         reason: what excluded it (a stable token; the message is for people).
         after_joining: whether the launcher had already joined the round it leaves
             (a marker seen only once the inner rendezvous returned).
+        when: the moment of the exclusion, where known: ``after_joining`` is true both
+            right after joining and during training.
         path: the decision file that excluded the unit (process 0), else ``None``.
         size: that file's size in bytes, else ``None``.
         marker: the text of the marker that excluded the launcher, else ``None``.
@@ -194,11 +197,13 @@ class UnhealthyNodeException(SegmentHealthError):
         task_id: str,
         reason: ExclusionReason,
         after_joining: bool = False,
+        when: When | None = None,
         path: str | None = None,
         size: int | None = None,
         marker: str | None = None,
     ) -> None:
         super().__init__(message)
+        self.when = when
         self.job_id = job_id
         self.task_id = task_id
         self.reason = reason
@@ -212,17 +217,28 @@ class UnhealthyNodeException(SegmentHealthError):
         (a launcher whose agent runs in another process) and ``copy``."""
         keywords = {
             name: getattr(self, name)
-            for name in ("job_id", "task_id", "reason", "after_joining", "path", "size", "marker")
+            for name in (
+                "job_id",
+                "task_id",
+                "reason",
+                "after_joining",
+                "when",
+                "path",
+                "size",
+                "marker",
+            )
         }
         return functools.partial(type(self), **keywords), self.args, self.__dict__
 
     def fields(self) -> dict[str, FieldValue]:
         """The exclusion's stable tokens, as the launcher's ERROR line ends with them in
-        logfmt (:func:`~._logfmt.format_fields`): ``reason``, ``after_joining``,
+        logfmt (:func:`~._logfmt.format_fields`): ``reason``, ``after_joining``, ``when``
+        where known (``before-joining``, ``after-joining``, ``during-training``),
         ``job_id``, ``task_id``."""
-        return {
+        fields: dict[str, FieldValue] = {
             "reason": self.reason.value,
             "after_joining": self.after_joining,
-            "job_id": self.job_id,
-            "task_id": self.task_id,
         }
+        if self.when is not None:
+            fields["when"] = self.when.token
+        return fields | {"job_id": self.job_id, "task_id": self.task_id}

@@ -93,10 +93,21 @@ def test_an_exclusion_value_builds_its_exception():
     assert error.fields() == {
         "reason": "marker",
         "after_joining": True,
+        "when": "after-joining",
         "job_id": "7",
         "task_id": "3",
     }
     assert (error.path, error.size, error.marker) == (None, None, "m")
+
+
+def test_a_watch_exclusion_says_during_training_not_only_after_joining():
+    """``after_joining`` is true while the unit trains too (the launcher is a member of the
+    round it leaves); the ``when`` token tells the two apart on the ERROR line."""
+    error = Exclusion(ExclusionReason.DECISION_FILE, When.DURING_TRAINING, "non-empty").error(
+        "7", "3"
+    )
+    assert (error.fields()["after_joining"], error.fields()["when"]) == (True, "during-training")
+    assert pickle.loads(pickle.dumps(error)).when is When.DURING_TRAINING
 
 
 def _exception_classes() -> set[type[BaseException]]:

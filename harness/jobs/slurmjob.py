@@ -35,6 +35,7 @@ from harness.commands import nvrx_seghealth
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._demo.records import LAUNCHER_ENV, WorkerRecord, read_records
 from nvrx_seghealth._demo.store_host import StoreHost
+from nvrx_seghealth._errors import When
 from nvrx_seghealth._settings.rdzv_conf import WATCH_INTERVAL_KEY
 
 if TYPE_CHECKING:
@@ -89,10 +90,11 @@ def exclusion_line(
     job_id: str, task_id: str, decision: Path, *, during_training: bool = False
 ) -> re.Pattern[str]:
     """Process 0's exclusion log line, by its tokens (the decision file excluded the
-    unit; ``after_joining=true`` when the watch excluded it ``during_training``) and the
+    unit; ``when=during-training`` when the watch excluded it ``during_training``) and the
     file it names. It is logged before the marker is published, so srun cannot end the
     launcher before it is written."""
-    tokens = exclusion_tokens(job_id, task_id, after_joining=during_training)
+    when = When.DURING_TRAINING if during_training else When.BEFORE_JOINING
+    tokens = exclusion_tokens(job_id, task_id, when=when)
     return re.compile(rf"^0: .*{re.escape(str(decision))}\b.*; {re.escape(tokens)}$", re.MULTILINE)
 
 

@@ -109,6 +109,7 @@ def test_a_decision_written_while_the_workers_run_excludes_the_unit(job, given):
     script = (str(job / "marks_itself.py"), str(job / "flag"), str(job / "worker-finished"))
     done = run_one_node(job, *options, program=script, timeout=180)
     assert done.returncode == 1, done.stderr
-    assert "reason=decision-file after_joining=true job_id=41 task_id=2" in done.stderr
+    tokens = "reason=decision-file after_joining=true when=during-training job_id=41 task_id=2"
+    assert tokens in done.stderr  # the watch excluded it while it trained
     assert "UnhealthyNodeException" in done.stderr  # torch's traceback names the type
     assert not (job / "worker-finished").exists()
