@@ -261,7 +261,6 @@ class Transport:
         connection.timeout = self.time_for(endpoint)
         try:
             connection.connect()
-            connection.auto_open = 0  # once close() closed it, it stays closed
             with self._lock:
                 if self._closed:
                     raise EtcdError("the etcd client is closed")
@@ -359,10 +358,31 @@ class Transport:
 
     def _connect(self, endpoint: Endpoint) -> http.client.HTTPConnection:
         if self._context is not None:
-            return http.client.HTTPSConnection(
+            return _TlsConnection(
                 endpoint.host, endpoint.port, timeout=self._timeout, context=self._context
             )
-        return http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=self._timeout)
+        return _Connection(endpoint.host, endpoint.port, timeout=self._timeout)
+
+
+class _ConnectsOnce:
+    """A connection that connects once. ``http.client`` opens a closed connection again
+    on its next request: a request sent on it would be a second send."""
+
+    _connected = False
+
+    def connect(self) -> None:
+        if self._connected:
+            raise http.client.NotConnected("a closed connection to etcd is never opened again")
+        self._connected = True
+        super().connect()  # type: ignore[misc]
+
+
+class _Connection(_ConnectsOnce, http.client.HTTPConnection):
+    """An http connection that connects once."""
+
+
+class _TlsConnection(_ConnectsOnce, http.client.HTTPSConnection):
+    """An https connection that connects once."""
 
 
 def _still_open(connection: http.client.HTTPConnection) -> bool:

@@ -8,6 +8,7 @@ cue; what the client does against one is in ``integration/etcd/test_v3_client.py
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -23,6 +24,7 @@ import pytest
 from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdClient
 from nvrx_seghealth._rendezvous.etcd_v3.endpoints import Credentials, Endpoint
 from nvrx_seghealth._rendezvous.etcd_v3.errors import EtcdRefused, EtcdUnavailable
+from nvrx_seghealth._rendezvous.etcd_v3.transport import Transport
 
 RANGE = "/v3/kv/range"
 AUTH = "/v3/auth/authenticate"
@@ -229,3 +231,16 @@ def test_two_threads_that_need_a_token_at_once_fetch_it_once():
         (AUTH, None): 1,
         (RANGE, "t1"): 2,
     }
+
+
+def test_a_closed_connection_is_never_opened_again():
+    with serving({}) as gateway:
+        transport = Transport([gateway.endpoint], attempt_timeout=ATTEMPT)
+        with transport.watching(gateway.endpoint) as connection:
+            connection.request("POST", RANGE, b"{}")
+            connection.getresponse().read()
+            connection.close()
+            with pytest.raises(http.client.NotConnected):
+                connection.request("POST", RANGE, b"{}")  # http.client would connect again
+        transport.close()
+    assert gateway.paths() == [(1, RANGE)]
