@@ -2,8 +2,15 @@
 
 A fake gateway on 127.0.0.1, a plain socket server, records every request with the number
 of the connection it came on. It answers from a script: close without answering, a 503,
-a 401 for a token the member no longer knows. A real etcd cannot be made to do these on
-cue; what the client does against one is in ``integration/etcd/test_v3_client.py``.
+a 401 for a token the member no longer knows, a token fetch held open.
+
+- Each attempt sends its request once; a forgotten token is fetched once, the call sent
+  once more.
+- Two threads that need a token at once fetch it once.
+- A closed connection never opens again.
+
+A real etcd cannot be made to do these on cue; what the client does against one is in
+``integration/etcd/test_v3_client.py``.
 """
 
 from __future__ import annotations
