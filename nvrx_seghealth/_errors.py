@@ -57,7 +57,7 @@ class SegmentHealthError(Exception):
         │                                      answer a call within the retry timeout
         ├── AddUnsettled(RuntimeError)         _rendezvous/etcd_v2.py: an add whose answer was lost
         │                                      cannot tell if it landed (etcd's v2 history passed)
-        ├── EtcdError                          _rendezvous/etcd_v3/client.py: etcd v3, the base of
+        ├── EtcdError                          _rendezvous/etcd_v3/errors.py: etcd v3, the base of
         │   ├── EtcdUnavailable(ConnectionError)   a member did not answer (transient)
         │   └── EtcdRefused(RuntimeError)      etcd answered no: a cause token and the fix
         ├── SlurmError(RuntimeError)           _producer/slurm.py: a Slurm command failed
