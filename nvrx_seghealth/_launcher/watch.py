@@ -265,15 +265,7 @@ class WorldSignal:
         without = [(rank, told) for rank, told in enumerate(members) if not _watches(told)]
         if not without:
             return True
-        rank, told = without[0]
-        tokens: dict[str, FieldValue] = {
-            "without_watch": len(without),
-            "world_size": self._world_size,
-            "member_rank": rank,
-        }
-        tokens |= {
-            f"member_{key}": value for key, value in (told or {"watch_interval": "unknown"}).items()
-        }
+        tokens = self._without_watch("without_watch", without)
         log.warning(
             "Segment health check: not every member of the current world has the watch, "
             "and a restart would fail their workers; this launcher's unit, excluded during "
@@ -303,21 +295,28 @@ class WorldSignal:
         without = [(rank, told) for rank, told in enumerate(members) if not _watches(told)]
         if not without or len(without) == len(members):
             return
-        rank, told = without[0]
-        tokens: dict[str, FieldValue] = {
-            "not_watching": len(without),
-            "world_size": self._world_size,
-            "member_rank": rank,
-        }
-        tokens |= {
-            f"member_{key}": value for key, value in (told or {"watch_interval": "unknown"}).items()
-        }
+        tokens = self._without_watch("not_watching", without)
         log.warning(
             "Segment health check: not every member of this world has the watch: a unit "
             "the watch excludes will train on until its next restart. Give every launcher "
             "the same segment_health_check_watch_interval; %s",
             format_fields(tokens),
         )
+
+    def _without_watch(
+        self, count: str, without: list[tuple[int, dict[str, str] | None]]
+    ) -> dict[str, FieldValue]:
+        """The tokens that name the members without the watch: ``count`` of them, the
+        world's size, and what the first of them told (``member_*``)."""
+        rank, told = without[0]
+        tokens: dict[str, FieldValue] = {
+            count: len(without),
+            "world_size": self._world_size,
+            "member_rank": rank,
+        }
+        return tokens | {
+            f"member_{key}": value for key, value in (told or {"watch_interval": "unknown"}).items()
+        }
 
     def _read(self, keys: list[str], everyone: bool) -> list[dict[str, str] | None]:
         """What each member told, by rank; ``None`` for one that told nothing."""
