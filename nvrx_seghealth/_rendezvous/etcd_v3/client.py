@@ -180,13 +180,17 @@ class EtcdClient:
         request = span(key, range_end)
         request["start_revision"] = str(start_revision)
         deadline = time.monotonic() + timeout
-        endpoint = self._transport.endpoint
+        transport = self._transport
+        endpoint = transport.endpoint
+        transport.vouch(endpoint)
+        extra = transport.auth_headers(endpoint)
         try:
-            return self._watch_once(endpoint, {"create_request": request}, deadline)
+            return self._watch_once(endpoint, {"create_request": request}, deadline, extra)
         except EtcdRefused as refused:
-            if not self._transport.stale_token(endpoint, refused, watch=True):
+            if not transport.stale_token(endpoint, refused, extra, watch=True):
                 raise
-        return self._watch_once(endpoint, {"create_request": request}, deadline)
+        extra = transport.auth_headers(endpoint)
+        return self._watch_once(endpoint, {"create_request": request}, deadline, extra)
 
     def close(self) -> None:
         """Close every connection; a call after it, a blocked watch too, raises
@@ -205,17 +209,15 @@ class EtcdClient:
             if status == 200:
                 return transport.answer_of(endpoint, body, path)
             error = error_from_answer(str(endpoint), status, body)
-            if attempt == 2 or not transport.stale_token(endpoint, error):
+            if attempt == 2 or not transport.stale_token(endpoint, error, extra):
                 break
         raise transport.failed(endpoint, error)
 
     def _watch_once(
-        self, endpoint: Endpoint, request: dict[str, Any], deadline: float
+        self, endpoint: Endpoint, request: dict[str, Any], deadline: float, extra: dict[str, str]
     ) -> tuple[Event, ...]:
-        """One watch on its own connection, closed at the end."""
+        """One watch on its own connection with the headers ``extra``, closed at the end."""
         transport = self._transport
-        transport.vouch(endpoint)
-        extra = transport.auth_headers(endpoint)
         try:
             with transport.watching(endpoint) as connection:
                 body = json.dumps(request).encode()

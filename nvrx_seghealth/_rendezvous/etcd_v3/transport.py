@@ -302,8 +302,11 @@ class Transport:
             )
         raise self.failed(endpoint, error)
 
-    def stale_token(self, endpoint: Endpoint, error: EtcdError, *, watch: bool = False) -> bool:
-        """Whether ``error`` refused this member's token; if so, forget the token.
+    def stale_token(
+        self, endpoint: Endpoint, error: EtcdError, sent: dict[str, str], *, watch: bool = False
+    ) -> bool:
+        """Whether ``error`` refused the token sent in the headers ``sent``; if so, forget
+        it, unless another thread has fetched a newer one since.
 
         etcd 3.5.1 cancels the watch of an expired token as ``permission denied``: for a
         watch, that refusal counts as a stale token too (the watch is sent once more).
@@ -317,7 +320,8 @@ class Transport:
             return False
         log.debug("etcd at %s no longer knows this client's token; authenticating again", endpoint)
         with self._token_locks[endpoint]:
-            self._tokens.pop(endpoint, None)
+            if self._tokens.get(endpoint) == sent.get("Authorization", ""):
+                self._tokens.pop(endpoint, None)
         return True
 
     def failed(self, endpoint: Endpoint, error: EtcdError) -> EtcdError:

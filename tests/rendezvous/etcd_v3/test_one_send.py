@@ -30,7 +30,7 @@ import pytest
 
 from nvrx_seghealth._rendezvous.etcd_v3.client import EtcdClient
 from nvrx_seghealth._rendezvous.etcd_v3.endpoints import Credentials, Endpoint
-from nvrx_seghealth._rendezvous.etcd_v3.errors import EtcdRefused, EtcdUnavailable
+from nvrx_seghealth._rendezvous.etcd_v3.errors import UNAUTHENTICATED, EtcdRefused, EtcdUnavailable
 from nvrx_seghealth._rendezvous.etcd_v3.transport import Transport
 
 RANGE = "/v3/kv/range"
@@ -238,6 +238,26 @@ def test_two_threads_that_need_a_token_at_once_fetch_it_once():
         (AUTH, None): 1,
         (RANGE, "t1"): 2,
     }
+
+
+def test_a_refusal_of_an_older_token_keeps_the_one_fetched_since():
+    # Another thread's request went out with "t0" and was refused after this client had
+    # fetched "t1": forgetting "t1" would cost one more fetch.
+    with serving({}) as gateway:
+        transport = Transport(
+            [gateway.endpoint], attempt_timeout=ATTEMPT, credentials=Credentials("a", "s")
+        )
+        try:
+            assert transport.auth_headers(gateway.endpoint) == {}  # auth off: token ""
+            refused = EtcdRefused("x", code=UNAUTHENTICATED, cause="auth", member="m", detail="d")
+            assert transport.stale_token(gateway.endpoint, refused, {"Authorization": "t0"})
+            transport.auth_headers(gateway.endpoint)
+            assert [path for _, path in gateway.paths()] == [AUTH]
+            assert transport.stale_token(gateway.endpoint, refused, {})
+            transport.auth_headers(gateway.endpoint)
+            assert [path for _, path in gateway.paths()] == [AUTH, AUTH]
+        finally:
+            transport.close()
 
 
 def test_a_closed_connection_is_never_opened_again():
