@@ -22,7 +22,7 @@ The protocol, in the store's ``barrier/<run_id>/`` namespace (:mod:`.keys`):
 * Heartbeats (:mod:`.heartbeat`): each launcher sets ``hb/<node>`` to its clock.
 
 Why each wait ends: see :mod:`.handler` and :mod:`.closer`. Rules: torch and the error
-base only; nothing here knows the check.
+base only, and the etcd-v3 store when a job asks for it; nothing here knows the check.
 """
 
 from .handler import BarrierRendezvousHandler, BarrierSettings

@@ -7,9 +7,11 @@
   ``barrier`` by its backend's name alone.
 * Each setting is checked once here; a bad one is a :class:`ConfigurationError` naming it,
   before any store is opened.
-* The store is c10d's TCPStore at ``HOST:PORT``, served by the launcher on that host or
-  by ``nvrx-seghealth store-host`` (``is_host=false``), made the way torch's ``c10d``
-  backend makes it.
+* The store (``store``): ``tcp``, the default, is c10d's TCPStore at ``HOST:PORT``,
+  served by the launcher on that host or by ``nvrx-seghealth store-host``
+  (``is_host=false``), made the way torch's ``c10d`` backend makes it. ``etcd-v3`` is the
+  etcd-v3 backend's store, every member of ``--rdzv-endpoint`` an endpoint, with that
+  backend's keys (:mod:`..etcd_v3.settings`): scale and a store that outlives a member.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ if TYPE_CHECKING:
     from torch.distributed import Store
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
 
-__all__ = ["create_handler", "entry_point", "inner", "settings_from"]
+__all__ = ["STORES", "create_handler", "entry_point", "inner", "settings_from"]
+
+#: The ``store`` key's values: the store each names.
+STORES = ("tcp", "etcd-v3")
 
 #: Each numeric key, its default and its least value.
 _NUMBERS: dict[str, tuple[int, int]] = {
@@ -68,12 +73,35 @@ def settings_from(params: RendezvousParameters) -> BarrierSettings:
     )
 
 
-def create_handler(params: RendezvousParameters) -> BarrierRendezvousHandler:
-    """The barrier handler for ``params`` (the creator torch calls)."""
+def _store_kind(params: RendezvousParameters) -> str:
+    kind = str(params.get("store", "tcp")).strip().lower()
+    if kind not in STORES:
+        raise ConfigurationError(
+            f"rdzv-conf store={params.get('store')!r} is not one of {', '.join(STORES)}; "
+            "fix it in --rdzv-conf",
+            setting="rdzv-conf store",
+        )
+    return kind
+
+
+def _open_store(params: RendezvousParameters, kind: str) -> Store:
+    if kind == "etcd-v3":
+        from ..etcd_v3 import create_backend
+
+        return create_backend(params)[1]
     from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import _create_tcp_store
 
+    return _create_tcp_store(params)
+
+
+def create_handler(params: RendezvousParameters) -> BarrierRendezvousHandler:
+    """The barrier handler for ``params`` (the creator torch calls).
+
+    Raises:
+        ConfigurationError: a key's value is invalid (named), before any store is opened.
+    """
     settings = settings_from(params)
-    return BarrierRendezvousHandler(_create_tcp_store(params), settings)
+    return BarrierRendezvousHandler(_open_store(params, _store_kind(params)), settings)
 
 
 def inner(params: RendezvousParameters) -> tuple[BarrierRendezvousHandler, Store]:

@@ -11,6 +11,7 @@ from torch.distributed.elastic.rendezvous import RendezvousParameters
 
 from nvrx_seghealth._errors import ConfigurationError
 from nvrx_seghealth._rendezvous.barrier.creator import create_handler, inner, settings_from
+from nvrx_seghealth._rendezvous.etcd_v3.store import EtcdV3Store
 
 
 def params(**conf: str) -> RendezvousParameters:
@@ -34,6 +35,27 @@ def test_a_bad_key_is_refused_by_name_before_the_store(key: str, value: str) -> 
     with pytest.raises(ConfigurationError) as refused:
         create_handler(params(**{key: value}))
     assert refused.value.setting == f"rdzv-conf {key}"
+
+
+def test_a_store_of_no_known_kind_is_refused_by_name() -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        create_handler(params(store="redis"))
+    assert refused.value.setting == "rdzv-conf store"
+
+
+def test_store_etcd_v3_runs_on_the_etcd_v3_store_of_every_member() -> None:
+    # nothing is asked of etcd until the first rendezvous: no member need listen
+    conf = {"store": "etcd-v3", "read_timeout": "5"}
+    endpoint = "127.0.0.1:1,127.0.0.1:2"
+    handler = create_handler(RendezvousParameters("barrier", endpoint, "job", 2, 4, **conf))
+    assert isinstance(handler.store, EtcdV3Store)
+
+
+def test_store_etcd_v3_refuses_a_bad_etcd_key_by_name() -> None:
+    conf = {"store": "etcd-v3", "protocol": "gopher"}
+    with pytest.raises(ConfigurationError) as refused:
+        create_handler(RendezvousParameters("barrier", "127.0.0.1:1", "job", 2, 4, **conf))
+    assert refused.value.setting == "rdzv-conf protocol"
 
 
 def test_torchrun_finds_the_entry_point() -> None:
