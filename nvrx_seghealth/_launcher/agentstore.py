@@ -12,7 +12,9 @@ port its agent chose and closed, and another socket may take it first. The rules
 * Only public API and the round's store are used, so every inner backend behaves alike.
 * :func:`serve_workers` decides once, when the handler is built. A user's ``1`` is served
   the same way; another value is kept, with a WARNING.
-* A handler other than torch's ``DynamicRendezvousHandler`` is left as it is.
+* The ``barrier`` handler builds each round afresh already, and its rank 0 hands the
+  workers a port it closed: it is served too, whatever the variable says.
+* Any other handler is left as it is.
 
 The story: docs/reference/backend.md, "The workers' bootstrap store".
 """
@@ -172,16 +174,25 @@ def _published_port(store: Store) -> int:
 
 def serve_workers(inner: RendezvousHandler, why: str) -> WorkersStore | None:
     """The :class:`WorkersStore` for a launcher around ``inner``, or ``None`` to leave
-    torch's bootstrap as it is (not torch's dynamic handler, or the user's variable is not
-    ``1``).
+    torch's bootstrap as it is (neither torch's dynamic handler nor the barrier handler,
+    or the user's variable is not ``1`` for torch's handler).
 
-    Unless set, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` is set in this process, so that
-    torch's handler builds each round afresh. ``why`` (:data:`EXCLUSIONS`,
+    For torch's handler, unless set, ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` is set in
+    this process, so that it builds each round afresh. ``why`` (:data:`EXCLUSIONS`,
     :data:`OUTSIDE_STORE`) is logged: at INFO when the store is served, at WARNING when
     the user's value turns torch's sharing on. A value the user set is never changed.
     """
     from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
+    from .._rendezvous.barrier import BarrierRendezvousHandler
+
+    if isinstance(inner, BarrierRendezvousHandler):
+        log.info(
+            "The launcher holding rank 0 serves its workers a new bootstrap store each "
+            "round, on a port it holds (the barrier rendezvous' rank 0 hands them a port "
+            "it closed, which another socket may take first)"
+        )
+        return _workers_store(inner)
     if not isinstance(inner, DynamicRendezvousHandler):
         return None
     value = os.environ.get(SHARED_STORE_ENV)
@@ -201,6 +212,10 @@ def serve_workers(inner: RendezvousHandler, why: str) -> WorkersStore | None:
         SHARED_STORE_ENV,
         why,
     )
+    return _workers_store(inner)
+
+
+def _workers_store(inner: RendezvousHandler) -> WorkersStore:
     from .events import DecisionRecorder
     from .failopen import FailOpen
 

@@ -31,6 +31,7 @@ from nvrx_seghealth._launcher.agentstore import (
 )
 from nvrx_seghealth._launcher.events import DecisionRecorder
 from nvrx_seghealth._launcher.failopen import FailOpen
+from nvrx_seghealth._rendezvous.barrier import BarrierRendezvousHandler, BarrierSettings
 
 ARRAY = "1000"
 
@@ -158,9 +159,37 @@ def test_the_store_is_served_unless_the_user_turned_torchs_sharing_on(
     assert len(warnings) == int(not served)
 
 
+def test_the_barrier_rendezvous_workers_are_served_on_a_held_port(tcp_store, shc, monkeypatch):
+    """Over ``inner_backend=barrier``, whose rank 0 hands its workers a port it closed
+    (the port race), the launcher holding rank 0 serves them too, whatever the variable
+    says (the barrier handler builds each round afresh), and the variable is not set."""
+    monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
+    settings = BarrierSettings("job", 2, 2, last_call_timeout=0, local_addr="127.0.0.1")
+    handlers = []
+    for task in (0, 2):
+        store = tcp_client(tcp_store)
+        inner = BarrierRendezvousHandler(store, settings)
+        handlers.append(
+            SegmentHealthRendezvousHandler(
+                inner, store=store, directory=shc, environ=slurm_env(task=task)
+            )
+        )
+    infos = [join.result for join in join_all(handlers)]
+    ports = {info.bootstrap_store_info.master_port for info in infos}
+    assert len(ports) == 1
+    assert_held(ports.pop())
+    first, second = (workers_store(info) for info in infos)
+    first.set("rank 0 worker", "here")
+    assert second.get("rank 0 worker") == b"here"
+    assert all(handler.use_agent_store for handler in handlers)  # no worker binds it
+    assert SHARED_STORE_ENV not in os.environ
+    for handler in handlers:
+        handler.shutdown()
+
+
 def test_a_handler_other_than_torchs_dynamic_one_is_left_as_it_is(tcp_store, shc, monkeypatch):
-    """Only torch's dynamic handler publishes each round in a store of that round alone;
-    another inner handler's bootstrap is passed through, and the variable is not set."""
+    """Only torch's dynamic handler and the barrier handler publish each round in a store
+    of that round alone; another inner handler's bootstrap is passed through, and the variable is not set."""
     monkeypatch.delenv(SHARED_STORE_ENV, raising=False)
     inner = dynamic_handler(tcp_client(tcp_store), 1, 1)
     other = SegmentHealthRendezvousHandler(inner, store=None, directory=None)
