@@ -16,6 +16,7 @@ import threading
 import time
 from pathlib import Path
 
+from .._rendezvous import registry
 from .._settings.check_settings import DIRECTORY_ENV
 from .._settings.rdzv_conf import WATCH_INTERVAL_KEY
 from .paths import RunPaths, read_log
@@ -67,7 +68,7 @@ def rendezvous_config(
         # still twice the occasional 5 s TCPStore connect stall.
         "close_timeout": "10",
     }
-    if spec.rendezvous == "c10d":
+    if spec.rendezvous not in registry.etcd_names():  # c10d's TCPStore, or barrier's
         # The store is hosted by a harness process outside every allocation unit: an
         # excluded unit hosting it would take the rendezvous down, since the TCPStore
         # lives in its host launcher and dies when that launcher exits.

@@ -6,7 +6,9 @@ etcd key. Each backend's
 ``get_state()`` (public API) returns that state as the bytes of a pickled
 ``_RendezvousState``, a private class whose attributes (``round``, ``complete``,
 ``closed``, ``participants``, ``wait_list``, ``redundancy_list``) any torch release may
-change. The harness reads it to learn a worker's round and who waits where.
+change. The harness reads it to learn a worker's round and who waits where. The
+``barrier`` rendezvous keeps no such state: :func:`read_barrier` reads the same facts
+from its keys (``nvrx_seghealth._rendezvous.barrier.keys``).
 
 This module is the one place that unpickles it. :func:`decode` turns the bytes into a
 :class:`RendezvousSnapshot` and never raises: a fact it cannot read (the bytes do not
@@ -15,7 +17,7 @@ unpickle, an attribute is missing or of another type) is ``None``, "unknown", an
 store or etcd that does not answer raises as torch's backend does.
 
 Importing this module needs only the standard library; :func:`read_store`,
-:func:`read_endpoint` and :func:`etcd_rendezvous` import torch.
+:func:`read_barrier`, :func:`read_endpoint` and :func:`etcd_rendezvous` import torch.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "RendezvousSnapshot",
     "decode",
     "etcd_rendezvous",
+    "read_barrier",
     "read_endpoint",
     "read_store",
 ]
@@ -124,6 +127,77 @@ def read_store(store: Any, run_id: str) -> RendezvousSnapshot:
     return decode(None if state is None else state[0])
 
 
+def _barrier_pid(node: str) -> int | None:
+    """The process id in a barrier launcher's name (``<addr>_<pid>_<tag>``), or ``None``."""
+    parts = node.rsplit("_", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def _barrier_pids(nodes: list[str]) -> tuple[int, ...] | None:
+    pids = [_barrier_pid(node) for node in nodes]
+    known = [pid for pid in pids if pid is not None]
+    return tuple(sorted(known)) if len(known) == len(pids) else None
+
+
+def read_barrier(store: Any, run_id: str) -> RendezvousSnapshot:
+    """The snapshot of run ``run_id`` of the barrier rendezvous in ``store`` (a torch
+    ``Store``), read from its keys.
+
+    ``round`` is the latest round that formed a world (its members run it; the next
+    round is not decided before that world ends), ``complete`` whether one did. The
+    launchers that arrived in the round after it wait: as ``spares`` when it filled
+    (``<r>/full``), else on the ``waiting`` list. Before any world, the round being
+    formed is ``round`` and its arrivals wait.
+    """
+    # torch's rendezvous package first: it loads the ``barrier`` entry point as it starts,
+    # and that entry point imports the handler this package would be importing
+    import torch.distributed.elastic.rendezvous  # noqa: F401
+    from torch.distributed import PrefixStore
+
+    from .._rendezvous.barrier import keys
+    from .._rendezvous.barrier.closer import formed_a_world
+
+    barrier = PrefixStore(keys.prefix(run_id), store)
+    closed = bool(barrier.check([keys.CLOSED]))
+    if not barrier.check([keys.ROUND]):
+        return RendezvousSnapshot(closed=closed, problem="no barrier round is stored")
+    number = int(barrier.get(keys.ROUND))
+    world: int | None = None
+    done = ""
+    for candidate in range(number, -1, -1):
+        rnd = keys.Round(candidate)
+        if barrier.check([rnd.done]):
+            done = barrier.get(rnd.done).decode("ascii")
+            if formed_a_world(done):
+                world = candidate
+                break
+
+    def arrivals(rnd: keys.Round) -> list[str]:
+        count = int(barrier.add(rnd.arrivals, 0))
+        slots = [rnd.slot(i) for i in range(1, count + 1)]
+        present = [slot for slot in slots if barrier.check([slot])]
+        return [value.decode("ascii") for value in barrier.multi_get(present)] if present else []
+
+    if world is None:
+        waiting = _barrier_pids(arrivals(keys.Round(number)))
+        return RendezvousSnapshot(number, False, closed, (), waiting, ())
+    current = keys.Round(world)
+    closer = done.split(" ", 2)[2]
+    members = _barrier_pids(barrier.get(current.members(closer)).decode("ascii").split("\n"))
+    after = _barrier_pids(arrivals(keys.Round(world + 1)))
+    full = bool(barrier.check([current.full]))
+    unnamed = members is None or after is None
+    return RendezvousSnapshot(
+        world,
+        True,
+        closed,
+        members,
+        () if full else after,
+        after if full else (),
+        "a barrier launcher's name holds no process id" if unnamed else None,
+    )
+
+
 def etcd_rendezvous(
     backend: str, endpoint: str, run_id: str, read_timeout: float = 60.0
 ) -> tuple[Any, Any]:
@@ -149,17 +223,18 @@ def read_endpoint(
 ) -> RendezvousSnapshot:
     """The snapshot of run ``run_id`` of the rendezvous ``backend`` at ``endpoint``.
 
-    ``c10d``: the TCPStore at ``HOST:PORT``. ``etcd-v2`` and ``etcd-v3``: the etcd at
-    ``endpoint``, through :func:`etcd_rendezvous`.
+    ``c10d`` and ``barrier``: the TCPStore at ``HOST:PORT``. ``etcd-v2`` and
+    ``etcd-v3``: the etcd at ``endpoint``, through :func:`etcd_rendezvous`.
 
     Raises:
         ValueError: ``backend`` is none of them.
     """
-    if backend == "c10d":
+    if backend in ("c10d", "barrier"):
         from torch.distributed import TCPStore
 
         host, port = endpoint.rsplit(":", 1)
-        return read_store(TCPStore(host, int(port), is_master=False, timeout=timeout), run_id)
+        store = TCPStore(host, int(port), is_master=False, timeout=timeout)
+        return read_store(store, run_id) if backend == "c10d" else read_barrier(store, run_id)
     if backend in registry.etcd_names():
         rendezvous = etcd_rendezvous(backend, endpoint, run_id, timeout.total_seconds())[0]
         try:

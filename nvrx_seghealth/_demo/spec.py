@@ -56,9 +56,9 @@ class JobSpec:
             the array task id, ``0`` for a regular job).
         backend: ``segment-health``, or plain ``c10d`` or ``etcd-v3``.
         inner_backend: the rendezvous ``segment-health`` wraps: ``c10d`` (its store
-            hosted as :attr:`store_in_launcher` says), ``etcd-v2`` or ``etcd-v3`` (its
-            state and store in the etcd at :attr:`etcd_endpoint`; no allocation unit
-            hosts anything).
+            hosted as :attr:`store_in_launcher` says), ``barrier`` (its TCPStore hosted
+            by the harness), ``etcd-v2`` or ``etcd-v3`` (its state and store in the etcd
+            at :attr:`etcd_endpoint`; no allocation unit hosts anything).
         etcd_endpoint: the ``--rdzv-endpoint`` of every launcher: ``HOST:PORT`` of a
             running etcd, or of every member, comma-separated (``etcd-v2``: the v2 API
             enabled); required by, and only for, ``etcd-v2`` and ``etcd-v3``.
@@ -181,13 +181,15 @@ class JobSpec:
 
     @property
     def rendezvous(self) -> str:
-        """The rendezvous that does the work: ``c10d``, ``etcd-v2`` or ``etcd-v3``."""
+        """The rendezvous that does the work: ``c10d``, ``barrier``, ``etcd-v2`` or
+        ``etcd-v3``."""
         return self.inner_backend if self.backend == "segment-health" else self.backend
 
     @property
     def harness_hosts_store(self) -> bool:
-        """Whether the harness runs the c10d TCPStore (in a process outside every unit)."""
-        return self.rendezvous == "c10d" and self.store_in_launcher is None
+        """Whether the harness runs the TCPStore of ``c10d`` or ``barrier`` (in a process
+        outside every unit)."""
+        return self.rendezvous not in registry.etcd_names() and self.store_in_launcher is None
 
     @property
     def units(self) -> range:

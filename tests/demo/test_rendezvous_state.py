@@ -15,9 +15,11 @@ from harness.waits import wait_until
 from nvrx_seghealth._demo.rendezvous_state import (
     RendezvousSnapshot,
     decode,
+    read_barrier,
     read_endpoint,
     read_store,
 )
+from nvrx_seghealth._rendezvous.barrier import BarrierRendezvousHandler, BarrierSettings
 
 UNKNOWN_FACTS = dict.fromkeys(("round", "complete", "closed", "participants", "waiting", "spares"))
 
@@ -46,6 +48,27 @@ def test_reads_a_real_c10d_rendezvous_state(tcp_store) -> None:
     member.shutdown()  # closes the rendezvous for every node
     assert isinstance(spare.wait().error, RendezvousError)  # the spare leaves
     assert read_store(tcp_client(tcp_store), RUN).closed is True
+
+
+def test_reads_a_barrier_rendezvous_from_its_keys(tcp_store) -> None:
+    me = (os.getpid(),)  # a barrier launcher's name holds its process id
+    assert facts(read_barrier(tcp_client(tcp_store), RUN)) == UNKNOWN_FACTS | {"closed": False}
+    settings = BarrierSettings(RUN, 1, 1, last_call_timeout=0, local_addr="127.0.0.1")
+    member = BarrierRendezvousHandler(tcp_client(tcp_store), settings)
+    member.next_rendezvous()
+    spare = Join(BarrierRendezvousHandler(tcp_client(tcp_store), settings))
+    wait_until(lambda: read_barrier(tcp_client(tcp_store), RUN).spares == me)
+
+    snapshot = read_barrier(tcp_client(tcp_store), RUN)
+    assert snapshot == RendezvousSnapshot(
+        round=0, complete=True, closed=False, participants=me, waiting=(), spares=me
+    )
+    endpoint = f"127.0.0.1:{tcp_store.port}"
+    assert read_endpoint("barrier", endpoint, RUN, datetime.timedelta(seconds=10)) == snapshot
+
+    member.shutdown()  # closes the rendezvous; the spare leaves gracefully
+    assert isinstance(spare.wait().error, RendezvousError)
+    assert read_barrier(tcp_client(tcp_store), RUN).closed is True
 
 
 @dataclass(frozen=True)

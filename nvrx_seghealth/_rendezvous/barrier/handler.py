@@ -23,6 +23,7 @@ The agent's other calls:
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 import uuid
@@ -108,7 +109,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._store = PrefixStore(keys.prefix(settings.run_id), store)
         self._settings = settings
         addr = settings.local_addr or socket.getfqdn()
-        self._node = f"{addr}_{uuid.uuid4().hex[:12]}"
+        self._node = f"{addr}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
         # its own client: this one may block in a wait. Held here too: a store written in
         # Python (etcd-v3's) is gone once only the PrefixStore's C++ half refers to it.
         self._heartbeat_client = _second_client(store)
@@ -127,7 +128,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
 
     @property
     def node(self) -> str:
-        """This launcher's name in the store."""
+        """This launcher's name in the store: ``<addr>_<pid>_<8 hex digits>``, its address
+        and process id as torch names a node, unique in the run."""
         return self._node
 
     def get_backend(self) -> str:
