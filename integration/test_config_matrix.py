@@ -1,7 +1,8 @@
 """Every configuration the docs offer, in whole jobs beside plain c10d: a pairwise design.
 
 - Configurations (``harness.jobs.configurations``): where the store lives (a store host,
-  etcd-v2, etcd-v3, in a launcher), the watch off or on, one or two launchers per unit.
+  the barrier rendezvous on a store host, etcd-v2, etcd-v3, in a launcher), the watch off
+  or on, one or two launchers per unit.
 - Three array tasks: tasks 0 and 1 form the world, task 2 is the spare.
 - Scenarios: ``before-launch`` (task 1 marked first), ``at-restart`` (a unit marked while
   training, then a worker fails), ``during-training`` (the watch acts), ``sigterm`` (to

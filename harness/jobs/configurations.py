@@ -3,11 +3,12 @@ from a running job: who holds rank 0, who waits as a spare, the store of a round
 
 A :class:`Configuration` is one way to run the ``segment-health`` backend: where the
 rendezvous store lives (:data:`STORE_HOST`: c10d with ``nvrx-seghealth store-host``-like
-store outside every unit, ``is_host=false``; :data:`ETCD`: ``inner_backend=etcd-v2``;
-:data:`ETCD_V3`: ``inner_backend=etcd-v3``, the v2 API off; :data:`IN_LAUNCHER`: c10d
-with the store in a launcher, ``is_host=true``), the watch off
-or on, and one or two launchers per unit. :meth:`Configuration.spec` builds its job;
-:func:`plain_c10d` the same job on plain ``c10d`` with the store outside every unit.
+store outside every unit, ``is_host=false``; :data:`BARRIER`: ``inner_backend=barrier``
+on such a store; :data:`ETCD`: ``inner_backend=etcd-v2``; :data:`ETCD_V3`:
+``inner_backend=etcd-v3``, the v2 API off; :data:`IN_LAUNCHER`: c10d with the store in a
+launcher, ``is_host=true``), the watch off or on, and one or two launchers per unit.
+:meth:`Configuration.spec` builds its job; :func:`plain_c10d` the same job on plain
+``c10d`` with the store outside every unit.
 
 Every helper reads recorded facts (worker records, torch's rendezvous state, the round's
 store, ``/proc``) and waits for a condition through :meth:`SimulatedJob.wait_until`,
@@ -37,6 +38,7 @@ from nvrx_seghealth._launcher.watch import ARRIVED_KEY
 from .simjob import JOINED
 
 __all__ = [
+    "BARRIER",
     "CONFIGURATIONS",
     "ETCD",
     "ETCD_PLACEMENTS",
@@ -61,6 +63,8 @@ __all__ = [
 
 #: Where the rendezvous store lives.
 STORE_HOST = "store-host"
+#: The barrier rendezvous on a store outside every unit: the placement is its name.
+BARRIER = "barrier"
 ETCD = "etcd-v2"
 ETCD_V3 = "etcd-v3"
 #: The placements in etcd: the placement is the inner backend's name.
@@ -82,7 +86,8 @@ class Configuration:
     """One way to run the backend (see the module documentation).
 
     Attributes:
-        placement: :data:`STORE_HOST`, :data:`ETCD`, :data:`ETCD_V3` or :data:`IN_LAUNCHER`.
+        placement: :data:`STORE_HOST`, :data:`BARRIER`, :data:`ETCD`, :data:`ETCD_V3` or
+            :data:`IN_LAUNCHER`.
         watch: ``segment_health_check_watch_interval`` is :data:`WATCH_SECONDS` (or off).
         launchers: launchers per unit (``srun -N``).
     """
@@ -108,9 +113,10 @@ class Configuration:
         in_etcd = self.placement in ETCD_PLACEMENTS
         if in_etcd != (etcd_endpoint is not None):
             raise ValueError("an etcd endpoint is required by, and only for, etcd-v2 and etcd-v3")
+        named = in_etcd or self.placement == BARRIER  # the placement is the inner backend
         return JobSpec(
             nodes_per_task=self.launchers,
-            inner_backend=self.placement if in_etcd else "c10d",
+            inner_backend=self.placement if named else "c10d",
             etcd_endpoint=etcd_endpoint,
             store_in_launcher=HOST if self.placement == IN_LAUNCHER else None,
             watch_interval=WATCH_SECONDS if self.watch else 0.0,
@@ -125,7 +131,7 @@ class Configuration:
 CONFIGURATIONS: tuple[Configuration, ...] = (
     *(
         Configuration(placement, watch, launchers)
-        for placement in (STORE_HOST, ETCD, ETCD_V3)
+        for placement in (STORE_HOST, BARRIER, ETCD, ETCD_V3)
         for watch in (False, True)
         for launchers in (1, 2)
     ),

@@ -1,7 +1,7 @@
 """The configuration matrix's cells: a pairwise design over the settings the docs offer.
 
 A cell is one :class:`~.configurations.Configuration` (store, watch, launchers per unit)
-running one scenario (``integration/test_config_matrix.py``). The full product is 47
+running one scenario (``integration/test_config_matrix.py``). The full product is 63
 whole jobs. :data:`PAIRWISE` runs fewer, by these rules:
 
 * every store runs every scenario it can run, once;
@@ -65,6 +65,14 @@ PAIRWISE: tuple[tuple[str, str], ...] = (
     ("store-host/no-watch/1-per-unit", "sigterm"),
     ("store-host/no-watch/2-per-unit", "sigterm"),
     ("store-host/watch/2-per-unit", "sigterm"),
+    ("barrier/watch/2-per-unit", "before-launch"),
+    ("barrier/no-watch/2-per-unit", "at-restart"),
+    ("barrier/no-watch/1-per-unit", "at-restart-rank-0"),
+    ("barrier/watch/1-per-unit", "during-training"),
+    ("barrier/watch/2-per-unit", "during-training-rank-0"),
+    ("barrier/no-watch/1-per-unit", "sigterm"),
+    ("barrier/no-watch/2-per-unit", "sigterm"),
+    ("barrier/watch/1-per-unit", "sigterm"),
     ("etcd-v2/watch/2-per-unit", "before-launch"),
     ("etcd-v2/no-watch/2-per-unit", "at-restart"),
     ("etcd-v2/no-watch/2-per-unit", "at-restart-rank-0"),
