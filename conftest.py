@@ -42,7 +42,6 @@ TIERS: dict[str, tuple[str, ...]] = {
     # Unit tests of what imports torch: what a second torch version must pass.
     "tests/launcher/": ("torch",),
     "tests/rendezvous/": ("torch",),
-    "tests/settings/": ("torch",),
     "tests/demo/": ("torch",),
 }
 

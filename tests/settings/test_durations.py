@@ -20,6 +20,9 @@ from nvrx_seghealth._settings.durations import (
 )
 from nvrx_seghealth._settings.rdzv_conf import BackendSettings
 
+#: The handler and the check take these durations: a second torch must pass them too.
+pytestmark = pytest.mark.torch
+
 REFUSED_STAT = [
     0,
     0.005,
