@@ -243,11 +243,16 @@ def test_the_site_build_is_strict(tmp_path):
     } == planted
 
 
-def test_the_docs_command_is_what_ci_runs():
+def test_the_docs_commands_check_what_the_tiers_ci_runs_check():
     (example,) = examples_under(CONTRIBUTING, "The documentation")
     lines = [shlex.join(argv) for argv in commands(example.text)]
     assert lines == ["./dev docs", "./dev docs --check-width"]
-    assert "./dev docs --check-width" in ci_commands()
+    # CI runs both tiers (test_test_commands_are_what_ci_runs); this module builds the site
+    # strictly, and the whole-job tier checks its width with the same code as the command.
+    assert "def test_the_site_build_is_strict" in Path(__file__).read_text()
+    site_test = (ROOT / "integration/docs/test_site.py").read_text()
+    assert "def test_every_page_fits_1280_px" in site_test
+    assert "from harness.docsite import width as sitewidth" in site_test
 
 
 @pytest.mark.parametrize(
