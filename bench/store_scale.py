@@ -112,10 +112,10 @@ def _round(port: int, directory: str, run_id: str, share: int, watch: bool, read
     store = CountingStore(
         dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=120))
     )
-    from nvrx_seghealth._decision import artifact
+    from nvrx_seghealth._decision import decision_file
 
     stats = 0
-    real_stat_within = artifact.stat_within
+    real_stat_within = decision_file.stat_within
 
     def counting_stat(path, timeout):
         nonlocal stats
@@ -123,7 +123,7 @@ def _round(port: int, directory: str, run_id: str, share: int, watch: bool, read
             stats += 1
         return real_stat_within(path, timeout)
 
-    artifact.stat_within = counting_stat  # the check's one stat (made in its helper process)
+    decision_file.stat_within = counting_stat  # the check's one stat (made in its helper process)
     # 5,008 exclusions would each log their lines to stderr; the counts are the result.
     logging.getLogger("nvrx_seghealth").addHandler(logging.NullHandler())
     logging.getLogger("nvrx_seghealth").propagate = False

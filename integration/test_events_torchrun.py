@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from harness.jobs.simjob import JOB_TIMEOUT, report
-from nvrx_seghealth._decision.artifact import artifact_path
+from nvrx_seghealth._decision.decision_file import decision_file_path
 from nvrx_seghealth._demo import JobSpec, SimulatedJob
 
 #: The decisions of each launcher, in order: one event each, none per responder look.
@@ -39,7 +39,7 @@ def test_each_decision_is_one_torch_event_with_its_metrics(request, tmp_path) ->
         record_telemetry=True,
     )
     job = SimulatedJob(spec, tmp_path)
-    os.mkdir(artifact_path(str(job.paths.decisions), str(spec.array_job_id), "2"))
+    os.mkdir(decision_file_path(str(job.paths.decisions), str(spec.array_job_id), "2"))
     with job:
         result = report(request, "job", job.wait(timeout=JOB_TIMEOUT))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._errors import (
@@ -35,13 +36,13 @@ from ._errors import (
 from ._logfmt import parse_fields
 
 if TYPE_CHECKING:
-    from ._decision.artifact import (
+    from ._decision.decision_file import (
         DEFAULT_STAT_TIMEOUT,
         Decision,
         DecisionConflict,
         Outcome,
-        artifact_path,
         clear_decision,
+        decision_file_path,
         evaluate,
         publish_decision,
     )
@@ -66,8 +67,8 @@ __all__ = [
     "SegmentHealthError",
     "SegmentHealthRendezvousHandler",
     "UnhealthyNodeException",
-    "artifact_path",
     "clear_decision",
+    "decision_file_path",
     "evaluate",
     "get_segment_health_check",
     "parse_fields",
@@ -77,13 +78,13 @@ __all__ = [
 
 #: The modules of the names loaded when first used, and their public names.
 _LAZY_MODULES = {
-    "._decision.artifact": (
+    "._decision.decision_file": (
         "DEFAULT_STAT_TIMEOUT",
         "Decision",
         "DecisionConflict",
         "Outcome",
-        "artifact_path",
         "clear_decision",
+        "decision_file_path",
         "evaluate",
         "publish_decision",
     ),
@@ -94,6 +95,10 @@ _LAZY_MODULES = {
     "._launcher.markers": ("ReplacementGroupMarkers",),
 }
 _LAZY = {name: module for module, names in _LAZY_MODULES.items() for name in names}
+
+#: Old names that still work for one release, each with a DeprecationWarning, and the
+#: public name that replaces it. They are not in ``__all__``: ``import *`` skips them.
+_DEPRECATED = {"artifact_path": "decision_file_path"}
 
 
 def _public(value: Any) -> Any:
@@ -110,13 +115,26 @@ del _exception
 
 
 def __getattr__(name: str) -> Any:
-    """Load ``name``'s module; bind the public names of every module loaded (PEP 562)."""
+    """Load ``name``'s module; bind the public names of every module loaded (PEP 562).
+
+    A deprecated name warns on every use and returns its new name's value; it is never
+    bound, so the next use warns too.
+    """
+    if name in _DEPRECATED:
+        new = _DEPRECATED[name]
+        warnings.warn(
+            f"nvrx_seghealth.{name} is deprecated and will be removed in the next release; "
+            f"use nvrx_seghealth.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(sys.modules[__name__], new)
     try:
         module_name = _LAZY[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
     importlib.import_module(module_name, __name__)
-    for loaded, names in _LAZY_MODULES.items():  # e.g. unit's with artifact's: its errors
+    for loaded, names in _LAZY_MODULES.items():  # e.g. unit's with decision_file's: its errors
         module = sys.modules.get(__name__ + loaded)
         for public in names:
             if hasattr(module, public):  # not yet if the module is still being imported

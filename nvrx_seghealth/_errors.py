@@ -48,8 +48,8 @@ class SegmentHealthError(Exception):
         ├── ConfigurationError(ValueError) *   here: a setting cannot be used
         ├── UnhealthyNodeException *           here: the unit is excluded (the spec's name)
         ├── InvalidIdentityError(ValueError) * _decision/unit.py: a Slurm id is unusable
-        ├── DecisionConflict(RuntimeError) *   _decision/artifact.py: a conditional write
-        │                                      found another decision; nothing written
+        ├── DecisionConflict(RuntimeError) *   _decision/decision_file.py: a conditional
+        │                                      write found another decision; nothing written
         ├── HelperStartError(OSError)          _decision/helperprocess.py: no helper process
         ├── HelperTimeout(TimeoutError)        _decision/helperprocess.py: a bounded call into
         │                                      a hung filesystem did not answer, or was not sent

@@ -38,7 +38,7 @@ from harness.docs import (
     without_srun,
 )
 from nvrx_seghealth._commands import build_parser
-from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
+from nvrx_seghealth._decision.decision_file import DECISION_FILE_PREFIX
 
 pytestmark = pytest.mark.torch  # the examples parse with torchrun and build the handler
 
@@ -275,7 +275,7 @@ def test_cluster_recipe_submits_the_tested_job_script(block):
 
 def test_decision_file_name():
     (example,) = examples_under("docs/reference/decision-file.md", "The decision file", "")
-    assert example.text.strip() == f"<directory>/{ARTIFACT_PREFIX}.<job_id>.<task_id>"
+    assert example.text.strip() == f"<directory>/{DECISION_FILE_PREFIX}.<job_id>.<task_id>"
 
 
 def test_test_commands_are_what_ci_runs():

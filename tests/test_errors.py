@@ -165,4 +165,4 @@ def test_one_except_catches_what_a_call_of_the_package_raised_on_purpose(tmp_pat
     with pytest.raises(SegmentHealthError):
         nvrx_seghealth.publish_decision(str(tmp_path), "1x", "1", "reason")  # a bad id
     with pytest.raises(SegmentHealthError):
-        nvrx_seghealth.artifact_path("relative", "1", "1")  # a bad directory
+        nvrx_seghealth.decision_file_path("relative", "1", "1")  # a bad directory

@@ -99,3 +99,18 @@ def test_torchs_entry_point_loads_the_backend_without_the_rest_of_the_api():
     assert {m for m in loaded if m.startswith("nvrx_seghealth._decision")} == set(), loaded
     unused = {"check", "handler", "markers", "coordinator", "process_zero"}
     assert {f"nvrx_seghealth._launcher.{name}" for name in unused} & loaded == set(), loaded
+
+
+def test_the_deprecated_artifact_path_warns_and_returns_what_decision_file_path_does():
+    """``artifact_path``, the old name of ``decision_file_path``, works for one release:
+    each use warns, naming the new name, from the caller's line."""
+    with pytest.warns(DeprecationWarning, match="use nvrx_seghealth.decision_file_path") as caught:
+        old = nvrx_seghealth.artifact_path
+    assert caught[0].filename == __file__
+    assert old is nvrx_seghealth.decision_file_path
+    with pytest.warns(DeprecationWarning, match="artifact_path is deprecated"):
+        from nvrx_seghealth import artifact_path  # warns again: the old name is never bound
+    assert artifact_path("/shared/job", 123, "7") == nvrx_seghealth.decision_file_path(
+        "/shared/job", 123, "7"
+    )
+    assert "artifact_path" not in nvrx_seghealth.__all__

@@ -35,7 +35,7 @@ from harness.ports import free_port
 from harness.rendezvous import coordinator_of
 from harness.telemetry import exclusion_tokens
 from nvrx_seghealth._commands import build_parser
-from nvrx_seghealth._decision.artifact import ARTIFACT_PREFIX
+from nvrx_seghealth._decision.decision_file import DECISION_FILE_PREFIX
 
 FRONT, START, CLUSTER, WATCH = (
     "README.md",
@@ -133,7 +133,7 @@ def test_try_it_on_one_machine(tmp_path):
     tokens = exclusion_tokens("1000", "7")  # as the composition section shows them
     assert tokens in output and f"`{tokens}`" in (ROOT / API).read_text()
     assert re.search(r"^1000\s+7\s+unhealthy", output, re.MULTILINE)  # status after mark
-    assert (decisions / f"{ARTIFACT_PREFIX}.1000.7").stat().st_size == 0  # cleared
+    assert (decisions / f"{DECISION_FILE_PREFIX}.1000.7").stat().st_size == 0  # cleared
 
 
 def test_install_lines(tmp_path):
@@ -213,7 +213,7 @@ def test_events_launcher_script(tmp_path, tcp_store):
     (tmp_path / name).write_text(script.text.replace("/shared/job/events", str(folder)))
     decisions = tmp_path / "decisions"
     decisions.mkdir()
-    (decisions / f"{ARTIFACT_PREFIX}.123.7").write_text("node17: ECC errors\n")
+    (decisions / f"{DECISION_FILE_PREFIX}.123.7").write_text("node17: ECC errors\n")
     options = [
         arg.replace("store-host:29400", f"127.0.0.1:{tcp_store.port}")
         .replace("/shared/job/segment-health-check/$SLURM_ARRAY_JOB_ID", str(decisions))

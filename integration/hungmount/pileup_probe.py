@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from nvrx_seghealth._decision.artifact import evaluate
+from nvrx_seghealth._decision.decision_file import evaluate
 from nvrx_seghealth._decision.helperprocess import STUCK_TAG
 
 #: The bound of the final stat of NORMAL_PATH: generous, it may start a new helper.

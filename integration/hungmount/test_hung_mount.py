@@ -28,7 +28,7 @@ import pytest
 
 from harness.ports import free_port
 from harness.services.fuse import RELEASE_TIMEOUT, kill_session, pipe_holders, run_bounded
-from nvrx_seghealth._decision.artifact import DEFAULT_STAT_TIMEOUT
+from nvrx_seghealth._decision.decision_file import DEFAULT_STAT_TIMEOUT
 from nvrx_seghealth._settings.check_settings import DIRECTORY_ENV
 
 if TYPE_CHECKING:
@@ -38,11 +38,11 @@ pytestmark = pytest.mark.hungmount
 
 HERE = Path(__file__).parent
 #: The decision file of job 1, task 1 (a regular job: both ids are SLURM_JOB_ID).
-ARTIFACT = "segment_health_check.1.1"
+DECISION_FILE = "segment_health_check.1.1"
 
 EVALUATE = (
     "import sys\n"
-    "from nvrx_seghealth._decision.artifact import evaluate\n"
+    "from nvrx_seghealth._decision.decision_file import evaluate\n"
     "print(evaluate(sys.argv[1], float(sys.argv[2])).outcome.value, flush=True)\n"
 )
 
@@ -68,7 +68,7 @@ def test_a_process_whose_stat_hung_exits(hung_mount: HungMount) -> None:
     bound (1 s) and then exits, with its stat still stuck in the kernel, and leaves no
     process behind holding its stdout or stderr. A stat stuck on a thread of its own
     would keep it from ever exiting."""
-    path = hung_mount.path / ARTIFACT
+    path = hung_mount.path / DECISION_FILE
     done = run_bounded([sys.executable, "-c", EVALUATE, str(path), "1.0"], hung_mount, 15.0)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["unreadable"]
@@ -104,7 +104,7 @@ def test_torchrun_fails_open_trains_and_exits(hung_mount: HungMount, tmp_path: P
     directory hangs logs a fail-open WARNING for its decision file after the 2 s bound,
     runs its worker (one gloo ``all_reduce``) and exits 0, with its output through pipes:
     the stuck stat holds neither the agent's exit nor its stdout/stderr."""
-    path = hung_mount.path / ARTIFACT
+    path = hung_mount.path / DECISION_FILE
     conf = f"segment_health_check_dir={hung_mount.path},segment_health_check_stat_timeout=2"
     command = [
         sys.executable, "-m", "torch.distributed.run",
@@ -137,7 +137,7 @@ def _run_pileup_probe(mount: HungMount, tmp_path: Path) -> tuple[dict, dict]:
     abort ``mount`` once it has reported, and return its two reports."""
     normal = tmp_path / "segment_health_check.2.2"
     normal.touch()
-    command = [sys.executable, str(HERE / "pileup_probe.py"), str(mount.path / ARTIFACT),
+    command = [sys.executable, str(HERE / "pileup_probe.py"), str(mount.path / DECISION_FILE),
                str(normal), "30", "0.2", "5"]  # fmt: skip
     with open(tmp_path / "probe.stderr", "wb") as stderr:
         process = subprocess.Popen(

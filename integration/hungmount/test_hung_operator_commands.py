@@ -243,7 +243,7 @@ def test_one_shot_commands_on_a_hung_directory_leave_one_stuck_helper_between_th
 
 STATS_AFTER_ABANDONING = """
 import sys
-from nvrx_seghealth._decision.artifact import judge
+from nvrx_seghealth._decision.decision_file import judge
 from nvrx_seghealth._decision.boundedstat import stat_within
 from nvrx_seghealth._decision.helperprocess import HelperTimeout
 try:

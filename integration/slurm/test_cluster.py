@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from nvrx_seghealth import AllocationUnit, artifact_path
+from nvrx_seghealth import AllocationUnit, decision_file_path
 
 if TYPE_CHECKING:
     from harness.services.slurm import SlurmCluster
@@ -102,7 +102,7 @@ def test_array_task_unit_is_array_job_id_and_task_id(
         unit = AllocationUnit.from_env(env)
         assert unit is not None and unit.is_array
         assert unit.procid == env["SLURM_PROCID"]
-        assert artifact_path(DECISIONS, unit.job_id, unit.task_id) == (
+        assert decision_file_path(DECISIONS, unit.job_id, unit.task_id) == (
             f"{DECISIONS}/segment_health_check."
             f"{env['SLURM_ARRAY_JOB_ID']}.{env['SLURM_ARRAY_TASK_ID']}"
         )
@@ -124,7 +124,7 @@ def test_regular_job_unit_is_job_id_twice(slurm_cluster: SlurmCluster, tmp_path:
         assert env["SLURM_JOB_ID"] == job_id
         unit = AllocationUnit.from_env(env)
         assert unit == AllocationUnit(job_id, job_id, is_array=False, procid=env["SLURM_PROCID"])
-        assert artifact_path(DECISIONS, unit.job_id, unit.task_id) == (
+        assert decision_file_path(DECISIONS, unit.job_id, unit.task_id) == (
             f"{DECISIONS}/segment_health_check.{job_id}.{job_id}"
         )
 

@@ -1,6 +1,6 @@
 """``nvrx-seghealth check``: the consumer's decision for one allocation unit, on demand.
 
-The evaluation is the consumer's own (:func:`nvrx_seghealth._decision.artifact.evaluate`, one
+The evaluation is the consumer's own (:func:`nvrx_seghealth._decision.decision_file.evaluate`, one
 ``stat`` bounded by the same default timeout, the file never opened). Unlike the
 consumer, ``check`` evaluates on every launcher, whatever ``SLURM_PROCID`` says: it
 answers an operator's question, it installs nothing.
@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .._decision.artifact import (
+from .._decision.decision_file import (
     DEFAULT_STAT_TIMEOUT,
     Decision,
     Outcome,
-    artifact_path,
+    decision_file_path,
     directory_problem,
     evaluate,
 )
@@ -132,7 +132,7 @@ def check_command(args: argparse.Namespace) -> int:
     """
     directory = directory_of(args)
     job_id, task_id = _unit_ids(args)
-    decision = evaluate(artifact_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
+    decision = evaluate(decision_file_path(directory, job_id, task_id), DEFAULT_STAT_TIMEOUT)
     hint = _hint(decision, directory, job_id)
     if args.json:
         print_json(

@@ -19,8 +19,8 @@ import argparse
 import os
 from typing import Any
 
-from .._decision.artifact import DEFAULT_STAT_TIMEOUT
 from .._decision.boundedstat import stat_within
+from .._decision.decision_file import DEFAULT_STAT_TIMEOUT
 from .._decision.preflight import Finding, Level, preflight
 from .._errors import ConfigurationError
 from .._launcher.bypass import standalone_asked

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._decision import boundedfs
-from .._decision.artifact import artifact_path
+from .._decision.decision_file import decision_file_path
 from .._decision.files import Result
 from .._decision.listing import job_folder
 from .._decision.problems import write_problem
@@ -152,7 +152,7 @@ def _write(
         ConfigurationError: no usable directory (the dispatcher exits 2).
     """
     directory = directory_of(args)
-    path = artifact_path(directory, args.job_id, args.task_id)
+    path = decision_file_path(directory, args.job_id, args.task_id)
     try:
         result = boundedfs.replace(path, content, None, args.fs_timeout, create=create)
     except OSError as error:  # LockBusyError and HelperTimeout too

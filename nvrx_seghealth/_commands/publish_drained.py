@@ -330,7 +330,7 @@ def _directory_problem(directory: str, timeout: float) -> str | None:
     """Why the producer must not start on ``directory``: it does not exist, is not a
     directory, or cannot be examined within ``timeout`` (a pass there could only fail).
 
-    Stricter than :func:`~.._decision.artifact.directory_problem`, which lets a
+    Stricter than :func:`~.._decision.decision_file.directory_problem`, which lets a
     directory that cannot be examined pass (a consumer fails open and reports it)."""
     try:
         mode = stat_within(directory, timeout).st_mode

@@ -1,7 +1,7 @@
 """``nvrx-seghealth status``: every decision file of a directory, and how its producers are.
 
 Each file is judged as the launcher's process 0 judges it: by one bounded ``stat``, which
-also gives its age (:func:`~.._decision.artifact.judge_with_stat`). An unhealthy file's
+also gives its age (:func:`~.._decision.decision_file.judge_with_stat`). An unhealthy file's
 row shows the first line of its text, from one bounded read. A name with leading zeros
 is not looked at, since no launcher reads it (:data:`UNREAD`). A row also says when no
 producer can write there: a link or a FIFO, say, where the decision belongs
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._decision import boundedfs
-from .._decision.artifact import Outcome, judge_with_stat
 from .._decision.boundedstat import stuck_for
+from .._decision.decision_file import Outcome, judge_with_stat
 from .._decision.listing import (
     DecisionFile,
     first_line,

@@ -1,6 +1,6 @@
 """Writing decision files without losing another writer's decision, on hostile ground.
 
-The producer side of the artifact, as file operations: :func:`read_current`,
+The producer side of the decision file, as file operations: :func:`read_current`,
 :func:`replace`, :func:`list_names` and :func:`append_text`. The rules:
 
 - A write goes to a temporary file in the same directory, is synced, then renamed over
@@ -83,7 +83,8 @@ _OPEN_ATTEMPTS = 3
 
 _UNSUPPORTED_LOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF}
 #: What a path that is not a regular file is, by ``stat`` mode test (also the consumer's
-#: words for it, :func:`nvrx_seghealth._decision.artifact.judge`, whose ``stat`` follows symlinks).
+#: words for it, :func:`nvrx_seghealth._decision.decision_file.judge`, whose ``stat``
+#: follows symlinks).
 FILE_TYPES = (
     (stat.S_ISLNK, "symbolic link"),
     (stat.S_ISDIR, "directory"),

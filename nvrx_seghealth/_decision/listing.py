@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from . import boundedfs
-from .artifact import ARTIFACT_PREFIX
+from .decision_file import DECISION_FILE_PREFIX
 from .files import Current
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "printable",
 ]
 
-_NAME = re.compile(rf"{re.escape(ARTIFACT_PREFIX)}\.([0-9]+)\.([0-9]+)")
+_NAME = re.compile(rf"{re.escape(DECISION_FILE_PREFIX)}\.([0-9]+)\.([0-9]+)")
 #: The name of a per-job folder: a job id (a decision file's name is never digits alone).
 _JOB_FOLDER = re.compile("[0-9]+")
 #: How :func:`~.files.read_current` begins the error of an entry it refused unopened.
@@ -51,7 +51,7 @@ class DecisionFile:
     @property
     def read_name(self) -> str:
         """The name a launcher of this unit reads: its ids without leading zeros."""
-        return f"{ARTIFACT_PREFIX}.{int(self.job_id)}.{int(self.task_id)}"
+        return f"{DECISION_FILE_PREFIX}.{int(self.job_id)}.{int(self.task_id)}"
 
 
 def list_decisions(

@@ -6,7 +6,7 @@ the decision file process 0 would consult, and the launch shape the environment 
 ``nvrx-seghealth doctor`` prints them; this module only looks.
 
 * Every call into the directory is bounded by the launcher's own default
-  (:data:`~.artifact.DEFAULT_STAT_TIMEOUT`).
+  (:data:`~.decision_file.DEFAULT_STAT_TIMEOUT`).
 * Every ``FAIL`` says what to do.
 * A decision path that is itself a symlink is a ``warn``; what it points to is never
   judged nor read.
@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import boundedfs
-from .artifact import DEFAULT_STAT_TIMEOUT, Decision, Outcome, artifact_path, evaluate
 from .boundedstat import stat_within
+from .decision_file import DEFAULT_STAT_TIMEOUT, Decision, Outcome, decision_file_path, evaluate
 from .helperprocess import HelperTimeout
 from .problems import permission_problems
 from .unit import AllocationUnit, InvalidIdentityError
@@ -165,7 +165,7 @@ def _planted(path: str, decision: Decision) -> str | None:
 
 def _decision_findings(directory: str, unit: AllocationUnit) -> list[Finding]:
     """The decision file process 0 of ``unit`` consults, its stat's time, and the verdict."""
-    path = artifact_path(directory, unit.job_id, unit.task_id)
+    path = decision_file_path(directory, unit.job_id, unit.task_id)
     started = time.monotonic()
     decision = evaluate(path, DEFAULT_STAT_TIMEOUT)
     took = time.monotonic() - started

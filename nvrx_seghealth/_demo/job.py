@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from .._decision.artifact import publish_decision
+from .._decision.decision_file import publish_decision
 from .._launcher.markers import ReplacementGroupMarkers
 from .launcher import Launcher
 from .outcome import FaultEvent, JobResult, LauncherOutcome, Round

@@ -3,7 +3,7 @@
 :func:`get_segment_health_check` decides, from the configured directory and Slurm's
 environment, whether *this* launcher installs the check. Only the launcher with
 ``SLURM_PROCID=0`` of its allocation unit does; every other launcher gets ``None`` and
-never touches the artifact. The installed :class:`SegmentHealthCheck` performs one
+never touches the decision file. The installed :class:`SegmentHealthCheck` performs one
 bounded ``stat`` per call and logs what an operator needs:
 
 * once, at install (INFO):
@@ -25,16 +25,16 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._decision.artifact import (
+from .._decision.boundedstat import prepare as prepare_stat_helper
+from .._decision.decision_file import (
     Decision,
     DirectoryPath,
     Outcome,
     directory_problem,
     judge,
-    unit_artifact_path,
+    unit_decision_file_path,
     unit_id,
 )
-from .._decision.boundedstat import prepare as prepare_stat_helper
 from .._decision.helperprocess import HelperStartError
 from .._decision.unit import AllocationUnit, InvalidIdentityError
 from .._settings.check_settings import CheckSettings
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 class SegmentHealthCheck:
     """The decision check for one allocation unit.
 
-    Calling it returns ``True`` when the unit may proceed (healthy, or the artifact
+    Calling it returns ``True`` when the unit may proceed (healthy, or the decision file
     could not be judged and the check fails open) and ``False`` when it is excluded.
 
     Args:
@@ -103,7 +103,7 @@ class SegmentHealthCheck:
         check.directory = settings.directory
         check.job_id = job_id
         check.task_id = task_id
-        check.path = unit_artifact_path(settings.directory, job_id, task_id)
+        check.path = unit_decision_file_path(settings.directory, job_id, task_id)
         check.stat_timeout = settings.stat_timeout
         check._directory_looked_at = False
         return check
@@ -113,7 +113,7 @@ class SegmentHealthCheck:
         return (self.directory, self.job_id, self.task_id), {"stat_timeout": self.stat_timeout}
 
     def evaluate(self, *, warn: bool = True) -> Decision:
-        """Stat the artifact once and return the decision; warn when failing open
+        """Stat the decision file once and return the decision; warn when failing open
         (``warn=False``: the caller warns, e.g. once for a run of failing looks)."""
         decision = judge(self.path, self.stat_timeout)
         if decision.failed_open and warn:

@@ -26,7 +26,7 @@ from torch.distributed.elastic import metrics as torch_metrics
 from torch.distributed.elastic.events import NodeState, RdzvEvent
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 
-from .._decision.artifact import Decision, Outcome
+from .._decision.decision_file import Decision, Outcome
 from .._decision.unit import AllocationUnit
 from .._errors import Exclusion, ExclusionReason, When
 from .._logfmt import FieldValue, format_fields, parse_fields

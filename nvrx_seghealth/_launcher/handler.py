@@ -29,7 +29,7 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousInfo,
 )
 
-from .._decision.artifact import DirectoryPath
+from .._decision.decision_file import DirectoryPath
 from .._errors import UnhealthyNodeException, When
 from .._settings.check_settings import CheckSettings, check_settings
 from .._settings.durations import DEFAULT_STAT_TIMEOUT
@@ -65,7 +65,7 @@ class SegmentHealthRendezvousHandler(RendezvousHandler):
             the launcher holding rank 0 serves its round's workers a new bootstrap store
             each round (:mod:`.agentstore`): an excluded unit may hold rank 0.
         environ: where to read Slurm's variables (default ``os.environ``).
-        stat_timeout: seconds one ``stat`` of the artifact may take (see
+        stat_timeout: seconds one ``stat`` of the decision file may take (see
             :mod:`.._settings.durations` for the range).
         backend: the name ``get_backend()`` reports (default: the inner handler's).
             A registered backend must report the name it was registered under.

@@ -15,7 +15,7 @@ import time
 from torch.distributed.elastic.rendezvous import RendezvousHandler
 from torch.distributed.elastic.rendezvous.dynamic_rendezvous import DynamicRendezvousHandler
 
-from .._decision.artifact import Decision
+from .._decision.decision_file import Decision
 from .._decision.unit import AllocationUnit
 from .._errors import Exclusion, ExclusionReason, When
 from .._logfmt import format_fields

@@ -33,7 +33,7 @@ from dataclasses import asdict
 from typing import Literal
 
 from .._decision import boundedfs
-from .._decision.artifact import unit_artifact_path
+from .._decision.decision_file import unit_decision_file_path
 from .._decision.files import Current
 from .._decision.helperprocess import HelperTimeout
 from .._decision.listing import first_line, list_decisions
@@ -264,7 +264,7 @@ class DrainedPublisher:
 
     def _apply(self, task_id: SlurmId, desired: str | None, result: PassResult) -> None:
         """Bring ``task_id``'s decision to ``desired`` (:meth:`_desired`) where it may."""
-        path = unit_artifact_path(self.directory, self.job_id, task_id)
+        path = unit_decision_file_path(self.directory, self.job_id, task_id)
         try:
             current = boundedfs.read_current(path, self.fs_timeout)
         except OSError as error:  # HelperTimeout too: the directory hangs

@@ -42,7 +42,7 @@ __all__ = [
     "validate_seconds",
 ]
 
-#: Seconds one ``stat`` of the artifact may take before the consumer fails open.
+#: Seconds one ``stat`` of the decision file may take before the consumer fails open.
 #: A healthy Lustre/NFS metadata server answers in milliseconds, a loaded one in
 #: well under a second; 10 s leaves a wide margin for a slow but live server and
 #: stays small beside a rendezvous round (torch's last-call wait alone is 30 s).

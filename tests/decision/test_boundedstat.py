@@ -21,8 +21,8 @@ import pytest
 
 from harness.services.stathelpers import helper_pids, only_helper
 from harness.waits import AT_ONCE_BOUND
-from nvrx_seghealth._decision.artifact import Outcome, evaluate
 from nvrx_seghealth._decision.boundedstat import prepare, stat_within
+from nvrx_seghealth._decision.decision_file import Outcome, evaluate
 from nvrx_seghealth._decision.helperprocess import HelperTimeout
 from nvrx_seghealth._errors import ConfigurationError
 

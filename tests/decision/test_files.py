@@ -14,9 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from nvrx_seghealth._decision import artifact
+from nvrx_seghealth._decision import decision_file
 from nvrx_seghealth._decision import files as decisionfs
-from nvrx_seghealth._decision.artifact import DecisionConflict, clear_decision, publish_decision
+from nvrx_seghealth._decision.decision_file import (
+    DecisionConflict,
+    clear_decision,
+    publish_decision,
+)
 from nvrx_seghealth._decision.files import (
     LOCK_NAME,
     Current,
@@ -185,7 +189,7 @@ def test_removing_reports_what_was_there(path):
 
 def test_the_library_api_takes_an_expectation(tmp_path):
     directory = str(tmp_path)
-    before = decisionfs.read_current(artifact.artifact_path(directory, "5", "3"))
+    before = decisionfs.read_current(decision_file.decision_file_path(directory, "5", "3"))
     path = publish_decision(directory, "5", "3", "bad\n", expect=before)
     with pytest.raises(DecisionConflict):
         publish_decision(directory, "5", "3", "other\n", expect=before)

@@ -442,8 +442,8 @@ def test_the_watch_interval_key_turns_the_watch_on(tmp_path, monkeypatch):
 
 def validated_calls(monkeypatch) -> list[str]:
     """The names of the validators called from now on: the directory's (in the settings
-    and in the artifact's path) and the duration validator behind every ``CheckSettings``."""
-    from nvrx_seghealth._decision import artifact
+    and in the decision file's path) and the duration validator behind every ``CheckSettings``."""
+    from nvrx_seghealth._decision import decision_file
     from nvrx_seghealth._settings import check_settings
 
     calls: list[str] = []
@@ -458,7 +458,7 @@ def validated_calls(monkeypatch) -> list[str]:
         monkeypatch.setattr(module, name, counting)
 
     counted(check_settings, "require_absolute_directory")
-    counted(artifact, "require_absolute_directory")
+    counted(decision_file, "require_absolute_directory")
     counted(check_settings, "validate_seconds")
     monkeypatch.setenv(SHARED_STORE_ENV, "1")  # the handler sets it; restored after
     return calls

@@ -24,7 +24,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
 
 from harness.slurmenv import slurm_env
 from harness.telemetry import captured, routed
-from nvrx_seghealth._decision.artifact import Decision, Outcome
+from nvrx_seghealth._decision.decision_file import Decision, Outcome
 from nvrx_seghealth._decision.unit import AllocationUnit
 from nvrx_seghealth._errors import Exclusion, ExclusionReason, When
 from nvrx_seghealth._launcher.events import (

@@ -50,7 +50,7 @@ from nvrx_seghealth import (
     UnhealthyNodeException,
     publish_decision,
 )
-from nvrx_seghealth._decision import artifact
+from nvrx_seghealth._decision import decision_file
 from nvrx_seghealth._errors import ExclusionReason
 from nvrx_seghealth._launcher.events import parse_fields
 from nvrx_seghealth._launcher.handoff import Verdict
@@ -180,8 +180,8 @@ def test_a_failing_check_fails_open_with_one_warning_per_stat(
 
 
 def count_stats(monkeypatch, path):
-    """Record every stat of ``path`` (the helper call the artifact makes)."""
-    real_stat_within = artifact.stat_within
+    """Record every stat of ``path`` (the helper call the decision layer makes)."""
+    real_stat_within = decision_file.stat_within
     stats = []
 
     def counting_stat(target, timeout):
@@ -189,7 +189,7 @@ def count_stats(monkeypatch, path):
             stats.append(time.monotonic())
         return real_stat_within(target, timeout)
 
-    monkeypatch.setattr(artifact, "stat_within", counting_stat)
+    monkeypatch.setattr(decision_file, "stat_within", counting_stat)
     return stats
 
 

@@ -30,7 +30,7 @@ from nvrx_seghealth import (
     UnhealthyNodeException,
     publish_decision,
 )
-from nvrx_seghealth._decision import artifact
+from nvrx_seghealth._decision import decision_file
 from nvrx_seghealth._launcher.process_zero import ProcessZero
 from nvrx_seghealth._launcher.sibling import Sibling
 
@@ -73,9 +73,11 @@ def test_regular_job_raises_and_publishes_nothing(tcp_store, shc, make_coordinat
     assert tcp_store.num_keys() == keys
 
 
-def test_other_launchers_never_stat_the_artifact(tcp_store, shc, monkeypatch, make_coordinator):
+def test_other_launchers_never_stat_the_decision_file(
+    tcp_store, shc, monkeypatch, make_coordinator
+):
     path = publish_decision(shc, str(ARRAY), "1", "bad")
-    real_stat_within = artifact.stat_within
+    real_stat_within = decision_file.stat_within
     stats = []
 
     def counting_stat(target, timeout):
@@ -83,7 +85,7 @@ def test_other_launchers_never_stat_the_artifact(tcp_store, shc, monkeypatch, ma
             stats.append(threading.current_thread().name)
         return real_stat_within(target, timeout)
 
-    monkeypatch.setattr(artifact, "stat_within", counting_stat)
+    monkeypatch.setattr(decision_file, "stat_within", counting_stat)
     envs = (slurm_env(task=1, procid=1), slurm_env(task=1, procid=2))
     assert all(isinstance(make_coordinator(env, handoff_timeout=0), Sibling) for env in envs)
     others = [launcher(tcp_store, shc, env, 2, 2, handoff_timeout=0) for env in envs]

@@ -25,7 +25,7 @@ from harness.slurmenv import slurm_env
 from harness.telemetry import captured
 from harness.waits import wait_until
 from nvrx_seghealth import ReplacementGroupMarkers, publish_decision
-from nvrx_seghealth._decision import artifact
+from nvrx_seghealth._decision import decision_file
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
 
 
@@ -82,7 +82,7 @@ def raising(stop):
 def test_a_stop_during_process_zeros_stat_passes_through(tcp_store, shc, monkeypatch, stop):
     """The stat waits for its helper process, e.g. on a hung mount."""
     handler = launcher(tcp_store, shc, slurm_env(task=1), 1, 1)
-    monkeypatch.setattr(artifact, "stat_within", raising(stop))
+    monkeypatch.setattr(decision_file, "stat_within", raising(stop))
     with captured() as seen, pytest.raises(type(stop)):
         handler.next_rendezvous()
     assert wrapper_errors(seen) == []

@@ -13,7 +13,7 @@ import pytest
 
 from harness.commands import nvrx_seghealth
 from harness.services.fakeslurm import NODES, PRODUCER, TASK1_DRAINED, FakeSlurm
-from nvrx_seghealth._decision import artifact
+from nvrx_seghealth._decision import decision_file
 from nvrx_seghealth._decision.unit import validate_id
 from nvrx_seghealth._producer.audit import EventKind
 from nvrx_seghealth._producer.publisher import DrainedPublisher, producer_tag
@@ -97,16 +97,16 @@ def test_a_mark_landing_between_read_and_write_survives(slurm, before, sinfo, in
 def test_a_pass_trusts_the_ids_and_the_directory_it_was_given(slurm, monkeypatch):
     """The producer's ids are ``SlurmId`` s and its directory was validated by the command:
     no pass validates them again for each task (counted: the validators behind
-    ``artifact_path``)."""
+    ``decision_file_path``)."""
     calls = []
     for name in ("validate_id", "require_absolute_directory"):
-        real = getattr(artifact, name)
+        real = getattr(decision_file, name)
 
         def counted(*args, real=real, name=name):
             calls.append(name)
             return real(*args)
 
-        monkeypatch.setattr(artifact, name, counted)
+        monkeypatch.setattr(decision_file, name, counted)
     producer = DrainedPublisher(
         str(slurm.shc), validate_id("--job-id", "500"), ("drain",), SlurmClient(10.0),
         producer_id=PRODUCER, passes={"drain": 1},

@@ -1,4 +1,4 @@
-"""The decision artifact: where it lives, what one ``stat`` of it means, how to write it.
+"""The decision file: where it lives, what one ``stat`` of it means, how to write it.
 
 The contract, consumer side:
 
@@ -35,20 +35,20 @@ from .helperprocess import HelperStartError, HelperTimeout
 from .unit import validate_id
 
 __all__ = [
-    "ARTIFACT_PREFIX",
+    "DECISION_FILE_PREFIX",
     "DEFAULT_STAT_TIMEOUT",
     "Decision",
     "DecisionConflict",
     "DirectoryPath",
     "Outcome",
-    "artifact_path",
     "clear_decision",
+    "decision_file_path",
     "directory_problem",
     "evaluate",
     "judge",
     "judge_with_stat",
     "publish_decision",
-    "unit_artifact_path",
+    "unit_decision_file_path",
     "unit_id",
 ]
 
@@ -57,11 +57,11 @@ log = logging.getLogger(__name__)
 #: A decision directory as the composition API takes it: a ``str`` or a path object.
 DirectoryPath = str | os.PathLike[str]
 
-ARTIFACT_PREFIX = "segment_health_check"
+DECISION_FILE_PREFIX = "segment_health_check"
 
 
 class Outcome(enum.Enum):
-    """What one ``stat`` of the artifact found."""
+    """What one ``stat`` of the decision file found."""
 
     UNHEALTHY = "unhealthy"
     CLEAR = "clear"
@@ -72,10 +72,10 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class Decision:
-    """The consumer's reading of one artifact.
+    """The consumer's reading of one decision file.
 
     Attributes:
-        path: the artifact path that was examined.
+        path: the path of the decision file examined.
         outcome: what the stat found.
         reason: one human-readable line explaining ``outcome``.
         size: the file size for a regular file, else ``None``.
@@ -93,7 +93,7 @@ class Decision:
 
     @property
     def failed_open(self) -> bool:
-        """True when the artifact could not be judged and the unit proceeds anyway."""
+        """True when the decision file could not be judged and the unit proceeds anyway."""
         return self.outcome in (Outcome.UNREADABLE, Outcome.NOT_REGULAR)
 
 
@@ -112,7 +112,7 @@ def unit_id(name: str, value: str | int) -> str:
     return validate_id(name, value if isinstance(value, str) else str(value))
 
 
-def artifact_path(directory: DirectoryPath, job_id: str | int, task_id: str | int) -> str:
+def decision_file_path(directory: DirectoryPath, job_id: str | int, task_id: str | int) -> str:
     """Return ``<directory>/segment_health_check.<job_id>.<task_id>``.
 
     Ids are strings of decimal digits or ints (:func:`unit_id`).
@@ -121,17 +121,17 @@ def artifact_path(directory: DirectoryPath, job_id: str | int, task_id: str | in
         ValueError: ``directory`` is not absolute, or an id is not decimal digits.
         TypeError: an id is neither a ``str`` nor an ``int``.
     """
-    return unit_artifact_path(
+    return unit_decision_file_path(
         require_absolute_directory(directory),
         unit_id("job_id", job_id),
         unit_id("task_id", task_id),
     )
 
 
-def unit_artifact_path(directory: str, job_id: str, task_id: str) -> str:
-    """:func:`artifact_path` for a directory and ids already validated (a
+def unit_decision_file_path(directory: str, job_id: str, task_id: str) -> str:
+    """:func:`decision_file_path` for a directory and ids already validated (a
     :class:`~.._settings.check_settings.CheckSettings` and an :class:`~.unit.AllocationUnit`)."""
-    return os.path.join(directory, f"{ARTIFACT_PREFIX}.{job_id}.{task_id}")
+    return os.path.join(directory, f"{DECISION_FILE_PREFIX}.{job_id}.{task_id}")
 
 
 def _file_type(mode: int) -> str:
@@ -142,7 +142,7 @@ def _file_type(mode: int) -> str:
 
 
 def evaluate(path: str, stat_timeout: float = DEFAULT_STAT_TIMEOUT) -> Decision:
-    """Judge the artifact at ``path`` with one bounded ``stat``; never open it.
+    """Judge the decision file at ``path`` with one bounded ``stat``; never open it.
 
     The stat runs in a helper process (:mod:`.boundedstat`), so a hung filesystem
     holds neither the caller beyond ``stat_timeout`` seconds nor its exit.
@@ -195,7 +195,7 @@ def directory_problem(directory: str, seconds: float) -> str | None:
 
     One ``stat`` bounded by ``seconds`` (already validated, as for :func:`judge`). Only a definite answer is a problem: the directory does not
     exist, or is not a directory. A stat that fails otherwise (or hangs) returns
-    ``None``: the artifact's own stat reports that.
+    ``None``: the decision file's own stat reports that.
     """
     try:
         st = stat_within(directory, seconds)
@@ -226,7 +226,7 @@ def publish_decision(
     """Mark a unit unhealthy: atomically write ``text`` as its decision; return the path.
 
     Producer-side. The file is written under a temporary name in ``directory`` and
-    renamed over the artifact, so a consumer sees the old decision or the new one,
+    renamed over the decision file, so a consumer sees the old decision or the new one,
     never a partial or empty file. ``directory`` must exist. The write holds the
     directory's lock (:data:`~.files.LOCK_NAME`), so writers of this package never
     interleave. With ``expect`` (what :func:`~.files.read_current` returned), the
@@ -245,7 +245,7 @@ def publish_decision(
     """
     if not text:
         raise ValueError("a decision needs non-empty text; an empty file means healthy")
-    path = artifact_path(directory, job_id, task_id)
+    path = decision_file_path(directory, job_id, task_id)
     result = _write(path, text.encode(), expect)
     if result.status == "conflict":
         raise DecisionConflict(path, result.before)
@@ -262,7 +262,7 @@ def clear_decision(
 ) -> str:
     """Mark a unit healthy again; return the path. Touches no other file.
 
-    With ``remove=False`` the artifact is atomically replaced by an empty file (the
+    With ``remove=False`` the decision file is atomically replaced by an empty file (the
     producer is visibly alive); with ``remove=True`` it is unlinked (a missing file
     is fine). ``expect``, the lock and a failed directory sync: as
     :func:`publish_decision`.
@@ -271,7 +271,7 @@ def clear_decision(
         DecisionConflict: the file no longer holds ``expect``.
         OSError: the directory cannot be written.
     """
-    path = artifact_path(directory, job_id, task_id)
+    path = decision_file_path(directory, job_id, task_id)
     result = _write(path, None if remove else b"", expect)
     if result.status == "conflict":
         raise DecisionConflict(path, result.before)

@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 
 import nvrx_seghealth
-from nvrx_seghealth._decision import artifact
-from nvrx_seghealth._decision.artifact import (
+from nvrx_seghealth._decision import decision_file
+from nvrx_seghealth._decision.decision_file import (
     Outcome,
-    artifact_path,
     clear_decision,
+    decision_file_path,
     evaluate,
     publish_decision,
 )
@@ -33,7 +33,7 @@ from nvrx_seghealth._settings.check_settings import require_absolute_directory
 
 @pytest.fixture
 def path(tmp_path):
-    return artifact_path(str(tmp_path), "123", "7")
+    return decision_file_path(str(tmp_path), "123", "7")
 
 
 @contextlib.contextmanager
@@ -59,13 +59,13 @@ def recorded_opens(target):
 
 
 def test_path_layout(tmp_path):
-    assert artifact_path("/shared/job", "123", "7") == "/shared/job/segment_health_check.123.7"
+    assert decision_file_path("/shared/job", "123", "7") == "/shared/job/segment_health_check.123.7"
 
 
 @pytest.mark.parametrize("directory", ["relative/dir", "", "./x"])
 def test_relative_directory_is_refused(directory):
     with pytest.raises(ConfigurationError) as refused:
-        artifact_path(directory, "1", "2")
+        decision_file_path(directory, "1", "2")
     assert refused.value.setting == "directory"
 
 
@@ -81,7 +81,7 @@ def test_directory_message_names_the_setting_and_a_fix():
 )
 def test_ids_cannot_escape_the_directory(job_id, task_id):
     with pytest.raises(InvalidIdentityError):
-        artifact_path("/shared", job_id, task_id)
+        decision_file_path("/shared", job_id, task_id)
 
 
 def test_non_empty_regular_file_is_unhealthy_and_never_opened(path):
@@ -109,7 +109,7 @@ def test_missing_file_proceeds_quietly(path):
 
 
 def test_missing_directory_proceeds_quietly(tmp_path):
-    decision = evaluate(artifact_path(str(tmp_path / "not-there"), "1", "2"))
+    decision = evaluate(decision_file_path(str(tmp_path / "not-there"), "1", "2"))
     assert decision.outcome is Outcome.ABSENT
 
 
@@ -141,7 +141,7 @@ def test_socket_fails_open(tmp_path):
     # AF_UNIX paths are limited to ~108 bytes: bind in a short directory.
     directory = tmp_path / "s"
     directory.mkdir()
-    path = artifact_path(str(directory), "1", "2")
+    path = decision_file_path(str(directory), "1", "2")
     cwd = os.getcwd()
     os.chdir(directory)
     try:
@@ -188,20 +188,20 @@ def test_symlink_loop_fails_open(path, tmp_path):
 
 def test_file_in_place_of_directory_fails_open(tmp_path):
     (tmp_path / "file").write_text("not a directory")
-    decision = evaluate(artifact_path(str(tmp_path / "file"), "1", "2"))
+    decision = evaluate(decision_file_path(str(tmp_path / "file"), "1", "2"))
     assert decision.outcome is Outcome.UNREADABLE
     assert "ENOTDIR" in decision.reason
 
 
 def test_name_too_long_fails_open(tmp_path):
-    decision = evaluate(artifact_path(str(tmp_path), "1", "9" * 300))
+    decision = evaluate(decision_file_path(str(tmp_path), "1", "9" * 300))
     assert decision.outcome is Outcome.UNREADABLE
     assert "ENAMETOOLONG" in decision.reason
 
 
 _EVALUATE_AS_NOBODY = """
 import json, sys
-from nvrx_seghealth._decision.artifact import evaluate
+from nvrx_seghealth._decision.decision_file import evaluate
 print(json.dumps([[d.outcome.value, d.reason] for d in map(evaluate, sys.argv[1:])]))
 """
 
@@ -214,8 +214,8 @@ def test_permission_denied_fails_open():
         private = os.path.join(public, "private")
         os.mkdir(private, 0o700)
         hidden = publish_decision(private, "1", "2", "unhealthy, but nobody can see it")
-        visible = artifact_path(public, "1", "2")  # control: reachable, and missing
-        # The artifact layer is standard-library only: a copy of the package and the base
+        visible = decision_file_path(public, "1", "2")  # control: reachable, and missing
+        # The decision layer is standard-library only: a copy of the package and the base
         # interpreter are all the unprivileged user needs, wherever the checkout lives.
         shutil.copytree(
             os.path.dirname(nvrx_seghealth.__file__), os.path.join(public, "lib", "nvrx_seghealth")
@@ -253,14 +253,14 @@ def test_permission_denied_fails_open():
 def test_eio_fails_open(path, monkeypatch):
     """EIO cannot be made real on a local filesystem: injected where the helper's answer
     comes back (the stat itself runs in another process)."""
-    real_stat_within = artifact.stat_within
+    real_stat_within = decision_file.stat_within
 
     def failing_stat(target, timeout):
         if target == path:
             raise OSError(errno.EIO, os.strerror(errno.EIO), target)
         return real_stat_within(target, timeout)
 
-    monkeypatch.setattr(artifact, "stat_within", failing_stat)
+    monkeypatch.setattr(decision_file, "stat_within", failing_stat)
     decision = evaluate(path)
     assert decision.outcome is Outcome.UNREADABLE
     assert "EIO" in decision.reason
@@ -279,7 +279,7 @@ def test_publish_never_shows_a_partial_or_empty_file(tmp_path):
     directory = str(tmp_path)
     texts = {f"reason {i}: " + "x" * (i * 997) for i in range(1, 40)}
     publish_decision(directory, "5", "3", "reason 0: first")
-    path = artifact_path(directory, "5", "3")
+    path = decision_file_path(directory, "5", "3")
     seen = set()
     stop = time.monotonic() + 30
 
@@ -315,8 +315,9 @@ def test_clear_truncates_or_removes_only_its_own_file(tmp_path):
 
 
 def test_integer_ids_make_the_same_path_and_other_types_are_a_type_error():
-    assert artifact_path("/shared/job", 123, 7) == artifact_path("/shared/job", "123", "7")
+    by_int = decision_file_path("/shared/job", 123, 7)
+    assert by_int == decision_file_path("/shared/job", "123", "7")
     with pytest.raises(
         TypeError, match="task_id must be a str of decimal digits or an int, got float 7.0"
     ):
-        artifact_path("/shared/job", 123, 7.0)  # type: ignore[arg-type]  # on purpose
+        decision_file_path("/shared/job", 123, 7.0)  # type: ignore[arg-type]  # on purpose
