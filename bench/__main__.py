@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--rows 1,...,17] [--port-race-rounds N]``: print the benchmark table.
+"""``python -m bench [--quick] [--rows 1,...,18] [--port-race-rounds N]``: print the benchmark table.
 
 Each row compares two things measured side by side in this one run; absolute times on
 a shared machine are noise, the ratios are the result. The header names the machine,
@@ -22,6 +22,7 @@ from harness.bench.measure import Row, table
 
 from . import (
     bad_task,
+    barrier_scale,
     check_cost,
     healthy_rendezvous,
     parse_cost,
@@ -60,6 +61,7 @@ ROWS: dict[str, Callable[[bool], list[Row]]] = dict(
             v3_rounds.request_rows,
             v3_history.rows,
             v3_rounds.scale_rows,
+            barrier_scale.rows,
         ),
         strict=True,
     )
