@@ -25,6 +25,21 @@ Why each wait ends: see :mod:`.handler` and :mod:`.closer`. Rules: torch and the
 base only, and the etcd-v3 store when a job asks for it; nothing here knows the check.
 """
 
-from .handler import BarrierRendezvousHandler, BarrierSettings
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .handler import BarrierRendezvousHandler, BarrierSettings
 
 __all__ = ["BarrierRendezvousHandler", "BarrierSettings"]
+
+
+def __getattr__(name: str) -> Any:
+    # loaded when first named: torch loads the entry point (creator.py) while it imports
+    # its own rendezvous package, which the handler imports
+    if name in __all__:
+        from . import handler
+
+        return getattr(handler, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,11 +20,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..._errors import ConfigurationError
-from .handler import BarrierRendezvousHandler, BarrierSettings
 
 if TYPE_CHECKING:
     from torch.distributed import Store
     from torch.distributed.elastic.rendezvous import RendezvousHandler, RendezvousParameters
+
+    from .handler import BarrierRendezvousHandler, BarrierSettings
 
 __all__ = ["STORES", "create_handler", "entry_point", "inner", "settings_from"]
 
@@ -61,6 +62,8 @@ def settings_from(params: RendezvousParameters) -> BarrierSettings:
     Raises:
         ConfigurationError: a key's value is not a number in its range.
     """
+    from .handler import BarrierSettings
+
     return BarrierSettings(
         run_id=params.run_id,
         min_nodes=params.min_nodes,
@@ -100,6 +103,8 @@ def create_handler(params: RendezvousParameters) -> BarrierRendezvousHandler:
     Raises:
         ConfigurationError: a key's value is invalid (named), before any store is opened.
     """
+    from .handler import BarrierRendezvousHandler
+
     settings = settings_from(params)
     return BarrierRendezvousHandler(_open_store(params, _store_kind(params)), settings)
 

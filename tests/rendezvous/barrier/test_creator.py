@@ -3,6 +3,8 @@ with its name before any store is opened, and the entry point torchrun loads."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import entry_points
 
 import pytest
@@ -61,6 +63,19 @@ def test_store_etcd_v3_refuses_a_bad_etcd_key_by_name() -> None:
 def test_torchrun_finds_the_entry_point() -> None:
     (point,) = [e for e in entry_points(group="torchrun.handlers") if e.name == "barrier"]
     assert point.load()() is create_handler
+
+
+def test_the_package_imported_before_torchs_registry_still_registers() -> None:
+    # torch loads the entry point while it imports its rendezvous package: a handler
+    # imported at module level made that a circular import (a WARNING, no backend)
+    code = (
+        "import nvrx_seghealth._rendezvous.barrier\n"
+        "from torch.distributed.elastic.rendezvous.registry import handler_registry\n"
+        "print('barrier' in handler_registry._registry)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.split() == ["True"], run.stderr[-2000:]
+    assert "circular import" not in run.stderr
 
 
 def test_the_inner_creator_gives_the_handler_and_the_store_the_check_shares() -> None:
