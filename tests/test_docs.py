@@ -100,6 +100,11 @@ CHECKED = {
         "The etcd-v3 backend",
         "bash",
     ): f"test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member ({LAUNCH})",
+    (
+        "docs/reference/barrier.md",
+        "Settings",
+        "bash",
+    ): f"test_the_barrier_page_launches_on_the_etcd_v3_store_of_every_member ({LAUNCH})",
     (RUN, "nvrx-seghealth run", "bash"): f"test_launcher_command_lines ({LAUNCH})",
     (RUN, "nvrx-seghealth run", "yaml"): f"test_launcher_command_lines ({LAUNCH})",
     (API, "Compose it in your own launcher", "python"): f"test_composition_example ({RUNS})",
@@ -125,7 +130,7 @@ CHECKED = {
         "bash",
     ): "test_loaded_test_command (runs: integration/dev/test_dev.py)",
     (CONTRIBUTING, "Benchmarks", "bash"): "test_benchmark_command_lines",
-    (CONTRIBUTING, "The documentation", "bash"): "test_the_docs_command_is_what_ci_runs",
+    (CONTRIBUTING, "The documentation", "bash"): "test_the_docs_commands_check_what_ci_checks",
     ("docs/index.md", "nvrx-seghealth documentation", "{toctree}"): SITE,
     (
         SIZING,
@@ -243,7 +248,7 @@ def test_the_site_build_is_strict(tmp_path):
     } == planted
 
 
-def test_the_docs_commands_check_what_the_tiers_ci_runs_check():
+def test_the_docs_commands_check_what_ci_checks():
     (example,) = examples_under(CONTRIBUTING, "The documentation")
     lines = [shlex.join(argv) for argv in commands(example.text)]
     assert lines == ["./dev docs", "./dev docs --check-width"]

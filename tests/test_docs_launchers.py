@@ -237,3 +237,28 @@ def test_the_etcd_v3_page_installs_the_extra_and_launches_on_every_member():
         "etcd2:2379",
         "etcd3:2379",
     ]
+
+
+def test_the_barrier_page_launches_on_the_etcd_v3_store_of_every_member():
+    """The barrier page's torchrun line selects barrier on the etcd-v3 store, every member
+    an endpoint; torch's parsed configuration builds that handler, asking etcd nothing
+    (``integration/etcd/test_barrier_on_etcd_v3.py`` runs such a line for real)."""
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+
+    from nvrx_seghealth._rendezvous.barrier.creator import create_handler
+    from nvrx_seghealth._rendezvous.etcd_v3.store import EtcdV3Store
+
+    (block,) = examples_under("docs/reference/barrier.md", "Settings")
+    (torchrun,) = commands(block.text)
+    config = _torchrun_config(torchrun[1:])
+    assert config.rdzv_backend == "barrier"
+    assert config.rdzv_endpoint == "etcd1:2379,etcd2:2379,etcd3:2379"
+    params = RendezvousParameters(
+        config.rdzv_backend,
+        config.rdzv_endpoint,
+        config.run_id,
+        config.min_nodes,
+        config.max_nodes,
+        **config.rdzv_configs,
+    )
+    assert isinstance(create_handler(params).store, EtcdV3Store)
