@@ -27,6 +27,7 @@ import os
 import socket
 import time
 import uuid
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -115,6 +116,8 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._heartbeat_client = _second_client(store)
         own_client = PrefixStore(keys.prefix(settings.run_id), self._heartbeat_client)
         self._heartbeat = Heartbeat(own_client, self._node, settings.keep_alive_interval)
+        # the thread refers to the heartbeat only: a handler nobody holds stops it
+        weakref.finalize(self, self._heartbeat.halt)
         #: The round this launcher is a member of, and that round's world size.
         self._round: int | None = None
         self._world = 0

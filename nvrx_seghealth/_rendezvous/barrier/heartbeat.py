@@ -6,8 +6,11 @@
   at a time, and the launcher's own client may block in a ``wait`` for minutes.
 * A heartbeat older than ``dead_after`` seconds means the launcher is dead. Clocks must
   agree to well within that, as torch's dynamic rendezvous assumes for its keep-alives.
-* A failed write is logged and retried at the next beat: a dead store ends the
-  rendezvous' own calls, not this thread.
+* A failed write is retried at the next beat: a dead store ends the rendezvous' own
+  calls, not this thread. One WARNING says the first failure of a spell; one INFO says
+  the write that ends it.
+* The thread stops with :meth:`stop`, or with :meth:`halt` once its handler is gone
+  (the handler registers it), as torch's keep-alive ends with its handler.
 """
 
 from __future__ import annotations
@@ -59,15 +62,26 @@ class Heartbeat:
         )
         self._thread.start()
 
+    def halt(self) -> None:
+        """Stop beating after the current beat, without waiting for it."""
+        self._stopped.set()
+
     def stop(self) -> None:
         """Stop beating (the key stays, and goes stale)."""
-        self._stopped.set()
+        self.halt()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=self._interval + 5)
 
     def _run(self) -> None:
+        failing = False
         while not self._stopped.wait(self._interval):
             try:
                 self.beat()
             except Exception as error:  # noqa: BLE001  (the store may be gone; retry)
-                log.warning("barrier rendezvous heartbeat not written: %s", error)
+                if not failing:
+                    log.warning("barrier rendezvous heartbeat not written: %s", error)
+                failing = True
+                continue
+            if failing:
+                log.info("barrier rendezvous heartbeat written again")
+            failing = False
