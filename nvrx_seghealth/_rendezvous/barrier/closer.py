@@ -22,30 +22,20 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from torch.distributed import DistStoreError
 from torch.distributed.elastic.rendezvous import RendezvousClosedError, RendezvousTimeoutError
 
+from ..waits import wait_for
 from . import keys
 from .heartbeat import is_stale
 
 if TYPE_CHECKING:
     from torch.distributed import Store
 
-__all__ = ["Outcome", "close", "formed_a_world", "outcome", "wait_for"]
+__all__ = ["Outcome", "close", "formed_a_world", "outcome"]
 
 log = logging.getLogger(__name__)
-
-
-def wait_for(store: Store, key: str, timeout: float) -> bool:
-    """Block until ``key`` exists (``True``) or ``timeout`` seconds pass (``False``)."""
-    try:
-        store.wait([key], timedelta(seconds=max(timeout, 0.001)))
-    except DistStoreError:
-        return bool(store.check([key]))
-    return True
 
 
 @dataclass(frozen=True)
@@ -111,7 +101,7 @@ def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: fl
     if not formed_a_world(done):
         return
     members: list[str] | None = None
-    while not wait_for(store, prev.over, interval):
+    while not wait_for(store, [prev.over], interval):
         if members is None:
             closer = done.split(" ", 2)[2]
             members = store.get(prev.members(closer)).decode("ascii").split("\n")
@@ -129,10 +119,9 @@ def _live_slots(
 ) -> list[tuple[int, str]]:
     """The slots ``1..count`` whose launcher is alive, with its node, in arrival order."""
     slot_keys = [rnd.slot(i) for i in range(1, count + 1)]
-    try:
-        store.wait(slot_keys, timedelta(seconds=dead_after))
+    if wait_for(store, slot_keys, dead_after):
         present = list(range(1, count + 1))
-    except DistStoreError:
+    else:
         present = [i for i, key in enumerate(slot_keys, 1) if store.check([key])]
     nodes = [v.decode("ascii") for v in store.multi_get([rnd.slot(i) for i in present])]
     beats = store.multi_get([keys.heartbeat(node) for node in nodes])
@@ -165,11 +154,11 @@ def close(
     if rnd.number > 0:
         _watch_world(store, keys.Round(rnd.number - 1), interval, dead_after)
     deadline = time.monotonic() + join_timeout
-    if not wait_for(store, rnd.min, join_timeout):
+    if not wait_for(store, [rnd.min], join_timeout):
         return _time_out(store, rnd, run_id)
     if store.check([keys.CLOSED]):
         return _decide(store, rnd, keys.DONE_CLOSED, run_id)
-    wait_for(store, rnd.full, last_call_timeout)
+    wait_for(store, [rnd.full], last_call_timeout)
     while True:
         count = store.add(rnd.arrivals, 0)
         live = _live_slots(store, rnd, count, dead_after)
@@ -177,7 +166,7 @@ def close(
         if missing <= 0:
             break
         # joiners died: wait for as many more arrivals as the round still needs
-        if not wait_for(store, rnd.slot(count + missing), deadline - time.monotonic()):
+        if not wait_for(store, [rnd.slot(count + missing)], deadline - time.monotonic()):
             return _time_out(store, rnd, run_id)
     members = live[:max_nodes]
     rank_of = {slot: rank for rank, (slot, _) in enumerate(members)}

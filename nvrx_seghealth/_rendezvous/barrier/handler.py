@@ -40,8 +40,9 @@ from torch.distributed.elastic.rendezvous import (
     RendezvousStoreInfo,
 )
 
+from ..waits import wait_for
 from . import keys
-from .closer import close, formed_a_world, outcome, wait_for
+from .closer import close, formed_a_world, outcome
 from .heartbeat import Heartbeat, is_stale
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         store, settings = self._store, self._settings
         if closer and store.compare_set(rnd.closer, "", self._node) == self._node.encode():
             self._close(rnd)
-        while not wait_for(store, rnd.done, settings.dead_after):
+        while not wait_for(store, [rnd.done], settings.dead_after):
             holder = store.get(rnd.closer).decode("ascii") if store.check([rnd.closer]) else ""
             if holder:
                 beat = store.get(keys.heartbeat(holder))

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from torch.distributed import TCPStore
+from torch.distributed.elastic.multiprocessing.api import (
+    SignalException,
+    _terminate_process_handler,
+)
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousGracefulExitError,
@@ -241,3 +249,40 @@ def test_a_closer_taken_for_dead_cannot_change_the_ranks_that_won(launchers) -> 
     assert won.closer == first.node
     ranks_read = [int(second._store.get(rnd.rank(won.closer, slot))) for slot in (1, 2)]
     assert ranks_read == [0, 1]
+
+
+@pytest.mark.parametrize("waits_as", ["closer", "joiner"])
+def test_a_sigterm_ends_a_wait_in_the_rendezvous_with_torchs_exception(launchers, waits_as) -> None:
+    """A launcher told to stop in a restart's rendezvous leaves at once, as from c10d's:
+    the closer waits for ``min_nodes``, a joiner for the decision, each up to 120 s. The
+    signal, sent after 0.5 s, must end the wait before half of that."""
+    group = launchers(
+        min_nodes=3,
+        max_nodes=3,
+        join_timeout=120.0,
+        keep_alive_interval=30.0,
+        keep_alive_max_attempt=4,
+    )
+    if waits_as == "joiner":
+        first = group.new()
+        futures = group.join(first)
+        wait_until(lambda: group.master.check([f"{keys.prefix('job')}/0/slot/1"]), timeout=BOUND)
+    (mine,) = group.new()
+    previous = signal.signal(signal.SIGTERM, _terminate_process_handler)
+    sender = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    started = time.monotonic()
+    try:
+        sender.start()
+        with pytest.raises(SignalException) as raised:
+            mine.next_rendezvous()
+    finally:
+        sender.join()
+        signal.signal(signal.SIGTERM, previous)
+    assert raised.value.sigval == signal.SIGTERM
+    assert time.monotonic() - started < 60.0  # the wait's own end is at 120 s
+    # its client waits on in a thread of its own; another launcher closes, which ends it
+    (closing,) = group.new()
+    closing.set_closed()
+    if waits_as == "joiner":
+        with pytest.raises(RendezvousClosedError):
+            results(futures)
