@@ -70,15 +70,19 @@ def _key(path: str) -> str:
     return os.path.dirname(os.path.abspath(path))
 
 
-def prepare() -> None:
-    """Start the stat helper now, so that the first :func:`stat_within` does not wait
-    for it (each stat's bound excludes start-up anyway). Blocks until the helper is
-    ready, at most :data:`~.helperprocess.STARTUP_TIMEOUT` seconds per interpreter
-    tried; a no-op while a live helper is ready. Call it once when the check is set up.
+def prepare(path: str) -> None:
+    """Make the first :func:`stat_within` of ``path`` as quick as a later one; call it
+    once when the check is set up.
+
+    It looks for other processes' stuck calls in ``path``'s directory now (a read of
+    ``/proc``, :func:`stuck_for`), then starts the stat helper. It blocks until the helper
+    is ready, at most :data:`~.helperprocess.STARTUP_TIMEOUT` seconds per interpreter
+    tried; a no-op for the helper while a live one is ready.
 
     Raises:
         HelperStartError: no helper process could be started (a later stat tries again).
     """
+    stuck_for(path)
     _client.start()
 
 

@@ -166,13 +166,14 @@ def install_check(
     """Install the check for ``unit`` when it is its process 0; log the install line.
 
     The stat helper process is started now, before the first round, so no stat's bound
-    is spent on it; if it cannot be started, each stat tries again and reports it.
+    is spent on it; if it cannot be started, each stat tries again and reports it. Other
+    processes' stuck calls in the directory are looked up now too, off the first round.
     """
     if unit is None or not unit.is_process_zero:
         return None
     check = SegmentHealthCheck.from_settings(settings, unit.job_id, unit.task_id)
     with contextlib.suppress(HelperStartError):  # the first stat fails open and says why
-        prepare_stat_helper()
+        prepare_stat_helper(check.path)
     log.info(
         "Segment health check installed directory=%s job_id=%s task_id=%s",
         settings.directory,

@@ -21,6 +21,7 @@ import pytest
 
 from harness.services.stathelpers import helper_pids, only_helper
 from harness.waits import AT_ONCE_BOUND
+from nvrx_seghealth._decision import helperprocess
 from nvrx_seghealth._decision.boundedstat import prepare, stat_within
 from nvrx_seghealth._decision.decision_file import Outcome, evaluate
 from nvrx_seghealth._decision.helperprocess import HelperTimeout
@@ -151,11 +152,24 @@ def test_timeouts_out_of_range_are_configuration_errors(tmp_path):
             evaluate(str(tmp_path / "x"), stat_timeout=bad)  # type: ignore[arg-type]  # on purpose
 
 
-def test_prepare_starts_the_helper_ahead_of_the_first_stat():
-    prepare()
+def test_prepare_starts_the_helper_ahead_of_the_first_stat(tmp_path):
+    prepare(str(tmp_path / "x"))
     pid = only_helper()
-    prepare()  # a no-op while it is ready
+    prepare(str(tmp_path / "x"))  # a no-op while it is ready
     assert helper_pids() == [pid]
+
+
+def test_prepare_looks_for_stuck_calls_so_the_first_stat_does_not(tmp_path, monkeypatch):
+    looks: list[str] = []
+    read_proc = helperprocess._records
+    monkeypatch.setattr(helperprocess, "_records", lambda key: looks.append(key) or read_proc(key))
+    directory = tmp_path / "fresh"
+    directory.mkdir()
+    (directory / "x").touch()
+    prepare(str(directory / "x"))
+    assert looks == [str(directory)]
+    assert stat_within(str(directory / "x"), 5).st_size == 0
+    assert looks == [str(directory)]
 
 
 SLOW_START = """
