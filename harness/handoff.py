@@ -111,6 +111,21 @@ class HandoffTests:
         process_zero.publish(Answer(Verdict.UNCHECKED, process_zero.read()[0]))
         assert [s.wait(r, 0) for s, r in zip(siblings, requests)] == [Verdict.UNCHECKED] * 3
 
+    def test_process_zero_sets_the_key_of_each_request_it_answers(self, markers):
+        """A sibling blocks on its request's key; an answer sets the keys it covers, a
+        standing one those of every request made so far, once each."""
+        process_zero, sibling = handoff(markers), handoff(markers)
+        requests = [sibling.request()[0] for _ in range(3)]
+
+        def answered() -> list[bool]:
+            return [markers.store.check([sibling.answered_key(n)]) for n in requests]
+
+        process_zero.publish(Answer(Verdict.HEALTHY, 2))
+        assert answered() == [True, True, False]
+        process_zero.publish(Answer(Verdict.UNCHECKED, 2, standing=True))
+        assert answered() == [True, True, True]
+        assert sibling.wait(requests[2], AT_ONCE_BOUND) is Verdict.UNCHECKED
+
     def test_no_verdict_returns_none_after_the_bound(self, markers):
         sibling = handoff(markers)
         request, _ = sibling.request()

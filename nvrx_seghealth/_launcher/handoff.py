@@ -10,10 +10,12 @@ before the stat behind that verdict. The rules:
 * Between rounds, process 0 answers new requests with a fresh stat, from a thread.
 * Keys carry ``SLURM_RESTART_COUNT``: a requeued task never takes its previous life's verdict.
 * Every change is one atomic ``add`` on one counter per task life; no ``compare_set``.
+* Process 0 then sets ``<key>/answered/<n>`` for each request ``n`` it newly answers. A
+  sibling waits on its key for up to :data:`BLOCKING_WAIT` seconds, then polls the counter.
 
 The key, under the markers' prefix ``nvrx_seghealth/<run_id>/<array_job_id>/``, is
 ``verdict/<task_id>/<restart_count>``. Why a sibling asks, and what it costs:
-docs/concepts.md. Works with any object offering ``add``; does not import torch.
+docs/concepts.md. Works with any torch store (``add``; ``wait`` and ``multi_set`` too).
 """
 
 from __future__ import annotations
@@ -23,10 +25,25 @@ import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from .._rendezvous.signals import stops_the_launcher
+from .._rendezvous.waits import wait_for
 from .markers import ReplacementGroupMarkers
 
-__all__ = ["EVERY_REQUEST", "Answer", "CounterReads", "Verdict", "VerdictHandoff", "decode"]
+__all__ = [
+    "BLOCKING_WAIT",
+    "EVERY_REQUEST",
+    "Answer",
+    "CounterReads",
+    "Verdict",
+    "VerdictHandoff",
+    "decode",
+]
 
+#: Seconds a sibling blocks on its request's key before it polls. The wait holds the
+#: sibling's store client (a TCPStore serves one call at a time), so a keep-alive of the
+#: round before waits as long at most. On a TCPStore, a wait that runs out costs two
+#: warning lines of torch's client.
+BLOCKING_WAIT = 1.0
 _FIRST_PAUSE = 0.02
 _LONGEST_PAUSE = 0.1
 
@@ -131,6 +148,7 @@ class VerdictHandoff:
         self.store = markers.store
         self.key = f"{markers.prefix}verdict/{group}/{restart_count}"
         self._given = 0  # process 0: the encoded answer it last gave
+        self._answered = 0  # process 0: the highest request whose key it set
 
     def read(self) -> tuple[int, Answer]:
         """``(requests made so far, the current answer)``; writes nothing on a store
@@ -159,10 +177,11 @@ class VerdictHandoff:
 
         ``answer.covered`` must have been read (:meth:`read`, or this method's return
         value) before the stat that ``answer.verdict`` comes from, or the answer must
-        stand.
+        stand. Then the keys of the requests it newly answers are set, in one call.
 
         Raises:
-            Exception: whatever the store raised.
+            Exception: whatever the store raised (the answer may be published already:
+                the siblings then find it by polling).
         """
         target = answer.encoded()
         value = self.store.add(self.key, target - self._given)
@@ -170,21 +189,35 @@ class VerdictHandoff:
         if held != target:  # the counter held another answer than this instance gave
             value = self.store.add(self.key, target - held)
         self._given = target
-        return value & _REQUESTS
+        requested = value & _REQUESTS
+        answered = requested if answer.standing else min(answer.covered, requested)
+        if answered > self._answered:
+            woken = range(self._answered + 1, answered + 1)
+            # Store.multi_set is not in torch's stubs
+            self.store.multi_set(  # type: ignore[attr-defined]
+                [self.answered_key(n) for n in woken], ["1"] * len(woken)
+            )
+            self._answered = answered
+        return requested
+
+    def answered_key(self, request: int) -> str:
+        """The key process 0 sets once it answered request number ``request``."""
+        return f"{self.key}/answered/{request}"
 
     def wait(self, request: int, timeout: float) -> Verdict | None:
         """Sibling: wait up to ``timeout`` s for an answer covering ``request``.
 
         Returns the verdict, or ``None`` when no answer covered the request in time. It
-        polls with a growing pause, not the store's ``wait``: a timed-out
-        ``TCPStore.wait`` leaves a pending reply on the connection, and polling works the
-        same on every store.
+        blocks on the request's key up to :data:`BLOCKING_WAIT` seconds (a signal ends
+        that wait at once), then polls the counter with a growing pause: process 0 may
+        be slow, absent, or of a release that sets no key.
 
         Raises:
             ValueError: the counter holds no answer.
             Exception: whatever the store raised.
         """
         deadline = time.monotonic() + timeout
+        self._block_on(request, min(timeout, BLOCKING_WAIT))
         pause = _FIRST_PAUSE
         while True:
             _, answer = self.read()
@@ -195,3 +228,15 @@ class VerdictHandoff:
                 return None
             time.sleep(min(pause, remaining))
             pause = min(pause * 2, _LONGEST_PAUSE)
+
+    def _block_on(self, request: int, timeout: float) -> None:
+        """Wait up to ``timeout`` s for the key of ``request``. A store whose wait
+        failed is left to the poll that follows: it reads the counter, and raises if
+        the store is broken. What stops the launcher passes."""
+        if timeout <= 0:
+            return
+        try:
+            wait_for(self.store, [self.answered_key(request)], timeout)
+        except Exception as error:
+            if stops_the_launcher(error):
+                raise

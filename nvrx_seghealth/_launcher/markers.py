@@ -19,6 +19,7 @@ and ``check``; does not import torch.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Protocol
 
 from .._decision.unit import validate_id
@@ -27,7 +28,7 @@ __all__ = ["ReplacementGroupMarkers", "StoreLike"]
 
 
 class StoreLike(Protocol):
-    """The subset of ``torch.distributed.Store`` that markers use."""
+    """The subset of ``torch.distributed.Store`` that markers and the hand-off use."""
 
     def set(self, key: str, value: str) -> None: ...
 
@@ -36,6 +37,8 @@ class StoreLike(Protocol):
     def add(self, key: str, amount: int) -> int: ...
 
     def check(self, keys: list[str]) -> bool: ...
+
+    def wait(self, keys: list[str], timeout: timedelta, /) -> None: ...
 
 
 class ReplacementGroupMarkers:

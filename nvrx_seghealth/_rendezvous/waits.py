@@ -21,20 +21,26 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from torch.distributed import DistStoreError
 
-if TYPE_CHECKING:
-    from torch.distributed import Store
+__all__ = ["WaitingStore", "wait_for"]
 
-__all__ = ["wait_for"]
+
+class WaitingStore(Protocol):
+    """The part of ``torch.distributed.Store`` that a wait uses."""
+
+    def wait(self, keys: list[str], timeout: timedelta, /) -> None: ...
+
+    def check(self, keys: list[str], /) -> bool: ...
+
 
 #: The shortest wait handed to a store: torch refuses a timeout of zero.
 _SHORTEST = 0.001
 
 
-def wait_for(store: Store, keys: Sequence[str], timeout: float) -> bool:
+def wait_for(store: WaitingStore, keys: Sequence[str], timeout: float) -> bool:
     """Block until every key of ``keys`` exists (``True``) or ``timeout`` seconds pass
     (``False``); a signal handler's exception ends the wait at once (see the module).
 
@@ -63,7 +69,7 @@ def wait_for(store: Store, keys: Sequence[str], timeout: float) -> bool:
     return result
 
 
-def _wait(store: Store, keys: list[str], wait: timedelta) -> bool:
+def _wait(store: WaitingStore, keys: list[str], wait: timedelta) -> bool:
     try:
         store.wait(keys, wait)
     except DistStoreError:

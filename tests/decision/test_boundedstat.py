@@ -162,7 +162,12 @@ def test_prepare_starts_the_helper_ahead_of_the_first_stat(tmp_path):
 def test_prepare_looks_for_stuck_calls_so_the_first_stat_does_not(tmp_path, monkeypatch):
     looks: list[str] = []
     read_proc = helperprocess._records
-    monkeypatch.setattr(helperprocess, "_records", lambda key: looks.append(key) or read_proc(key))
+
+    def counted(key: str) -> object:
+        looks.append(key)
+        return read_proc(key)
+
+    monkeypatch.setattr(helperprocess, "_records", counted)
     directory = tmp_path / "fresh"
     directory.mkdir()
     (directory / "x").touch()
