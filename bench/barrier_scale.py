@@ -5,8 +5,10 @@ decision directory, Slurm variables per launcher); ``barrier``; ``seghealth-barr
 ``nvrx`` (NVRx 0.7.0's barrier handler, :mod:`.nvrx_stubs`; never a dependency).
 
 * N launchers are threads over P processes (:mod:`.scale_launchers`), each with its own
-  TCPStore client, against one libuv TCPStore server in its own process. Opening the
-  connections is not timed. All call ``next_rendezvous()`` at one instant; the time runs
+  TCPStore client, against one libuv TCPStore server in its own process. Each unit's
+  process 0 has its own stat helper, as in a job. Opening the connections and starting
+  the helpers is not timed. Launchers run off the main thread, so their waits block
+  directly (``_rendezvous.waits``); a launcher's main thread adds a thread per wait. All call ``next_rendezvous()`` at one instant; the time runs
   to the last launcher's return. ``min = max = N``, ``is_host=false``.
 * Store ops and payload bytes per launcher: each client is counted (a ``Store``
   subclass), until that launcher returned. Server CPU: from ``/proc`` of its process.

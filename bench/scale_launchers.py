@@ -5,7 +5,8 @@ heartbeat has its own), connected before the start instant, 32 at a time. Every 
 is a :class:`~harness.bench.storecount.CountedStore` with the launcher's tally, put in
 through torch's ``_create_tcp_store``, so the handler and the backend under it are both
 counted. Handlers are built one at a time: segment-health reads the launcher's Slurm
-variables from ``os.environ`` while it is built. Launcher ``i`` is ``SLURM_PROCID``
+variables from ``os.environ`` while it is built. Each process 0 of a unit has its own
+stat helper, started before the start instant (:class:`OwnStatHelpers`). Launcher ``i`` is ``SLURM_PROCID``
 ``i % 4`` of array task ``i // 4``, in process ``(task + procid) % P``. A launcher's
 counts stop at its own return; a launcher that has not returned by the give-up is
 counted until then.
@@ -101,6 +102,45 @@ def _connector(port: int, count: int) -> Any:
     return supply
 
 
+class OwnStatHelpers:
+    """Each launcher's own stat helper, as each launcher process has one in a job.
+
+    The package keeps one idle helper per process (``_decision.helperprocess``): 8 to 32
+    launchers of one process stating at once would start a helper each, a ``python``
+    start-up (tens of ms of CPU) that no real launcher pays. This stands in for the
+    package's helper client: a thread uses the client of the launcher it runs for
+    (:meth:`use`); the threads a launcher starts itself (its responder) use the shared one.
+    """
+
+    def __init__(self) -> None:
+        from nvrx_seghealth._decision import boundedstat
+
+        self._module = boundedstat
+        self._shared = boundedstat._client
+        self._local = threading.local()
+        boundedstat._client = self  # type: ignore[assignment]
+
+    def new(self) -> Any:
+        """A helper client of its own for the next launcher (started by its handler)."""
+        from nvrx_seghealth._decision.helperprocess import HelperClient
+
+        stat = self._module
+        return HelperClient("stat", ["-c", stat._HELPER_CODE], stat.HELPER_TAG)
+
+    def use(self, client: Any) -> None:
+        """This thread's stats go to ``client`` from now on (``None``: the shared one)."""
+        self._local.client = client
+
+    def _client(self) -> Any:
+        return getattr(self._local, "client", None) or self._shared
+
+    def start(self) -> None:
+        self._client().start()
+
+    def call(self, key: str, request: bytes, timeout: float, *, subject: str = "") -> bytes:
+        return bytes(self._client().call(key, request, timeout, subject=subject))
+
+
 def _params(job: Job, backend: str, index: int, **extra: str) -> Any:
     from torch.distributed.elastic.rendezvous import RendezvousParameters
 
@@ -127,6 +167,8 @@ def _builder(job: Job, supply: Any) -> Any:
     from nvrx_seghealth._launcher.backend import register
 
     current: list[Tally] = []
+    helpers = OwnStatHelpers() if job.design.startswith("seghealth-") else None
+    clients: list[tuple[OwnStatHelpers, Any]] = []
 
     def counted_store(params: Any) -> CountedStore:
         return CountedStore(supply(), current[-1], supply)
@@ -139,6 +181,10 @@ def _builder(job: Job, supply: Any) -> Any:
 
     def build(index: int, tally: Tally) -> Any:
         current.append(tally)
+        if helpers is not None:
+            client = helpers.new() if index % UNIT == 0 else None
+            clients.append((helpers, client))
+            helpers.use(client)
         if job.design == "c10d":
             return handler_registry.create_handler(_params(job, "c10d", index))
         if job.design == "barrier":
@@ -163,11 +209,16 @@ def _builder(job: Job, supply: Any) -> Any:
         )
         return handler_registry.create_handler(params)
 
-    return build
+    return build, (clients if helpers is not None else None)
 
 
 def _join(
-    handlers: list[Any], tallies: list[Tally], start: float, give_up: float, share: int
+    handlers: list[Any],
+    tallies: list[Tally],
+    start: float,
+    give_up: float,
+    share: int,
+    stats: list[tuple[OwnStatHelpers, Any]] | None,
 ) -> Round:
     """Every handler's ``next_rendezvous()`` at ``start``; the outcome at the last return
     or at the give-up."""
@@ -179,7 +230,10 @@ def _join(
     lock = threading.Lock()
     cpu = os.times()
 
-    def join(handler: Any, tally: Tally) -> None:
+    def join(handler: Any, tally: Tally, stat: tuple[OwnStatHelpers, Any] | None) -> None:
+        if stat is not None:
+            helpers, client = stat
+            helpers.use(client)
         time.sleep(max(0.0, start - time.monotonic()))
         try:
             handler.next_rendezvous()
@@ -197,7 +251,8 @@ def _join(
             tally.freeze()
 
     threads = [
-        threading.Thread(target=join, args=pair, daemon=True) for pair in zip(handlers, tallies)
+        threading.Thread(target=join, args=triple, daemon=True)
+        for triple in zip(handlers, tallies, stats or [None] * len(handlers))  # type: ignore[list-item]
     ]
     for thread in threads:
         thread.start()
@@ -241,7 +296,7 @@ def run_share(job: Job, share: int, ready: Any, starts: list[Any], out: Any) -> 
     logging.getLogger("nvrx_seghealth").setLevel(logging.WARNING)
     mine = launchers_of(share, job.size, job.processes)
     per_launcher = 2 if job.design.endswith("barrier") else 1
-    build = _builder(job, _connector(job.port, per_launcher * len(mine)))
+    build, stats = _builder(job, _connector(job.port, per_launcher * len(mine)))
     tallies = [Tally() for _ in mine]
     handlers = [build(index, tally) for index, tally in zip(mine, tallies)]
     ready.wait()
@@ -250,7 +305,7 @@ def run_share(job: Job, share: int, ready: Any, starts: list[Any], out: Any) -> 
         for tally in tallies:
             tally.calls.clear()
             tally.bytes, tally.frozen = 0, False
-        out.put(_join(handlers, tallies, start, job.give_up, share))
+        out.put(_join(handlers, tallies, start, job.give_up, share, stats))
     out.close()
     out.join_thread()
     os._exit(0)  # handlers' threads (heartbeats, keep-alives) end with the process
