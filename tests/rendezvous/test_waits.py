@@ -3,21 +3,17 @@ once on a signal handler's exception (torch's agent raises one on SIGTERM)."""
 
 from __future__ import annotations
 
-import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from torch.distributed import TCPStore
-from torch.distributed.elastic.multiprocessing.api import (
-    SignalException,
-    _terminate_process_handler,
-)
+from torch.distributed.elastic.multiprocessing.api import SignalException
 
 from harness.rendezvous import tcp_client
+from harness.torchsignal import sigterm_after
 from nvrx_seghealth._rendezvous.waits import wait_for
 
 #: A wait no test should reach the end of: a signal or a key ends it long before.
@@ -53,16 +49,11 @@ def test_a_key_set_later_ends_the_wait_of_another_thread(master) -> None:
 def test_a_sigterm_ends_the_main_threads_wait_with_torchs_exception(master) -> None:
     """The wait would last 120 s; torch's handler's exception, sent after 0.2 s, leaves it
     before half of that. The key set afterwards ends the store's own wait in its thread."""
-    previous = signal.signal(signal.SIGTERM, _terminate_process_handler)
-    sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
     started = time.monotonic()
     try:
-        sender.start()
-        with pytest.raises(SignalException) as raised:
+        with sigterm_after(0.2), pytest.raises(SignalException) as raised:
             wait_for(tcp_client(master), ["never"], LONG)
     finally:
-        sender.join()
-        signal.signal(signal.SIGTERM, previous)
         master.set("never", "1")
     assert raised.value.sigval == signal.SIGTERM
     assert time.monotonic() - started < LONG / 2

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from torch.distributed import TCPStore
-from torch.distributed.elastic.multiprocessing.api import (
-    SignalException,
-    _terminate_process_handler,
-)
+from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.rendezvous import (
     RendezvousClosedError,
     RendezvousGracefulExitError,
@@ -31,6 +26,7 @@ from torch.distributed.elastic.rendezvous import (
 )
 
 from harness.rendezvous import tcp_client
+from harness.torchsignal import sigterm_after
 from harness.waits import wait_until
 from nvrx_seghealth._rendezvous.barrier import BarrierRendezvousHandler, BarrierSettings, keys
 from nvrx_seghealth._rendezvous.barrier.closer import close
@@ -268,16 +264,9 @@ def test_a_sigterm_ends_a_wait_in_the_rendezvous_with_torchs_exception(launchers
         futures = group.join(first)
         wait_until(lambda: group.master.check([f"{keys.prefix('job')}/0/slot/1"]), timeout=BOUND)
     (mine,) = group.new()
-    previous = signal.signal(signal.SIGTERM, _terminate_process_handler)
-    sender = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
     started = time.monotonic()
-    try:
-        sender.start()
-        with pytest.raises(SignalException) as raised:
-            mine.next_rendezvous()
-    finally:
-        sender.join()
-        signal.signal(signal.SIGTERM, previous)
+    with sigterm_after(0.5), pytest.raises(SignalException) as raised:
+        mine.next_rendezvous()
     assert raised.value.sigval == signal.SIGTERM
     assert time.monotonic() - started < 60.0  # the wait's own end is at 120 s
     # its client waits on in a thread of its own; another launcher closes, which ends it
