@@ -1,7 +1,7 @@
 """One worker process of :mod:`.barrier_scale`: its share of the N launchers.
 
 Each launcher is a thread with its own TCPStore client (two for barrier's designs: its
-heartbeat has its own), connected before the start instant, 32 at a time. Every client
+waits have their own), connected before the start instant, 32 at a time. Every client
 is a :class:`~harness.bench.storecount.CountedStore` with the launcher's tally, put in
 through torch's ``_create_tcp_store``, so the handler and the backend under it are both
 counted. Handlers are built one at a time: segment-health reads the launcher's Slurm

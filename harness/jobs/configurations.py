@@ -34,6 +34,7 @@ from nvrx_seghealth._demo.rendezvous_state import etcd_rendezvous, read_endpoint
 from nvrx_seghealth._launcher.handoff import VerdictHandoff
 from nvrx_seghealth._launcher.markers import ReplacementGroupMarkers
 from nvrx_seghealth._launcher.watch import ARRIVED_KEY
+from nvrx_seghealth._rendezvous.barrier import keys as barrier_keys
 
 from .simjob import JOINED
 
@@ -50,6 +51,7 @@ __all__ = [
     "WATCH_SECONDS",
     "Configuration",
     "arrived",
+    "barrier_arrivals",
     "handoff_request_pending",
     "healthy_world_after",
     "plain_c10d",
@@ -247,6 +249,14 @@ def arrived(job: SimulatedJob, round_number: int) -> int:
     with _base_store(job) as base:  # held: a store in Python must outlive its prefix
         store = PrefixStore(f"torch.rendezvous.{job.run_id}.{round_number}", base)
         return int(store.add(ARRIVED_KEY, 0))
+
+
+def barrier_arrivals(job: SimulatedJob, round_number: int) -> int:
+    """How many launchers took a slot in the barrier rendezvous' round ``round_number``
+    (read from the store): each waits there until the round is decided."""
+    with _base_store(job) as store:
+        key = f"{barrier_keys.prefix(job.run_id)}/{barrier_keys.Round(round_number).arrivals}"
+        return int(store.add(key, 0))
 
 
 def handoff_request_pending(job: SimulatedJob, unit: int) -> bool:

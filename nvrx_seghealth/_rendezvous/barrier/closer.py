@@ -93,7 +93,9 @@ def _time_out(store: Store, rnd: keys.Round, run_id: str) -> Outcome:
     return _decide(store, rnd, f"{keys.DONE_TIMEOUT} {taken}", run_id)
 
 
-def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: float) -> None:
+def _watch_world(
+    store: Store, waits: Store, prev: keys.Round, interval: float, dead_after: float
+) -> None:
     """Return once round ``prev``'s world has ended (if it had one)."""
     if not store.check([prev.done]):
         return
@@ -101,7 +103,7 @@ def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: fl
     if not formed_a_world(done):
         return
     members: list[str] | None = None
-    while not wait_for(store, [prev.over], interval):
+    while not wait_for(waits, [prev.over], interval):
         if members is None:
             closer = done.split(" ", 2)[2]
             members = store.get(prev.members(closer)).decode("ascii").split("\n")
@@ -115,11 +117,11 @@ def _watch_world(store: Store, prev: keys.Round, interval: float, dead_after: fl
 
 
 def _live_slots(
-    store: Store, rnd: keys.Round, count: int, dead_after: float
+    store: Store, waits: Store, rnd: keys.Round, count: int, dead_after: float
 ) -> list[tuple[int, str]]:
     """The slots ``1..count`` whose launcher is alive, with its node, in arrival order."""
     slot_keys = [rnd.slot(i) for i in range(1, count + 1)]
-    if wait_for(store, slot_keys, dead_after):
+    if wait_for(waits, slot_keys, dead_after):
         present = list(range(1, count + 1))
     else:
         present = [i for i, key in enumerate(slot_keys, 1) if store.check([key])]
@@ -135,6 +137,7 @@ def _live_slots(
 
 def close(
     store: Store,
+    waits: Store,
     rnd: keys.Round,
     node: str,
     *,
@@ -147,26 +150,27 @@ def close(
     dead_after: float,
 ) -> Outcome:
     """Decide round ``rnd`` as ``node`` (see the module documentation); the decision.
+    ``waits``: the same store through the client that blocks in waits.
 
-    Raises:
-        RendezvousClosedError, RendezvousTimeoutError: as :func:`outcome`.
+        Raises:
+            RendezvousClosedError, RendezvousTimeoutError: as :func:`outcome`.
     """
     if rnd.number > 0:
-        _watch_world(store, keys.Round(rnd.number - 1), interval, dead_after)
+        _watch_world(store, waits, keys.Round(rnd.number - 1), interval, dead_after)
     deadline = time.monotonic() + join_timeout
-    if not wait_for(store, [rnd.min], join_timeout):
+    if not wait_for(waits, [rnd.min], join_timeout):
         return _time_out(store, rnd, run_id)
     if store.check([keys.CLOSED]):
         return _decide(store, rnd, keys.DONE_CLOSED, run_id)
-    wait_for(store, [rnd.full], last_call_timeout)
+    wait_for(waits, [rnd.full], last_call_timeout)
     while True:
         count = store.add(rnd.arrivals, 0)
-        live = _live_slots(store, rnd, count, dead_after)
+        live = _live_slots(store, waits, rnd, count, dead_after)
         missing = min_nodes - len(live)
         if missing <= 0:
             break
         # joiners died: wait for as many more arrivals as the round still needs
-        if not wait_for(store, [rnd.slot(count + missing)], deadline - time.monotonic()):
+        if not wait_for(waits, [rnd.slot(count + missing)], deadline - time.monotonic()):
             return _time_out(store, rnd, run_id)
     members = live[:max_nodes]
     rank_of = {slot: rank for rank, (slot, _) in enumerate(members)}

@@ -112,11 +112,13 @@ class BarrierRendezvousHandler(RendezvousHandler):
         self._settings = settings
         addr = settings.local_addr or socket.getfqdn()
         self._node = f"{addr}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-        # its own client: this one may block in a wait. Held here too: a store written in
-        # Python (etcd-v3's) is gone once only the PrefixStore's C++ half refers to it.
-        self._heartbeat_client = _second_client(store)
-        own_client = PrefixStore(keys.prefix(settings.run_id), self._heartbeat_client)
-        self._heartbeat = Heartbeat(own_client, self._node, settings.keep_alive_interval)
+        # The blocking waits have a client of their own: a wait that a signal left
+        # behind holds it (``waits``), never the client of the heartbeat and of the
+        # launcher's other calls. Held here too: a store written in Python (etcd-v3's)
+        # is gone once only the PrefixStore's C++ half refers to it.
+        self._wait_client = _second_client(store)
+        self._waits = PrefixStore(keys.prefix(settings.run_id), self._wait_client)
+        self._heartbeat = Heartbeat(self._store, self._node, settings.keep_alive_interval)
         # the thread refers to the heartbeat only: a handler nobody holds stops it
         weakref.finalize(self, self._heartbeat.halt)
         #: The round this launcher is a member of, and that round's world size.
@@ -221,7 +223,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         store, settings = self._store, self._settings
         if closer and store.compare_set(rnd.closer, "", self._node) == self._node.encode():
             self._close(rnd)
-        while not wait_for(store, [rnd.done], settings.dead_after):
+        while not wait_for(self._waits, [rnd.done], settings.dead_after):
             holder = store.get(rnd.closer).decode("ascii") if store.check([rnd.closer]) else ""
             if holder:
                 beat = store.get(keys.heartbeat(holder))
@@ -238,6 +240,7 @@ class BarrierRendezvousHandler(RendezvousHandler):
         settings = self._settings
         close(
             self._store,
+            self._waits,
             rnd,
             self._node,
             run_id=settings.run_id,

@@ -2,8 +2,9 @@
 
 * Only ``hb/<node>`` of this launcher is written; nobody reads it on a schedule. A
   closer reads the heartbeats it needs in one ``multi_get`` (:mod:`.closer`).
-* The thread has its own store client: a TCPStore client serves one call
-  at a time, and the launcher's own client may block in a ``wait`` for minutes.
+* The thread writes through the launcher's client, between its short calls. A TCPStore
+  client serves one call at a time, so the launcher's blocking waits have a client of
+  their own (:mod:`.handler`): no wait holds a beat.
 * A heartbeat older than ``dead_after`` seconds means the launcher is dead. Clocks must
   agree to well within that, as torch's dynamic rendezvous assumes for its keep-alives.
 * A failed write is retried at the next beat: a dead store ends the rendezvous' own

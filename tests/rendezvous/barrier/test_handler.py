@@ -237,11 +237,11 @@ def test_a_closer_taken_for_dead_cannot_change_the_ranks_that_won(launchers) -> 
         interval=0.5,
         dead_after=4.0,
     )
-    won = decide(first._store, rnd, first.node)
+    won = decide(first._store, first._waits, rnd, first.node)
     # a third arrives; the second launcher took the first for dead and decides again
     assert third._arrive(rnd) == 3
     first._store.set(keys.heartbeat(first.node), "0")
-    assert decide(second._store, rnd, second.node) == won
+    assert decide(second._store, second._waits, rnd, second.node) == won
     assert won.closer == first.node
     ranks_read = [int(second._store.get(rnd.rank(won.closer, slot))) for slot in (1, 2)]
     assert ranks_read == [0, 1]
