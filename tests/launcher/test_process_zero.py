@@ -281,7 +281,9 @@ def test_a_dead_store_is_asked_less_and_less_often_between_rounds(make_coordinat
     assert server.stdout is not None  # a pipe
     try:
         assert server.stdout.readline().strip() == "serving"
-        master = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=STORE_TIMEOUT)
+        # connecting may take long on a loaded machine; the short bound is for the calls
+        master = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=CONNECT_TIMEOUT)
+        master.set_timeout(STORE_TIMEOUT)
         zero = process_zero(make_coordinator, master=master)
         attempt(zero)  # starts the responder
         assert zero.handoff is not None  # task 1's process 0
@@ -308,6 +310,7 @@ def test_a_dead_store_is_asked_less_and_less_often_between_rounds(make_coordinat
 
 
 STORE_TIMEOUT = datetime.timedelta(seconds=2)
+CONNECT_TIMEOUT = datetime.timedelta(seconds=60)
 
 
 STORE_SERVER = """
