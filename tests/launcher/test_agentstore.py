@@ -56,6 +56,22 @@ def assert_held(port: int) -> None:
     assert taken.value.errno == errno.EADDRINUSE
 
 
+def assert_one_held_store(
+    infos: list[RendezvousInfo], handlers: list[SegmentHealthRendezvousHandler]
+) -> None:
+    """Every member's workers are given one store, served on a port held already, and
+    no worker binds it."""
+    bootstraps = [info.bootstrap_store_info for info in infos]
+    ports = {bootstrap.master_port for bootstrap in bootstraps if bootstrap is not None}
+    assert None not in bootstraps
+    assert len(ports) == 1
+    assert_held(ports.pop())
+    first, second = (workers_store(info) for info in infos)
+    first.set("rank 0 worker", "here")
+    assert second.get("rank 0 worker") == b"here"
+    assert all(handler.use_agent_store for handler in handlers)
+
+
 def test_the_port_given_to_the_workers_is_held_from_the_round_on(tcp_store, shc):
     """torch's ``1`` closes the port it chose and lets the rank-0 worker bind it seconds
     later (the port race); the launcher holding rank 0 keeps it bound instead, and every
@@ -63,13 +79,7 @@ def test_the_port_given_to_the_workers_is_held_from_the_round_on(tcp_store, shc)
     handlers = [launcher(tcp_store, shc, slurm_env(task=t), 2, 2) for t in (0, 2)]
     infos = [join.result for join in join_all(handlers)]
     assert sorted(info.rank for info in infos) == [0, 1]
-    ports = {info.bootstrap_store_info.master_port for info in infos}
-    assert len(ports) == 1
-    assert_held(ports.pop())
-    first, second = (workers_store(info) for info in infos)
-    first.set("rank 0 worker", "here")
-    assert second.get("rank 0 worker") == b"here"
-    assert all(handler.use_agent_store for handler in handlers)  # no worker binds it
+    assert_one_held_store(infos, handlers)
 
 
 def test_once_the_unit_holding_rank_0_is_excluded_the_survivors_find_the_new_rank_0(tcp_store, shc):
@@ -175,13 +185,7 @@ def test_the_barrier_rendezvous_workers_are_served_on_a_held_port(tcp_store, shc
             )
         )
     infos = [join.result for join in join_all(handlers)]
-    ports = {info.bootstrap_store_info.master_port for info in infos}
-    assert len(ports) == 1
-    assert_held(ports.pop())
-    first, second = (workers_store(info) for info in infos)
-    first.set("rank 0 worker", "here")
-    assert second.get("rank 0 worker") == b"here"
-    assert all(handler.use_agent_store for handler in handlers)  # no worker binds it
+    assert_one_held_store(infos, handlers)
     assert SHARED_STORE_ENV not in os.environ
     for handler in handlers:
         handler.shutdown()
