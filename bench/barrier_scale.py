@@ -2,7 +2,9 @@
 
 Designs: torch's ``c10d``; ``seghealth-c10d`` (segment-health over c10d, an empty
 decision directory, Slurm variables per launcher); ``barrier``; ``seghealth-barrier``;
-``nvrx`` (NVRx 0.7.0's barrier handler, :mod:`.nvrx_stubs`; never a dependency).
+``seghealth-barrier-no-handoff`` (siblings join without process 0's verdict, the spec's
+fallback: what the hand-off costs); ``nvrx`` (NVRx 0.7.0's barrier handler,
+:mod:`.nvrx_stubs`; never a dependency).
 
 * N launchers are threads over P processes (:mod:`.scale_launchers`), each with its own
   TCPStore client, against one libuv TCPStore server in its own process. Each unit's
@@ -44,9 +46,16 @@ from typing import Any
 from harness.bench.measure import Row, interleaved_samples, ratio_or_none, table
 
 from . import nvrx_stubs
-from .scale_launchers import ARRAY_JOB, UNIT, Job, Round, run_share
+from .scale_launchers import ARRAY_JOB, NO_HANDOFF, UNIT, Job, Round, run_share
 
-DESIGNS = ("c10d", "seghealth-c10d", "barrier", "seghealth-barrier", "nvrx")
+DESIGNS = (
+    "c10d",
+    "seghealth-c10d",
+    "barrier",
+    "seghealth-barrier",
+    f"seghealth-barrier{NO_HANDOFF}",
+    "nvrx",
+)
 C10D_BASED = ("c10d", "seghealth-c10d")
 #: Seconds every process may take to import torch, connect and build its handlers.
 READY_TIMEOUT = 900.0
@@ -355,7 +364,12 @@ def measure(
             designs.remove("nvrx")
     found = sweep(sizes, designs, repetitions, give_up, nvrx_dir)
     made: list[Row] = []
-    pairs = (("barrier", "c10d"), ("barrier", "nvrx"), ("seghealth-barrier", "barrier"))
+    pairs = (
+        ("barrier", "c10d"),
+        ("barrier", "nvrx"),
+        ("seghealth-barrier", "barrier"),
+        (f"seghealth-barrier{NO_HANDOFF}", "barrier"),
+    )
     for size, samples in found.items():
         for top, bottom in (*pairs, ("seghealth-c10d", "c10d")):
             row = _ratio_row(samples, size, top, bottom)

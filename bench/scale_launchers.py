@@ -27,7 +27,7 @@ from typing import Any
 from harness.bench.storecount import CountedStore, Tally
 from harness.slurmenv import slurm_env
 
-__all__ = ["UNIT", "Job", "Round", "launchers_of", "run_share"]
+__all__ = ["NO_HANDOFF", "UNIT", "Job", "Round", "inner_of", "launchers_of", "run_share"]
 
 #: Launchers per allocation unit (one array task).
 UNIT = 4
@@ -35,6 +35,14 @@ UNIT = 4
 CONNECTING = 32
 #: The array job id every launcher's Slurm variables name.
 ARRAY_JOB = 900
+#: The suffix of a segment-health design whose siblings join without process 0's verdict
+#: (``segment_health_check_handoff_timeout=0``, the spec's fallback).
+NO_HANDOFF = "-no-handoff"
+
+
+def inner_of(design: str) -> str:
+    """The rendezvous a design runs on: ``c10d``, ``barrier`` or ``nvrx``."""
+    return design.removeprefix("seghealth-").removesuffix(NO_HANDOFF)
 
 
 @dataclass(frozen=True)
@@ -197,7 +205,8 @@ def _builder(job: Job, supply: Any) -> Any:
             return nvrx_stubs.handler(
                 nvrx, counted_store(None), _params(job, "c10d", index, **host)
             )
-        inner = job.design.removeprefix("seghealth-")
+        inner = inner_of(job.design)
+        handoff = {"segment_health_check_handoff_timeout": "0"} if NO_HANDOFF in job.design else {}
         env = slurm_env(index // UNIT, index % UNIT, array_job=ARRAY_JOB, job=1000 + index // UNIT)
         os.environ.update(env)
         params = _params(
@@ -206,6 +215,7 @@ def _builder(job: Job, supply: Any) -> Any:
             index,
             inner_backend=inner,
             segment_health_check_dir=job.directory,
+            **handoff,
         )
         return handler_registry.create_handler(params)
 
@@ -295,7 +305,7 @@ def run_share(job: Job, share: int, ready: Any, starts: list[Any], out: Any) -> 
 
     logging.getLogger("nvrx_seghealth").setLevel(logging.WARNING)
     mine = launchers_of(share, job.size, job.processes)
-    per_launcher = 2 if job.design.endswith("barrier") else 1
+    per_launcher = 2 if inner_of(job.design) == "barrier" else 1
     build, stats = _builder(job, _connector(job.port, per_launcher * len(mine)))
     tallies = [Tally() for _ in mine]
     handlers = [build(index, tally) for index, tally in zip(mine, tallies)]
