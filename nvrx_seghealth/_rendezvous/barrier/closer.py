@@ -152,8 +152,8 @@ def close(
     """Decide round ``rnd`` as ``node`` (see the module documentation); the decision.
     ``waits``: the same store through the client that blocks in waits.
 
-        Raises:
-            RendezvousClosedError, RendezvousTimeoutError: as :func:`outcome`.
+    Raises:
+        RendezvousClosedError, RendezvousTimeoutError: as :func:`outcome`.
     """
     if rnd.number > 0:
         _watch_world(store, waits, keys.Round(rnd.number - 1), interval, dead_after)
